@@ -1,0 +1,59 @@
+"""Exception and warning classes shared by every vfl module.
+
+Every user-facing error derives from :class:`VFLError`, so the CLI can print one readable line
+for any of them and exit non-zero without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class VFLError(Exception):
+    """Base class of every error vfl raises on purpose."""
+
+
+class DataValidationError(VFLError, ValueError):
+    """Input data are malformed: NaN, wrong shape, mismatched rows, labels outside their set, ..."""
+
+
+class PrivacyParameterError(VFLError, ValueError):
+    """A privacy parameter is invalid (epsilon <= 0, delta outside (0, 1), classical calibration with eps >= 1)."""
+
+
+class DegenerateNoisyObjective(VFLError, ArithmeticError):
+    """After PSD projection the noisy quadratic objective has too few positive eigenvalues to be minimised."""
+
+
+class EncodingOverflowError(VFLError, OverflowError):
+    """A fixed-point value or packed slot would overflow; raised *before* anything wrong is decrypted."""
+
+
+class KeyValidationError(VFLError, ValueError):
+    """A Paillier key is too short, or a ciphertext is out of range or belongs to another key."""
+
+
+class ProtocolError(VFLError):
+    """A peer sent a malformed, oversized, out-of-order or unexpected message."""
+
+
+class PartyFailure(VFLError):
+    """A party died, timed out or reported an error; the run was aborted and no model was written."""
+
+
+class ConfigurationError(VFLError, ValueError):
+    """A CLI option, configuration file or API argument is invalid."""
+
+
+class DPBCDAbort(VFLError):
+    """DP-BCD's utility check ||v_out|| <= xi failed; the whole run outputs nothing (de Jong et al. 2022, Alg. 2)."""
+
+
+class PrivacyLeakWarning(UserWarning):
+    """Something may leak privacy: bounds taken from the data, paper-mode calibration, a fixed seed, ..."""
+
+
+class DataBoundsWarning(PrivacyLeakWarning):
+    """Clipping bounds were inferred from the private data instead of being declared publicly."""
+
+
+class SlowBackendWarning(RuntimeWarning):
+    """gmpy2 is missing: Paillier arithmetic runs 7-12x slower."""
