@@ -1,0 +1,418 @@
+"""Every message of the vfl wire protocol, its encoding and its validation (no pickle, ever).
+
+A message is a list of ZeroMQ frames::
+
+    [header JSON (UTF-8)] [payload frame 0] [payload frame 1] ...
+
+The header is a small JSON object ``{"v", "type", "run", "from", "seq", "body", "frames"}``:
+protocol version, message type (one of :class:`MessageType`), run id, sender name, a per-sender
+sequence number (strictly increasing), a JSON body whose fields are checked against the type's
+schema, and one descriptor per payload frame:
+
+* ``{"kind": "array", "dtype": "<f8", "shape": [r, c]}`` -- a numeric numpy array, raw little-endian
+  bytes; dtype from a short whitelist, byte length must equal ``prod(shape) * itemsize``;
+* ``{"kind": "ints", "shape": [...]}`` -- an array of arbitrary-size Python ints (secure-product
+  shares, ciphertexts): each element as a 4-byte big-endian length followed by that many bytes of the
+  value in *signed* big-endian two's complement; every byte must be consumed;
+* ``{"kind": "bytes"}`` -- an opaque byte string (a serialized public key, a packed ciphertext).
+
+Decoding validates everything before any value reaches protocol code: sizes
+(:data:`MAX_MESSAGE_BYTES`, :data:`MAX_HEADER_BYTES`, :data:`MAX_FRAMES`), UTF-8/JSON, version,
+type, identifiers, sequence numbers, each body field's type, and each frame against its descriptor.
+Anything wrong raises :class:`vfl.exceptions.ProtocolError` with one readable line.
+
+The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
+
+    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row-ID digest
+    coordinator  -> party        WELCOME         run id (all later messages carry it)
+    coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
+    encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + encrypted columns
+    responder    -> coordinator  MASKED_RESPONSE (relayed to the encryptor) masked, noised products
+    party        -> coordinator  SHARE           its additive share of a cross block (+ its local offset)
+    party        -> coordinator  BLOCK           a single-party block with the owner's noise added
+    party        -> coordinator  BCD_REMAINDER   (relayed to the next party in the ring) DP-BCD residual
+    party        -> coordinator  BCD_COEF        a party's final DP-BCD coefficients
+    coordinator  -> party        RESULT          the released model
+    either       -> either       HEARTBEAT       liveness while the other side computes
+    coordinator  -> party        ABORT           the run ended with an error; no model is released
+    party        -> coordinator  ERROR           the party failed; the coordinator aborts the run
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ProtocolError
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "MAX_MESSAGE_BYTES",
+    "MAX_HEADER_BYTES",
+    "MAX_FRAMES",
+    "MessageType",
+    "Message",
+    "IntArray",
+    "encode",
+    "decode",
+    "ints_to_bytes",
+    "ints_from_bytes",
+    "validate_name",
+]
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # whole message; the socket also enforces ZMQ_MAXMSGSIZE per frame
+MAX_HEADER_BYTES = 256 * 1024
+MAX_FRAMES = 64
+MAX_INT_BYTES = 16 * 1024  # one big integer (a 4096-bit key's n^2 is 1 KiB; shares are smaller)
+MAX_DIMS = 4
+
+ALLOWED_DTYPES = {"<f8": np.float64, "<i8": np.int64, "|u1": np.uint8, "|b1": np.bool_}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_RUN_RE = re.compile(r"^[0-9a-f]{0,32}$")
+
+
+class MessageType(str, Enum):
+    """Named message types; the value is what travels in the header."""
+
+    REGISTER = "register"
+    WELCOME = "welcome"
+    PLAN = "plan"
+    ENC_REQUEST = "enc_request"
+    MASKED_RESPONSE = "masked_response"
+    SHARE = "share"
+    BLOCK = "block"
+    BCD_REMAINDER = "bcd_remainder"
+    BCD_COEF = "bcd_coef"
+    RESULT = "result"
+    HEARTBEAT = "heartbeat"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+# ------------------------------------------------------------------ body schemas
+def _is_str(limit: int = 4096) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and len(v) <= limit
+
+
+def _is_int(lo: int = 0, hi: int = 2**62) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_name(v: Any) -> bool:
+    return isinstance(v, str) and bool(_NAME_RE.match(v))
+
+
+def _is_opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _is_list(check: Callable[[Any], bool], limit: int = 100_000) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and len(v) <= limit and all(check(x) for x in v)
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+_FEATURE = _is_str(256)
+_BLOCK = _is_str(64)
+
+#: field -> (required?, check). Unknown fields are rejected too.
+SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
+    MessageType.REGISTER: {
+        "name": (True, _is_name),
+        "n_rows": (True, _is_int(1)),
+        "features": (True, _is_list(_FEATURE, 100_000)),
+        "label_owner": (True, _is_bool),
+        "id_digest": (False, _is_opt(_is_str(128))),
+        "order": (False, _is_opt(_is_int(0, 10_000))),
+        "bounds": (False, _is_opt(_is_dict)),
+        "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
+        "bounds_from_data": (False, _is_bool),
+    },
+    MessageType.WELCOME: {"run": (True, _is_str(32))},
+    MessageType.PLAN: {
+        "index": (True, _is_int(0, 10_000)),
+        "parties": (True, _is_list(_is_dict, 10_000)),
+        "model": (True, _is_str(16)),
+        "mechanism": (True, _is_str(32)),
+        "params": (True, _is_dict),
+        "n_samples": (True, _is_int(1)),
+        "label_owner": (True, _is_int(0, 10_000)),
+    },
+    MessageType.ENC_REQUEST: {
+        "block": (True, _BLOCK),
+        "to": (True, _is_name),
+        "origin": (False, _is_opt(_is_name)),
+        "wire": (True, _is_dict),
+    },
+    MessageType.MASKED_RESPONSE: {
+        "block": (True, _BLOCK),
+        "to": (True, _is_name),
+        "origin": (False, _is_opt(_is_name)),
+        "wire": (True, _is_dict),
+    },
+    MessageType.SHARE: {"block": (True, _BLOCK)},
+    MessageType.BLOCK: {"block": (True, _BLOCK)},
+    MessageType.BCD_REMAINDER: {
+        "round": (True, _is_int(0, 1_000_000)),
+        "to": (True, _is_name),
+        "origin": (False, _is_opt(_is_name)),
+    },
+    MessageType.BCD_COEF: {"status": (True, _is_str(64)), "reason": (False, _is_opt(_is_str(1024)))},
+    MessageType.RESULT: {"model": (True, _is_dict)},
+    MessageType.HEARTBEAT: {},
+    MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
+    MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
+}
+
+
+def validate_name(name: str, what: str = "party name") -> str:
+    """Party names are short identifiers: letters, digits, '_', '.', '-' (at most 64 characters)."""
+    if not _is_name(name):
+        raise ProtocolError(f"invalid {what} {name!r}: use 1-64 letters, digits, '_', '.', '-'")
+    return name
+
+
+# ------------------------------------------------------------------ payloads
+@dataclass(frozen=True)
+class IntArray:
+    """An array of arbitrary-size Python ints (shares, ciphertexts): the only non-numeric payload."""
+
+    values: np.ndarray  # dtype=object, Python ints
+
+    @classmethod
+    def of(cls, values: Any) -> IntArray:
+        arr = np.asarray(values, dtype=object)
+        return cls(arr)
+
+
+Payload = np.ndarray | IntArray | bytes
+
+
+def ints_to_bytes(values: Sequence[int] | np.ndarray) -> bytes:
+    """Length-prefixed signed big-endian encoding of a flat sequence of Python ints."""
+    out = bytearray()
+    for v in np.asarray(values, dtype=object).ravel():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise ProtocolError(f"cannot encode {type(v).__name__} as a big integer")
+        v = int(v)
+        blob = v.to_bytes((v + (v < 0)).bit_length() // 8 + 1, "big", signed=True)
+        if len(blob) > MAX_INT_BYTES:
+            raise ProtocolError(f"integer of {len(blob)} bytes exceeds the {MAX_INT_BYTES}-byte limit")
+        out += len(blob).to_bytes(4, "big") + blob
+    return bytes(out)
+
+
+def ints_from_bytes(data: bytes, count: int) -> list[int]:
+    """Inverse of :func:`ints_to_bytes`; exactly ``count`` ints and no trailing bytes, or ProtocolError."""
+    view = memoryview(data)
+    values: list[int] = []
+    pos = 0
+    for _ in range(count):
+        if pos + 4 > len(view):
+            raise ProtocolError("integer frame is truncated")
+        n = int.from_bytes(view[pos:pos + 4], "big")
+        pos += 4
+        if n == 0 or n > MAX_INT_BYTES or pos + n > len(view):
+            raise ProtocolError(f"integer frame declares an invalid length {n}")
+        values.append(int.from_bytes(view[pos:pos + n], "big", signed=True))
+        pos += n
+    if pos != len(view):
+        raise ProtocolError(f"integer frame has {len(view) - pos} unexpected trailing bytes")
+    return values
+
+
+def _shape_ok(shape: Any) -> bool:
+    return (isinstance(shape, list) and len(shape) <= MAX_DIMS
+            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 2**31 for s in shape))
+
+
+def _encode_payload(p: Payload) -> tuple[dict, bytes]:
+    if isinstance(p, IntArray):
+        return {"kind": "ints", "shape": list(p.values.shape)}, ints_to_bytes(p.values)
+    if isinstance(p, (bytes, bytearray, memoryview)):
+        return {"kind": "bytes"}, bytes(p)
+    if isinstance(p, np.ndarray):
+        if p.dtype == object:
+            raise ProtocolError("object arrays must be wrapped in IntArray")
+        arr = np.ascontiguousarray(p.astype(p.dtype.newbyteorder("<")))
+        code = arr.dtype.str
+        if code not in ALLOWED_DTYPES:
+            raise ProtocolError(f"dtype {arr.dtype} is not allowed on the wire")
+        return {"kind": "array", "dtype": code, "shape": list(arr.shape)}, arr.tobytes()
+    raise ProtocolError(f"unsupported payload type {type(p).__name__}")
+
+
+def _decode_payload(desc: Any, data: bytes) -> Payload:
+    if not isinstance(desc, dict):
+        raise ProtocolError("frame descriptor is not an object")
+    kind = desc.get("kind")
+    if kind == "bytes":
+        if set(desc) != {"kind"}:
+            raise ProtocolError("bytes descriptor has unexpected fields")
+        return bytes(data)
+    shape = desc.get("shape")
+    if not _shape_ok(shape):
+        raise ProtocolError(f"invalid frame shape {shape!r}")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if kind == "ints":
+        if set(desc) != {"kind", "shape"}:
+            raise ProtocolError("ints descriptor has unexpected fields")
+        if count * 5 > len(data):
+            raise ProtocolError(f"integer frame of {len(data)} bytes cannot hold {count} integers")
+        arr = np.empty(count, dtype=object)
+        arr[:] = ints_from_bytes(data, count)
+        return IntArray(arr.reshape(shape))
+    if kind == "array":
+        if set(desc) != {"kind", "dtype", "shape"}:
+            raise ProtocolError("array descriptor has unexpected fields")
+        dtype = ALLOWED_DTYPES.get(desc.get("dtype"))  # type: ignore[arg-type]
+        if dtype is None:
+            raise ProtocolError(f"dtype {desc.get('dtype')!r} is not allowed on the wire")
+        itemsize = np.dtype(dtype).itemsize
+        if count * itemsize != len(data):
+            raise ProtocolError(f"array frame has {len(data)} bytes, shape {shape} needs {count * itemsize}")
+        arr = np.frombuffer(data, dtype=np.dtype(desc["dtype"])).astype(dtype).reshape(shape)
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise ProtocolError("array frame contains NaN or infinity")
+        return arr
+    raise ProtocolError(f"unknown frame kind {kind!r}")
+
+
+# ------------------------------------------------------------------ messages
+@dataclass
+class Message:
+    """One protocol message. ``sender``, ``run`` and ``seq`` are filled in by the transport when sent."""
+
+    type: MessageType
+    body: dict = field(default_factory=dict)
+    payload: list[Payload] = field(default_factory=list)
+    sender: str = ""
+    run: str = ""
+    seq: int = 0
+
+    def array(self, i: int = 0) -> np.ndarray:
+        """Payload ``i`` as a numeric array (ProtocolError if it is not one)."""
+        p = self._get(i)
+        if not isinstance(p, np.ndarray):
+            raise ProtocolError(f"{self.type.value}: frame {i} should be a numeric array")
+        return p
+
+    def ints(self, i: int = 0) -> np.ndarray:
+        """Payload ``i`` as an object array of Python ints."""
+        p = self._get(i)
+        if not isinstance(p, IntArray):
+            raise ProtocolError(f"{self.type.value}: frame {i} should be an integer array")
+        return p.values
+
+    def blob(self, i: int = 0) -> bytes:
+        p = self._get(i)
+        if not isinstance(p, bytes):
+            raise ProtocolError(f"{self.type.value}: frame {i} should be bytes")
+        return p
+
+    def _get(self, i: int) -> Payload:
+        if not 0 <= i < len(self.payload):
+            raise ProtocolError(f"{self.type.value}: missing frame {i}")
+        return self.payload[i]
+
+
+def encode(msg: Message) -> list[bytes]:
+    """Message -> ZeroMQ frames (header JSON first). Validates the body against the type's schema."""
+    _check_body(msg.type, msg.body)
+    descs, frames = [], []
+    for p in msg.payload:
+        d, b = _encode_payload(p)
+        descs.append(d)
+        frames.append(b)
+    header = {"v": PROTOCOL_VERSION, "type": msg.type.value, "run": msg.run, "from": msg.sender,
+              "seq": int(msg.seq), "body": msg.body, "frames": descs}
+    raw = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+    return [raw, *frames]
+
+
+def decode(frames: Sequence[bytes], *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """ZeroMQ frames -> validated Message, or ProtocolError (never any other exception)."""
+    try:
+        return _decode(frames, max_bytes)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # defensive: malformed input must never surface as a crash
+        raise ProtocolError(f"malformed message: {type(exc).__name__}") from None
+
+
+def _decode(frames: Sequence[bytes], max_bytes: int) -> Message:
+    if not frames:
+        raise ProtocolError("empty message")
+    if len(frames) > MAX_FRAMES + 1:
+        raise ProtocolError(f"message has {len(frames)} frames (limit {MAX_FRAMES + 1})")
+    total = sum(len(f) for f in frames)
+    if total > max_bytes:
+        raise ProtocolError(f"message of {total} bytes exceeds the {max_bytes}-byte limit")
+    raw = bytes(frames[0])
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+    try:
+        header = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError):
+        raise ProtocolError("header is not valid UTF-8 JSON") from None
+    if not isinstance(header, dict) or set(header) != {"v", "type", "run", "from", "seq", "body", "frames"}:
+        raise ProtocolError("header must have exactly the fields v, type, run, from, seq, body, frames")
+    if header["v"] != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {header['v']!r} is not supported (this is {PROTOCOL_VERSION})")
+    try:
+        mtype = MessageType(header["type"])
+    except (ValueError, TypeError):
+        raise ProtocolError(f"unknown message type {header['type']!r}") from None
+    run, sender, seq = header["run"], header["from"], header["seq"]
+    if not isinstance(run, str) or not _RUN_RE.match(run):
+        raise ProtocolError("invalid run id")
+    if not (sender == "" or _is_name(sender)):
+        raise ProtocolError("invalid sender name")
+    if not _is_int(0, 2**62)(seq):
+        raise ProtocolError("invalid sequence number")
+    _check_body(mtype, header["body"])
+    descs = header["frames"]
+    if not isinstance(descs, list) or len(descs) != len(frames) - 1:
+        raise ProtocolError(f"header declares {len(descs) if isinstance(descs, list) else '?'} frames, "
+                            f"{len(frames) - 1} arrived")
+    payload = [_decode_payload(d, bytes(f)) for d, f in zip(descs, frames[1:], strict=True)]
+    return Message(mtype, header["body"], payload, sender, run, seq)
+
+
+def _reject_constant(name: str) -> None:
+    raise ProtocolError(f"header contains {name}")
+
+
+def _check_body(mtype: MessageType, body: Any) -> None:
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{mtype.value}: body must be an object")
+    schema = SCHEMAS[mtype]
+    unknown = set(body) - set(schema)
+    if unknown:
+        raise ProtocolError(f"{mtype.value}: unexpected field(s) {', '.join(sorted(unknown))}")
+    for key, (required, check) in schema.items():
+        if key not in body:
+            if required:
+                raise ProtocolError(f"{mtype.value}: missing field {key!r}")
+            continue
+        if not check(body[key]):
+            raise ProtocolError(f"{mtype.value}: invalid value for field {key!r}")
