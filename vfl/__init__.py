@@ -1,0 +1,45 @@
+"""vfl: differentially private regression on vertically partitioned data.
+
+Numeric core (no sockets): :mod:`vfl.objective`, :mod:`vfl.dissection`, :mod:`vfl.mechanisms`,
+:mod:`vfl.accounting`, :mod:`vfl.solver`, :mod:`vfl.estimators`. Secure computation: :mod:`vfl.secure`.
+Networked runtime and API: :mod:`vfl.api`, :mod:`vfl.coordinator`, :mod:`vfl.party`, :mod:`vfl.cli`.
+"""
+
+from vfl.accounting import PrivacyReport
+from vfl.dissection import DissectionPlan
+from vfl.estimators import LinearRegression, LogisticRegression
+from vfl.exceptions import (
+    DataBoundsWarning,
+    DataValidationError,
+    DegenerateNoisyObjective,
+    PrivacyLeakWarning,
+    PrivacyParameterError,
+    VFLError,
+)
+from vfl.mechanisms import make_mechanism
+from vfl.objective import QuadraticObjective
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataBoundsWarning",
+    "DataValidationError",
+    "DegenerateNoisyObjective",
+    "DissectionPlan",
+    "LinearRegression",
+    "LogisticRegression",
+    "PrivacyLeakWarning",
+    "PrivacyParameterError",
+    "PrivacyReport",
+    "QuadraticObjective",
+    "VFLError",
+    "make_mechanism",
+    "__version__",
+]
+
+try:  # the networked API (issue 4) is optional at import time while it is being built
+    from vfl.api import Coordinator, Party, PartyNode, fit  # noqa: F401
+
+    __all__ += ["Coordinator", "Party", "PartyNode", "fit"]
+except ImportError:  # pragma: no cover
+    pass
