@@ -226,3 +226,20 @@ def test_load_csv_table(tmp_path):
     ragged.write_text("a,b\n1,2,3\n")
     with pytest.raises(DataValidationError, match="data row 1 has 3 cells"):
         load_csv_table(ragged)
+
+
+# --- shipped party configurations -----------------------------------------------------------------
+
+
+@needs_data
+@pytest.mark.parametrize("folder, loader", [("forestfires", forest_fires), ("garment", garment)])
+def test_party_configs_match_the_split(folder, loader):
+    import tomllib
+
+    data = loader()
+    root = Path(__file__).resolve().parents[1] / "parties" / folder
+    alice = tomllib.loads((root / "alice.toml").read_text())["party"]
+    bob = tomllib.loads((root / "bob.toml").read_text())["party"]
+    assert alice["features"] == data.party_columns["A"] and bob["features"] == data.party_columns["B"]
+    assert alice["label"] == data.target_name and "label" not in bob
+    assert alice["dataset"] == bob["dataset"] == folder
