@@ -63,9 +63,17 @@ class _FMRegression:
 
     # -------------------------------------------------------------- sklearn plumbing
     def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters of this class and its bases (subclasses forward ``**kwargs`` to the base)."""
         import inspect
 
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        names: list[str] = []
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None:
+                continue
+            for p in inspect.signature(init).parameters.values():
+                if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in names:
+                    names.append(p.name)
         return {n: getattr(self, n) for n in names}
 
     def set_params(self, **params) -> _FMRegression:
@@ -87,17 +95,20 @@ class _FMRegression:
 
     def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None):
         """Release a noisy FM objective of (X, y) and minimise it. Returns self."""
+        if feature_names is None and hasattr(X, "columns"):   # before validate_xy turns X into an ndarray
+            feature_names = [str(c) for c in X.columns]
         X, y = validate_xy(X, y)
-        if feature_names is None and hasattr(X, "columns"):
-            feature_names = list(X.columns)
         domain = self.domain or DEFAULT_DOMAIN.get(self.mechanism, "linf")
         self.bounds_ = resolve_bounds(self.bounds, X, feature_names)
         d = X.shape[1] + (1 if self.fit_intercept else 0)
         U, col_scale = prepare_party_block(X, bounds=self.bounds_, domain=domain, n_features_total=d,
                                            row_norm=self.row_norm, out_of_bounds=self.out_of_bounds,
                                            feature_names=feature_names)
+        # the intercept column is a public constant that consumes norm budget (spec pitfall 4): in the l2 domain
+        # it must be 1/sqrt(d) (its radius r = sqrt(1/d)) whether the features were scaled or clipped
+        icpt_value = 1.0 / np.sqrt(d) if domain == "l2" else 1.0
         if self.fit_intercept:
-            U = np.hstack([U, np.full((U.shape[0], 1), col_scale)])
+            U = np.hstack([U, np.full((U.shape[0], 1), icpt_value)])
         y_unit = self._prepare_y(y)
         release_beta = self.release_beta or (self.calibration == "paper" and self.mechanism == "gaussian-fm")
         plan = DissectionPlan([d], 0, model=self._model, release_beta=release_beta)
@@ -116,7 +127,7 @@ class _FMRegression:
         w_x = result.w[: X.shape[1]]
         coef, icpt = from_unit_interval_coefficients(w_x, self.bounds_, col_scale)
         if self.fit_intercept:
-            icpt += float(result.w[-1] * col_scale)
+            icpt += float(result.w[-1] * icpt_value)
         self._set_output_units(coef, icpt)
         return self
 
