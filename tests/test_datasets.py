@@ -234,7 +234,10 @@ def test_load_csv_table(tmp_path):
 @needs_data
 @pytest.mark.parametrize("folder, loader", [("forestfires", forest_fires), ("garment", garment)])
 def test_party_configs_match_the_split(folder, loader):
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     data = loader()
     root = Path(__file__).resolve().parents[1] / "parties" / folder

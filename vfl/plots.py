@@ -62,7 +62,7 @@ def plot_coefficient_intervals(
     ax.set_ylim(-0.6, d - 0.4)
     ax.set_xlabel("coefficient")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.04 if not title else 1.08), ncol=3, frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35 / (0.32 * d + 1.6)), ncol=3, frameon=False)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=130, bbox_inches="tight")
