@@ -293,3 +293,27 @@ def test_garment_bcd_and_ols_r2():
     assert run_bcd(data.party_blocks(), data.y, rounds=5).r2 == pytest.approx(0.2408, abs=1e-4)
     ols = np.linalg.lstsq(data.X, data.y, rcond=None)[0]
     assert r_squared(data.y, data.X @ ols) == pytest.approx(0.2718, abs=1e-4)
+
+
+def test_abort_rate_matches_the_data_free_formula():
+    """P(step aborts) depends only on (gamma, eps_r, m, N): checked against 300 simulated runs."""
+    from vfl.bcd import completion_probability, step_abort_probability
+
+    rng = np.random.default_rng(11)
+    blocks = [rng.standard_normal((60, 3)), rng.standard_normal((60, 2))]
+    y = rng.standard_normal(60)
+    solvers = [QRLeastSquares(b) for b in blocks]
+    runs = 300
+    aborted = sum(run_dp_bcd(solvers, y, epsilon=2.0, gamma=1.2, rounds=2, random_state=s).aborted
+                  for s in range(runs))
+    p_abort = 1.0 - completion_probability(1.2, 2.0, 2, [3, 2], 60)
+    assert 0.2 < p_abort < 0.8
+    assert abs(aborted / runs - p_abort) < 4 * math.sqrt(p_abort * (1 - p_abort) / runs)
+    # Monte Carlo of the formula itself, and the literal eq. (12) variant
+    eps_r, m, n = 0.3, 4, 40
+    u = stats.beta(m / 2, (n - m) / 2).rvs(200000, random_state=1)
+    z = np.random.default_rng(2).standard_normal(200000)
+    expected = np.mean(z**2 * u > (1.2**2 - 1) * eps_r / 1.2**2)
+    assert step_abort_probability(1.2, eps_r, m, n) == pytest.approx(expected, abs=4e-3)
+    assert step_abort_probability(1.2, eps_r, m, n, calibration="gaussian-vector") == pytest.approx(
+        stats.chi2(m).sf(0.44 * eps_r / 1.44))

@@ -65,6 +65,8 @@ __all__ = [
     "party_generators",
     "per_message_epsilon",
     "utility_bound",
+    "step_abort_probability",
+    "completion_probability",
     "r_squared",
     "BCDResult",
     "run_bcd",
@@ -281,6 +283,38 @@ def per_message_epsilon(epsilon: float, k: int, rounds: int) -> float:
 def utility_bound(gamma: float, k: int, rounds: int, r2_nonprivate: float) -> float:
     """R^2 >= 1 - gamma^(2kT) (1 - R*^2) (paper eq. 16, Thm 1 with k = 2); a heuristic (spec 4.4)."""
     return 1.0 - gamma ** (2 * k * rounds) * (1.0 - r2_nonprivate)
+
+
+def step_abort_probability(gamma: float, eps_r: float, m: int, n: int, *, calibration: str = "half-normal") -> float:
+    """Probability that one DP-BCD step aborts, for a block of width m on N = n rows (Alg. 2, abort_rule="paper").
+
+    The abort fires iff ||P b||^2 > (gamma^2 - 1) ||(I-P) v_in||^2 (spec 4.2). With xi = gamma ||(I-P) v_in||
+    the residual cancels, so the probability does not depend on the data, only on (gamma, eps_r, m, N):
+    half-normal: b = l s, ||P s||^2 ~ Beta(m/2, (N-m)/2), so P = P(Z^2 B > c) with
+    c = (gamma^2 - 1) eps_r / gamma^2, i.e. E_B[2 (1 - Phi(sqrt(c / B)))];
+    gaussian-vector: ||P b||^2 eps_r / xi^2 ~ chi^2_m, so P = P(chi^2_m > c).
+    """
+    from scipy import integrate, stats
+
+    _check_privacy(gamma, eps_r)
+    c = (gamma**2 - 1.0) * eps_r / gamma**2
+    if calibration == "gaussian-vector":
+        return float(stats.chi2(m).sf(c))
+    if calibration != "half-normal":
+        raise PrivacyParameterError(f"noise_calibration must be one of {NOISE_CALIBRATIONS}, got {calibration!r}")
+    beta = stats.beta(m / 2.0, (n - m) / 2.0)
+    value, _ = integrate.quad(lambda u: 2.0 * stats.norm.sf(math.sqrt(c / u)) * beta.pdf(u), 0.0, 1.0, limit=200)
+    return float(value)
+
+
+def completion_probability(
+    gamma: float, epsilon: float, rounds: int, block_widths: Sequence[int], n: int, *, calibration: str = "half-normal"
+) -> float:
+    """Probability that a DP-BCD run (abort_rule="paper") finishes all k*T steps: the product over steps of
+    1 - :func:`step_abort_probability` (the draws are independent and the step probabilities data-free)."""
+    eps_r = per_message_epsilon(epsilon, len(block_widths), rounds)
+    survive = [1.0 - step_abort_probability(gamma, eps_r, m, n, calibration=calibration) for m in block_widths]
+    return float(np.prod(survive) ** rounds)
 
 
 def r_squared(y: np.ndarray, y_hat: np.ndarray) -> float:
