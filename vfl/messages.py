@@ -26,6 +26,7 @@ The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
     party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row-ID digest
     coordinator  -> party        WELCOME         run id (all later messages carry it)
     coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
+    party        -> coordinator  READY           data prepared; the label owner's public label bounds
     encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + encrypted columns
     responder    -> coordinator  MASKED_RESPONSE (relayed to the encryptor) masked, noised products
     party        -> coordinator  SHARE           its additive share of a cross block (+ its local offset)
@@ -84,6 +85,7 @@ class MessageType(str, Enum):
     REGISTER = "register"
     WELCOME = "welcome"
     PLAN = "plan"
+    READY = "ready"
     ENC_REQUEST = "enc_request"
     MASKED_RESPONSE = "masked_response"
     SHARE = "share"
@@ -154,6 +156,10 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "params": (True, _is_dict),
         "n_samples": (True, _is_int(1)),
         "label_owner": (True, _is_int(0, 10_000)),
+    },
+    MessageType.READY: {
+        "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
+        "label_bounds_from_data": (False, _is_bool),
     },
     MessageType.ENC_REQUEST: {
         "block": (True, _BLOCK),

@@ -1,0 +1,411 @@
+"""The coordinator role: registration, plan, relaying secure products, assembling, solving, releasing.
+
+The coordinator holds no Paillier key and no data. It
+
+1. waits (at most ``timeout`` seconds) for K parties to REGISTER and checks them: unique names, exactly
+   one label owner, equal row counts, equal row-ID digests (misaligned tables), sane public bounds;
+2. orders the parties (by their ``order`` if all give one, else by name), builds the
+   :class:`~vfl.dissection.DissectionPlan` (Xu et al. 2021 §4) and sends each party the PLAN;
+3. relays ENC_REQUEST (encryptor -> responder) and MASKED_RESPONSE (responder -> encryptor) without
+   being able to read them, and collects single-party BLOCKs and the two SHAREs of every cross block:
+   ``block = scale * (share_enc + share_resp) 2^-2p`` is already noisy (noise was added inside the
+   ciphertext) and includes the parties' local offsets;
+4. reassembles (beta, alpha, M), projects M with the mechanism's public eigenvalue floor and solves
+   (spec §2.5), writes the model JSON atomically, sends RESULT and prints the privacy report.
+
+Liveness: every party must be heard from at least every ``timeout`` seconds (parties send heartbeats
+while they compute); otherwise, or on a party's ERROR, the run is aborted: every party gets ABORT,
+:class:`~vfl.exceptions.PartyFailure` is raised, and no model file is written. Undecodable input is
+dropped by the transport and never ends a run.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vfl.dissection import Block, DissectionPlan
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.messages import MAX_MESSAGE_BYTES, Message, MessageType
+from vfl.modelio import FittedModel, PartyColumns
+from vfl.rng import RandomState, make_rng
+from vfl.transport import CurveServerKeys, ServerTransport
+
+__all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
+
+FM_MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
+BCD_MECHANISMS = ("bcd", "dp-bcd")
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class RunSettings:
+    """Public parameters of one run (all of them travel to the parties in the PLAN)."""
+
+    n_parties: int
+    model: str = "linear"
+    mechanism: str = "gaussian-fm"
+    epsilon: float | None = 1.0
+    delta: float | None = 1e-5
+    key_bits: int = 2048
+    allow_insecure_keys: bool = False
+    precision_bits: int | None = None
+    timeout: float = 120.0
+    mechanism_options: dict[str, Any] = field(default_factory=dict)
+    lambda_floor: float | None = None
+    gamma: float = 1.2
+    rounds: int = 5
+
+    def validate(self) -> None:
+        if not isinstance(self.n_parties, int) or not 1 <= self.n_parties <= 1000:
+            raise ConfigurationError(f"--parties must be an integer in [1, 1000], got {self.n_parties}")
+        if self.model not in ("linear", "logistic"):
+            raise ConfigurationError(f"model must be linear or logistic, got {self.model!r}")
+        if self.mechanism not in FM_MECHANISMS + BCD_MECHANISMS:
+            raise ConfigurationError(f"unknown mechanism {self.mechanism!r}; choose one of "
+                                     f"{', '.join(FM_MECHANISMS + BCD_MECHANISMS)}")
+        if self.mechanism in BCD_MECHANISMS and self.model != "linear":
+            raise ConfigurationError("bcd and dp-bcd train linear regression only")
+        if self.key_bits < 2048 and not self.allow_insecure_keys:
+            raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.mechanism in ("laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd"):
+            if self.epsilon is None or not self.epsilon > 0:
+                raise ConfigurationError(f"mechanism {self.mechanism} needs --epsilon > 0")
+        if self.mechanism in ("gaussian-fm", "relaxed-fm") and (self.delta is None or not 0 < self.delta < 1):
+            raise ConfigurationError(f"mechanism {self.mechanism} needs 0 < --delta < 1")
+
+    @property
+    def domain(self) -> str:
+        from vfl.mechanisms import DEFAULT_DOMAIN
+
+        return self.mechanism_options.get("domain") or DEFAULT_DOMAIN.get(self.mechanism, "linf")
+
+
+@dataclass
+class Registration:
+    """What a party declared when it registered (all public)."""
+
+    peer: bytes
+    name: str
+    n_rows: int
+    features: list[str]
+    label_owner: bool
+    id_digest: str | None
+    order: int | None
+    bounds: list[list[float]] | None
+    label_bounds: list[float] | None
+    bounds_from_data: bool
+
+
+class Coordinator:
+    """Binds at construction (so ``endpoint`` is known before parties start); ``run()`` does the rest."""
+
+    def __init__(self, settings: RunSettings, bind: str = "tcp://127.0.0.1:5555", *,
+                 curve: CurveServerKeys | None = None, out: str | None = None,
+                 log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 random_state: RandomState = None) -> None:
+        settings.validate()
+        self.rng = make_rng(random_state)
+        self.settings = settings
+        self.out = out
+        self.log = log or (lambda s: None)
+        self.run_id = secrets.token_hex(16)
+        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes)
+        self.endpoint = self.transport.endpoint
+        self.parties: list[Registration] = []
+        self.result: FittedModel | None = None
+        self._last_heartbeat = 0.0
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> FittedModel:
+        """Drive the whole run; returns the released model or raises (after aborting every party)."""
+        try:
+            regs = self._register_all()
+            if self.settings.mechanism in BCD_MECHANISMS:
+                model = self._run_bcd(regs)
+            else:
+                model = self._run_fm(regs)
+            if self.out:
+                model.to_json(self.out)
+            for r in regs:
+                self._send(r.peer, Message(MessageType.RESULT, {"model": model.to_dict()}))
+            self.result = model
+            return model
+        except VFLError as exc:
+            self._abort(exc)
+            raise
+        except BaseException as exc:
+            self._abort(exc)
+            raise
+        finally:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _send(self, peer: bytes, msg: Message) -> None:
+        self.transport.send(peer, msg)
+
+    def _abort(self, exc: BaseException) -> None:
+        reason = str(exc) or type(exc).__name__
+        for r in self.parties:
+            try:
+                self._send(r.peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error": type(exc).__name__}))
+            except VFLError:
+                pass
+
+    def heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
+            self._last_heartbeat = now
+            for r in self.parties:
+                try:
+                    self._send(r.peer, Message(MessageType.HEARTBEAT))
+                except VFLError:
+                    pass  # detected by the silence check
+
+    def check_liveness(self) -> None:
+        now = time.monotonic()
+        for r in self.parties:
+            if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
+                raise PartyFailure(f"party {r.name} sent nothing for {self.settings.timeout:g} s "
+                                   "(crashed, killed or disconnected); run aborted, no model written")
+
+    def receive(self) -> tuple[Registration, Message] | None:
+        """Next message from a registered party (heartbeats and liveness handled here)."""
+        self.heartbeat()
+        self.check_liveness()
+        got = self.transport.recv(0.2)
+        if got is None:
+            return None
+        peer, msg = got
+        reg = next((r for r in self.parties if r.peer == peer), None)
+        if reg is None:
+            if msg.type is MessageType.REGISTER:
+                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties")
+            return None
+        if msg.sender != reg.name:
+            self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
+            return None
+        if msg.type is MessageType.ERROR:
+            raise PartyFailure(f"party {reg.name} failed: {msg.body['reason']}")
+        if msg.type is MessageType.HEARTBEAT:
+            return None
+        return reg, msg
+
+    def _refuse(self, peer: bytes, reason: str) -> None:
+        try:
+            self._send(peer, Message(MessageType.ABORT, {"reason": reason, "error": "ConfigurationError"}))
+        except VFLError:
+            pass
+
+    # ------------------------------------------------------------------ registration
+    def _register_all(self) -> list[Registration]:
+        k = self.settings.n_parties
+        deadline = time.monotonic() + self.settings.timeout
+        self.log(f"coordinator listening on {self.endpoint}; waiting for {k} parties (run {self.run_id[:8]})")
+        while len(self.parties) < k:
+            if time.monotonic() > deadline:
+                have = ", ".join(r.name for r in self.parties) or "none"
+                raise PartyFailure(f"only {len(self.parties)} of {k} parties registered within "
+                                   f"{self.settings.timeout:g} s (registered: {have}); run aborted")
+            self.heartbeat()
+            self.check_liveness()
+            got = self.transport.recv(0.2)
+            if got is None:
+                continue
+            peer, msg = got
+            known = next((r for r in self.parties if r.peer == peer), None)
+            if known is not None:
+                if msg.type is MessageType.ERROR:
+                    raise PartyFailure(f"party {known.name} failed: {msg.body['reason']}")
+                continue
+            if msg.type is not MessageType.REGISTER:
+                self.transport._reject(f"{msg.type.value} from an unregistered peer")
+                continue
+            reg = self._parse_registration(peer, msg)
+            self._check_registration(reg)
+            self.parties.append(reg)
+            self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
+            self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
+                     + (", label owner" if reg.label_owner else ""))
+        self._check_complete()
+        orders = [r.order for r in self.parties]
+        if all(o is not None for o in orders):
+            if len(set(orders)) != len(orders):
+                raise ConfigurationError("two parties asked for the same position in the party order")
+            self.parties.sort(key=lambda r: r.order)  # type: ignore[arg-type,return-value]
+        else:
+            self.parties.sort(key=lambda r: r.name)
+        return self.parties
+
+    def _parse_registration(self, peer: bytes, msg: Message) -> Registration:
+        b = msg.body
+        if b["name"] != msg.sender:
+            raise ProtocolError(f"registration name {b['name']!r} differs from the sender {msg.sender!r}")
+        bounds = None
+        if b.get("bounds") is not None:
+            pairs = b["bounds"].get("pairs") if isinstance(b["bounds"], dict) else None
+            ok = (isinstance(pairs, list) and len(pairs) == len(b["features"])
+                  and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float))
+                          and not isinstance(v, bool) and math.isfinite(v) for v in p) and p[0] < p[1]
+                          for p in pairs))
+            if not ok:
+                raise ConfigurationError(f"party {b['name']} sent invalid bounds")
+            bounds = [[float(lo), float(hi)] for lo, hi in pairs]
+        return Registration(peer, b["name"], b["n_rows"], list(b["features"]), b["label_owner"],
+                            b.get("id_digest"), b.get("order"), bounds, b.get("label_bounds"),
+                            bool(b.get("bounds_from_data", False)))
+
+    def _check_registration(self, reg: Registration) -> None:
+        for r in self.parties:
+            if r.name == reg.name:
+                raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
+            if r.label_owner and reg.label_owner:
+                raise ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
+                                         "pass --label")
+            if r.n_rows != reg.n_rows:
+                raise DataValidationError(f"party {reg.name} has {reg.n_rows} rows but {r.name} has {r.n_rows}: "
+                                          "the parties' tables are not aligned")
+            if (r.id_digest is None) != (reg.id_digest is None):
+                with_id = r.name if r.id_digest is not None else reg.name
+                without = reg.name if with_id == r.name else r.name
+                raise DataValidationError(f"party {with_id} gave a row-ID column but {without} did not "
+                                          "(use --id on every party or on none)")
+            if r.id_digest is not None and r.id_digest != reg.id_digest:
+                raise DataValidationError(f"the row IDs of {reg.name} differ from those of {r.name} "
+                                          "(different rows or a different order): align the tables first")
+        if self.settings.mechanism in FM_MECHANISMS and reg.features and reg.bounds is None:
+            raise ConfigurationError(f"party {reg.name} sent no bounds for its features")
+
+    def _check_complete(self) -> None:
+        owners = [r for r in self.parties if r.label_owner]
+        if not owners:
+            raise ConfigurationError("no party holds the label (exactly one party must pass --label)")
+        if sum(len(r.features) for r in self.parties) == 0:
+            raise ConfigurationError("the parties hold no features")
+
+    # ------------------------------------------------------------------ FM run
+    def plan_message(self, index: int, regs: list[Registration], label_owner: int,
+                     params: dict[str, Any]) -> Message:
+        s = self.settings
+        parties = [{"name": r.name, "n_features": len(r.features), "features": r.features,
+                    "label_owner": r.label_owner} for r in regs]
+        return Message(MessageType.PLAN, {"index": index, "parties": parties, "model": s.model,
+                                          "mechanism": s.mechanism, "params": params, "n_samples": regs[0].n_rows,
+                                          "label_owner": label_owner})
+
+    def _run_fm(self, regs: list[Registration]) -> FittedModel:
+        from vfl.mechanisms import make_mechanism
+        from vfl.secure.encoding import DEFAULT_PRECISION_BITS
+        from vfl.secure.products import combine_shares
+        from vfl.solver import solve_details
+
+        s = self.settings
+        n = regs[0].n_rows
+        L = next(i for i, r in enumerate(regs) if r.label_owner)
+        counts = [len(r.features) for r in regs]
+        plan = DissectionPlan(counts, L, model=s.model)
+        names = [r.name for r in regs]
+        opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
+        mech = make_mechanism(s.mechanism, plan=plan, n_samples=n, epsilon=s.epsilon, delta=s.delta,
+                              domain=s.domain, party_names=names, **opts)
+        p_bits = s.precision_bits or DEFAULT_PRECISION_BITS
+        params = {"epsilon": s.epsilon, "delta": s.delta, "precision_bits": p_bits, "key_bits": s.key_bits,
+                  "allow_insecure_keys": s.allow_insecure_keys, "domain": mech.domain, "mechanism_options": opts}
+        for i, r in enumerate(regs):
+            self._send(r.peer, self.plan_message(i, regs, L, params))
+        self.log(f"plan: {len(plan.blocks)} blocks ({len(plan.cross_blocks())} secure products), "
+                 f"mechanism {s.mechanism}, {s.key_bits}-bit keys")
+        values: dict[str, np.ndarray] = {}
+        shares: dict[str, dict[int, np.ndarray]] = {b.name: {} for b in plan.cross_blocks()}
+        ready: dict[int, dict] = {}
+        index_of = {r.peer: i for i, r in enumerate(regs)}
+        while len(values) < len(plan.blocks) or len(ready) < len(regs):
+            got = self.receive()
+            if got is None:
+                continue
+            reg, msg = got
+            i = index_of[reg.peer]
+            if msg.type is MessageType.READY:
+                ready[i] = msg.body
+                continue
+            block = self._block_of(plan, msg)
+            if msg.type in (MessageType.ENC_REQUEST, MessageType.MASKED_RESPONSE):
+                self._relay(plan, block, i, regs, msg)
+            elif msg.type is MessageType.BLOCK:
+                if block.cross or block.noised_by != i or block.name in values:
+                    raise ProtocolError(f"party {reg.name} sent block {block.name} it does not own")
+                arr = msg.array()
+                if arr.shape != block.shape:
+                    raise ProtocolError(f"block {block.name} from {reg.name} has shape {arr.shape}, "
+                                        f"expected {block.shape}")
+                values[block.name] = arr.astype(float)
+            elif msg.type is MessageType.SHARE:
+                if not block.cross or i not in (block.encryptor, block.responder) or i in shares[block.name]:
+                    raise ProtocolError(f"unexpected share of {block.name} from {reg.name}")
+                share = msg.ints()
+                expected = self._product_shape(plan, block)
+                if share.shape != expected:
+                    raise ProtocolError(f"share of {block.name} has shape {share.shape}, expected {expected}")
+                shares[block.name][i] = share
+                if len(shares[block.name]) == 2:
+                    raw = combine_shares(*shares[block.name].values(), precision_bits=p_bits)
+                    from vfl.party import orient
+
+                    values[block.name] = plan.scale(block, n) * orient(block, raw)
+                    self.log(f"  block {block.name} complete")
+            else:
+                raise ProtocolError(f"unexpected {msg.type.value} from {reg.name}")
+        objective = plan.assemble(values)
+        floor = s.lambda_floor if s.lambda_floor is not None else mech.lambda_floor
+        sol = solve_details(objective, lambda_floor=floor)
+        report = mech.privacy_report().to_dict()
+        notes = report.setdefault("notes", [])
+        for r in regs:
+            if r.bounds_from_data:
+                notes.append(f"party {r.name}'s feature bounds were taken from its data: NOT differentially private")
+        label_info = ready.get(L, {})
+        if label_info.get("label_bounds_from_data"):
+            notes.append("the label bounds were taken from the data: NOT differentially private")
+        scale = (1.0 / math.sqrt(plan.n_features)) if mech.domain == "l2" else 1.0
+        columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner) for r in regs]
+        model = FittedModel(s.model, s.mechanism, columns, sol.w, label_info.get("label_bounds"), report, n,
+                            self.run_id, {"lambda_floor": floor, "n_floored_eigenvalues": sol.n_floored,
+                                          "domain": mech.domain, "precision_bits": p_bits, "key_bits": s.key_bits})
+        self.log(mech.privacy_report().to_text())
+        return model
+
+    def _run_bcd(self, regs: list[Registration]) -> FittedModel:
+        raise ConfigurationError("bcd/dp-bcd over the runtime is not available yet")
+
+    @staticmethod
+    def _block_of(plan: DissectionPlan, msg: Message) -> Block:
+        try:
+            return plan.block(msg.body.get("block", ""))
+        except KeyError:
+            raise ProtocolError(f"{msg.type.value} names an unknown block {msg.body.get('block')!r}") from None
+
+    @staticmethod
+    def _product_shape(plan: DissectionPlan, block: Block) -> tuple[int, int]:
+        def width(party: int) -> int:
+            if block.kind == "alpha" and party == plan.label_owner and block.parties[0] != party:
+                return 1
+            return plan.feature_counts[party]
+
+        return (width(block.encryptor), width(block.responder))  # type: ignore[arg-type]
+
+    def _relay(self, plan: DissectionPlan, block: Block, i: int, regs: list[Registration], msg: Message) -> None:
+        src, dst = ((block.encryptor, block.responder) if msg.type is MessageType.ENC_REQUEST
+                    else (block.responder, block.encryptor))
+        if i != src or msg.body["to"] != regs[dst].name:  # type: ignore[index]
+            raise ProtocolError(f"party {regs[i].name} may not send {msg.type.value} for {block.name}")
+        body = dict(msg.body)
+        body["origin"] = regs[i].name
+        self._send(regs[dst].peer, Message(msg.type, body, msg.payload))  # type: ignore[index]

@@ -1,0 +1,419 @@
+"""The party role: registers its columns, computes its blocks and its side of every secure product.
+
+A party never sends a raw row. What leaves it (see docs/threat_model.md):
+
+* REGISTER: its name, row count, column names, public bounds, whether it holds the label, and a
+  SHA-256 digest of its row-ID column;
+* READY: the public label bounds (linear model, label owner only);
+* BLOCK: each single-party block ``scale * raw + offset + noise`` with the owner's DP noise
+  (:meth:`vfl.mechanisms.Mechanism.block_noise`), e.g. ``M[k,k] = (1/N) X_k^T X_k + E``;
+* ENC_REQUEST (encryptor of a cross block): its packed columns under its own Paillier key;
+* MASKED_RESPONSE (responder): the encrypted products with a uniform mask and the block's DP noise
+  added inside the ciphertext (a discrete Gaussian/Laplace in fixed-point units; spec §1.3 [correction]);
+* SHARE: its additive share of a cross block in fixed point ``2^-2p`` units, with its own local
+  offset (logistic ``alpha``: ``(1/(2N)) sum_i x_i``, Zhang et al. 2012 eq. 12) folded in, so the
+  coordinator only ever learns the noisy block.
+
+Socket I/O and heartbeats stay on the calling thread; encryption and products run on a worker
+thread, so heartbeats keep flowing during long computations.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vfl.dissection import Block, DissectionPlan
+from vfl.domain import ColumnBounds, prepare_labels, prepare_party_block, resolve_bounds
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.messages import IntArray, Message, MessageType, validate_name
+from vfl.modelio import FittedModel
+from vfl.rng import RandomState, make_rng
+from vfl.transport import ClientTransport, CurveClientKeys
+
+__all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient"]
+
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class LocalData:
+    """A party's data in raw units with its public bounds (resolved at construction)."""
+
+    name: str
+    X: np.ndarray
+    feature_names: list[str]
+    y: np.ndarray | None
+    bounds: ColumnBounds | None
+    label_bounds: tuple[float, float] | None
+    id_digest: str | None
+
+    @classmethod
+    def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
+              bounds: Any = None, label_bounds: Sequence[float] | None = None, id_digest: str | None = None,
+              use_bounds: bool = True) -> LocalData:
+        """Validate the party's table; bounds=None infers them from the data (DataBoundsWarning)."""
+        validate_name(name)
+        X = np.asarray(X, dtype=float)
+        if X.ndim == 1:
+            X = X.reshape(-1, 1)
+        if X.ndim != 2:
+            raise DataValidationError(f"party {name}: X must be 2-D, got shape {X.shape}")
+        if X.shape[1] == 0 and y is None:
+            raise DataValidationError(f"party {name} has neither features nor the label")
+        if not np.all(np.isfinite(X)):
+            raise DataValidationError(f"party {name}: X contains NaN or infinity")
+        names = list(feature_names) if feature_names is not None else [f"{name}_x{j}" for j in range(X.shape[1])]
+        if len(names) != X.shape[1]:
+            raise DataValidationError(f"party {name}: {len(names)} feature names for {X.shape[1]} columns")
+        if len(set(names)) != len(names):
+            raise DataValidationError(f"party {name}: duplicate feature names")
+        yv = None
+        if y is not None:
+            yv = np.asarray(y, dtype=float).ravel()
+            if yv.shape[0] != X.shape[0]:
+                raise DataValidationError(f"party {name}: y has {yv.shape[0]} rows, X has {X.shape[0]}")
+            if not np.all(np.isfinite(yv)):
+                raise DataValidationError(f"party {name}: y contains NaN or infinity")
+        cb = None
+        if use_bounds and X.shape[1] > 0:
+            cb = resolve_bounds(bounds, X, names, what=f"features of party {name}")
+        lb = None
+        if label_bounds is not None:
+            lo, hi = (float(v) for v in label_bounds)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise DataValidationError(f"party {name}: label bounds must be finite with lo < hi")
+            lb = (lo, hi)
+        return cls(name, X, names, yv, cb, lb, id_digest)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+
+def to_fixed_point(values: np.ndarray, precision_bits: int) -> np.ndarray:
+    """round(values * 2^(2p)) as an object array of Python ints (the fixed-point units of secure shares)."""
+    scale = 2 ** (2 * precision_bits)
+    out = np.empty(np.shape(values), dtype=object)
+    for idx, v in np.ndenumerate(np.asarray(values, dtype=float)):
+        out[idx] = int(round(float(v) * scale))
+    return out
+
+
+def orient(block: Block, product: np.ndarray) -> np.ndarray:
+    """Map a secure product ``A_enc^T B_resp`` (shape d_enc x d_resp) to the block's own shape."""
+    k = block.parties[0]
+    arr = product if block.encryptor == k else product.T
+    return arr.reshape(block.shape)
+
+
+def product_sides(block: Block, plan: DissectionPlan) -> tuple[int, int]:
+    """(encryptor, responder) party indices of a cross block."""
+    assert block.encryptor is not None and block.responder is not None
+    return block.encryptor, block.responder
+
+
+class PartyNode:
+    """One party of a run: ``PartyNode(...).run()`` returns the released model or raises.
+
+    Raises :class:`PartyFailure` when the coordinator aborts or goes silent for ``timeout`` seconds,
+    :class:`ProtocolError` on a malformed message from it.
+    """
+
+    def __init__(self, data: LocalData, connect: str, *, curve: CurveClientKeys | None = None,
+                 timeout: float = 120.0, order: int | None = None, random_state: RandomState = None,
+                 progress: bool = False, workers: int | None = None, bounds_from_data: bool | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.data = data
+        self.connect = connect
+        self.curve = curve
+        self.timeout = float(timeout)
+        self.order = order
+        self.rng = make_rng(random_state)
+        self.seeded = random_state is not None
+        self.progress = progress
+        self.workers = workers
+        self.log = log or (lambda s: None)
+        self._bounds_from_data = bool(data.bounds.from_data) if data.bounds is not None else False
+        if bounds_from_data is not None:
+            self._bounds_from_data = bounds_from_data
+        self._results: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> FittedModel:
+        t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
+        try:
+            return self._run(t)
+        except VFLError as exc:
+            if not isinstance(exc, PartyFailure):
+                self._send_error(t, exc)
+            raise
+        except Exception as exc:  # an unexpected bug: tell the coordinator, then surface it
+            self._send_error(t, exc)
+            raise
+        finally:
+            self._stop.set()
+            t.close()
+
+    def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
+        try:
+            t.send(Message(MessageType.ERROR, {"reason": str(exc)[:2000] or type(exc).__name__,
+                                               "error": type(exc).__name__[:64]}))
+        except Exception:  # the coordinator may be gone already
+            pass
+
+    def _register_body(self) -> dict:
+        d = self.data
+        body: dict[str, Any] = {"name": d.name, "n_rows": d.n_rows, "features": d.feature_names,
+                                "label_owner": d.y is not None, "id_digest": d.id_digest,
+                                "bounds_from_data": self._bounds_from_data}
+        if self.order is not None:
+            body["order"] = int(self.order)
+        if d.bounds is not None:
+            body["bounds"] = {"pairs": d.bounds.to_list()}
+        if d.label_bounds is not None:
+            body["label_bounds"] = list(d.label_bounds)
+        return body
+
+    def _run(self, t: ClientTransport) -> FittedModel:
+        t.send(Message(MessageType.REGISTER, self._register_body()))
+        last_sent = time.monotonic()
+        session: _Session | None = None
+        while True:
+            msg = t.recv(0.2)
+            now = time.monotonic()
+            if msg is None:
+                if now - t.last_seen > self.timeout:
+                    raise PartyFailure(f"no message from the coordinator for {self.timeout:g} s "
+                                       f"(is it running at {self.connect}?)")
+            else:
+                result = self._handle(t, msg, session)
+                if isinstance(result, FittedModel):
+                    return result
+                if isinstance(result, _Session):
+                    session = result
+            while not self._results.empty():
+                item = self._results.get()
+                if isinstance(item, BaseException):
+                    raise item
+                t.send(item)
+                last_sent = time.monotonic()
+            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
+                t.send(Message(MessageType.HEARTBEAT))
+                last_sent = now
+
+    def _handle(self, t: ClientTransport, msg: Message, session: _Session | None) -> Any:
+        kind = msg.type
+        if kind is MessageType.ABORT:
+            raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
+        if kind in (MessageType.HEARTBEAT, MessageType.WELCOME):
+            return None
+        if kind is MessageType.PLAN:
+            if session is not None:
+                raise ProtocolError("second PLAN in one run")
+            session = _Session(self, msg)
+            self.log(f"[{self.data.name}] plan received: {len(session.plan.blocks)} blocks, "
+                     f"index {session.index} of {session.plan.n_parties}")
+            self._submit(session.start)
+            return session
+        if kind is MessageType.RESULT:
+            return FittedModel.from_dict(msg.body["model"])
+        if session is None:
+            raise ProtocolError(f"{kind.value} before the plan")
+        return session.handle(msg)
+
+    def _submit(self, fn: Callable[..., list[Message]], *args: Any) -> None:
+        """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
+        prev = self._worker
+
+        def work() -> None:
+            if prev is not None:
+                prev.join()
+            if self._stop.is_set():
+                return
+            try:
+                for m in fn(*args):
+                    self._results.put(m)
+            except BaseException as exc:  # delivered to the main loop, which reports and raises
+                if not isinstance(exc, VFLError):
+                    traceback.print_exc(file=sys.stderr)
+                self._results.put(exc)
+
+        self._worker = threading.Thread(target=work, daemon=True, name=f"vfl-party-{self.data.name}")
+        self._worker.start()
+
+
+class _Session:
+    """State of one run after the PLAN: prepared data, mechanism, open secure products."""
+
+    def __init__(self, node: PartyNode, plan_msg: Message) -> None:
+        from vfl.mechanisms import make_mechanism
+
+        self.node = node
+        body = plan_msg.body
+        params = body["params"]
+        self.index = int(body["index"])
+        self.n = int(body["n_samples"])
+        parties = body["parties"]
+        if self.n != node.data.n_rows:
+            raise ProtocolError(f"plan says {self.n} rows, this party holds {node.data.n_rows}")
+        try:
+            counts = [int(p["n_features"]) for p in parties]
+            names = [str(p["name"]) for p in parties]
+            self.precision_bits = int(params["precision_bits"])
+            self.key_bits = int(params["key_bits"])
+            self.allow_insecure = bool(params.get("allow_insecure_keys", False))
+            self.domain = str(params["domain"])
+            mech_opts = dict(params.get("mechanism_options") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed plan: {exc}") from None
+        if names[self.index] != node.data.name or counts[self.index] != node.data.X.shape[1]:
+            raise ProtocolError("the plan does not describe this party")
+        self.plan = DissectionPlan(counts, int(body["label_owner"]), model=body["model"])
+        self.mechanism_name = str(body["mechanism"])
+        self.mech = make_mechanism(self.mechanism_name, plan=self.plan, n_samples=self.n,
+                                   epsilon=params.get("epsilon"), delta=params.get("delta"),
+                                   domain=self.domain, party_names=names, seeded=node.seeded, **mech_opts)
+        self.names = names
+        self.encryptors: dict[str, Any] = {}
+        self.keypair: tuple | None = None
+        self.Xp: np.ndarray = np.zeros((self.n, 0))
+        self.yp: np.ndarray | None = None
+        self.label_bounds: tuple[float, float] | None = None
+
+    # ------------------------------------------------------------------ worker-thread steps
+    def start(self) -> list[Message]:
+        """Prepare data, send READY, single-party blocks and this party's encrypted requests."""
+        d, me = self.node.data, self.index
+        total = self.plan.n_features
+        if d.X.shape[1]:
+            assert d.bounds is not None
+            self.Xp, _ = prepare_party_block(d.X, bounds=d.bounds, domain=self.domain, n_features_total=total,
+                                             feature_names=d.feature_names)
+        out: list[Message] = []
+        ready: dict[str, Any] = {}
+        if me == self.plan.label_owner:
+            assert d.y is not None
+            self.yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
+            if yb is not None:
+                self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
+                ready["label_bounds"] = list(self.label_bounds)
+                ready["label_bounds_from_data"] = bool(yb.from_data)
+        out.append(Message(MessageType.READY, ready))
+        for block in self.plan.single_party_blocks(me):
+            value = self._single_value(block) + self.node_noise(block)
+            out.append(Message(MessageType.BLOCK, {"block": block.name}, [np.asarray(value, dtype=float)]))
+        for block in self.plan.cross_blocks():
+            if block.encryptor == me:
+                out.append(self._request(block))
+        return out
+
+    def node_noise(self, block: Block) -> np.ndarray:
+        return np.asarray(self.mech.block_noise(block, self.node.rng), dtype=float).reshape(block.shape)
+
+    def _single_value(self, block: Block) -> np.ndarray:
+        parts = [self.Xp if k == self.index else np.zeros((self.n, c))
+                 for k, c in enumerate(self.plan.feature_counts)]
+        y = self.yp if self.yp is not None else np.zeros(self.n)
+        return np.asarray(self.plan.block_value(block, parts, y), dtype=float).reshape(block.shape)
+
+    def _matrix_for(self, block: Block, party: int) -> np.ndarray:
+        """This party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
+        if block.kind == "alpha" and party == self.plan.label_owner and block.parties[0] != party:
+            assert self.yp is not None
+            return self.yp.reshape(-1, 1)
+        return self.Xp
+
+    def _request(self, block: Block) -> Message:
+        from vfl.secure.keys import generate_keypair, public_key_to_bytes
+        from vfl.secure.products import ProductEncryptor
+
+        if self.keypair is None:
+            self.keypair = generate_keypair(self.key_bits, allow_insecure=self.allow_insecure)
+        pub, priv = self.keypair
+        enc = ProductEncryptor(priv, self._matrix_for(block, self.index), precision_bits=self.precision_bits,
+                               progress=self.node.progress, workers=self.node.workers)
+        self.encryptors[block.name] = enc
+        header, frames = enc.request().to_wire()
+        responder = self.names[block.responder]  # type: ignore[index]
+        return Message(MessageType.ENC_REQUEST, {"block": block.name, "to": responder, "wire": header},
+                       [public_key_to_bytes(pub), *frames])
+
+    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
+        """This party's local offset of the block in raw fixed-point units, oriented like the product."""
+        if block.parties[0] != self.index:
+            return np.zeros(shape, dtype=object)
+        off = np.asarray(self.plan.local_offset(block, self.Xp, self.n), dtype=float)
+        if not np.any(off):
+            return np.zeros(shape, dtype=object)
+        raw = off / self.plan.scale(block, self.n)
+        oriented = raw.reshape(-1, 1) if block.encryptor == self.index else raw.reshape(1, -1)
+        return to_fixed_point(oriented.reshape(shape), self.precision_bits)
+
+    def respond(self, block: Block, msg: Message) -> list[Message]:
+        from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
+        from vfl.secure.keys import public_key_from_bytes
+        from vfl.secure.products import EncryptedBlock, ProductResponder
+
+        min_bits = 2048 if not self.allow_insecure else 512
+        pub = public_key_from_bytes(msg.blob(0), min_bits=min_bits)
+        request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
+        B = self._matrix_for(block, self.index)
+        shape = (request.n_cols, B.shape[1])
+        spec = self.mech.entry_noise(block)
+        s = abs(self.plan.scale(block, self.n))
+        if spec.kind == "gaussian" and spec.scale > 0:
+            noise = discrete_gaussian_array(spec.scale / s, shape, self.node.rng, scale_bits=2 * self.precision_bits)
+        elif spec.kind == "laplace" and spec.scale > 0:
+            noise = discrete_laplace_array(spec.scale / s, shape, self.node.rng, scale_bits=2 * self.precision_bits)
+        else:
+            noise = np.zeros(shape, dtype=object)
+        responder = ProductResponder(B, precision_bits=self.precision_bits, progress=self.node.progress,
+                                     workers=self.node.workers)
+        response, share = responder.respond(request, noise)
+        header, frames = response.to_wire()
+        share = share + self._offset_fixed(block, shape)
+        encryptor = self.names[block.encryptor]  # type: ignore[index]
+        return [Message(MessageType.MASKED_RESPONSE, {"block": block.name, "to": encryptor, "wire": header}, frames),
+                Message(MessageType.SHARE, {"block": block.name}, [IntArray.of(share)])]
+
+    def decrypt(self, block: Block, msg: Message) -> list[Message]:
+        from vfl.secure.products import MaskedResponse
+
+        enc = self.encryptors.get(block.name)
+        if enc is None:
+            raise ProtocolError(f"masked response for {block.name}, which this party did not request")
+        response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
+        share = enc.decrypt(response)
+        share = share + self._offset_fixed(block, share.shape)
+        return [Message(MessageType.SHARE, {"block": block.name}, [IntArray.of(share)])]
+
+    # ------------------------------------------------------------------ dispatch (main thread)
+    def handle(self, msg: Message) -> None:
+        try:
+            block = self.plan.block(msg.body.get("block", ""))
+        except KeyError:
+            raise ProtocolError(f"{msg.type.value} for unknown block {msg.body.get('block')!r}") from None
+        if msg.type is MessageType.ENC_REQUEST and block.responder == self.index:
+            self.node._submit(self.respond, block, msg)
+        elif msg.type is MessageType.MASKED_RESPONSE and block.encryptor == self.index:
+            self.node._submit(self.decrypt, block, msg)
+        else:
+            raise ProtocolError(f"unexpected {msg.type.value} for block {block.name}")
+        return None
+
+
+def check_config_conflicts(label: str | None, features: Sequence[str]) -> None:
+    if label is not None and label in features:
+        raise ConfigurationError(f"the label column {label!r} is also selected as a feature")
