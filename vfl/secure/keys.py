@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 
 from phe import paillier
 
-from vfl.exceptions import KeyValidationError
+from vfl.exceptions import KeyValidationError, ProtocolError
 
 MIN_KEY_BITS = 2048
 """Smallest modulus accepted without ``allow_insecure`` (NIST SP 800-57: 2048-bit RSA-equivalent ~ 112 bits)."""
@@ -82,11 +83,9 @@ def key_fingerprint(public_key: paillier.PaillierPublicKey) -> str:
 
 def validate_ciphertext(public_key: paillier.PaillierPublicKey, c: int) -> int:
     """Check ``0 < c < n^2`` and ``gcd(c, n) = 1``; return ``c`` as a Python int or raise KeyValidationError."""
-    if isinstance(c, bool) or not isinstance(c, int):
-        try:
-            c = int(c)  # gmpy2.mpz
-        except (TypeError, ValueError):
-            raise KeyValidationError("ciphertext is not an integer") from None
+    if isinstance(c, bool) or not hasattr(c, "__index__"):
+        raise KeyValidationError("ciphertext is not an integer")
+    c = operator.index(c)  # int or gmpy2.mpz
     if not 0 < c < public_key.nsquare:
         raise KeyValidationError("ciphertext is outside (0, n^2): it was not made for this key")
     if math.gcd(c, public_key.n) != 1:
@@ -110,7 +109,7 @@ def ciphertexts_from_bytes(public_key: paillier.PaillierPublicKey, frame: bytes,
     width = ciphertext_byte_length(public_key)
     frame = bytes(frame)
     if len(frame) != count * width:
-        raise KeyValidationError(f"ciphertext frame has {len(frame)} bytes, expected {count} x {width}")
+        raise ProtocolError(f"ciphertext frame has {len(frame)} bytes, expected {count} x {width}")
     return [
         validate_ciphertext(public_key, int.from_bytes(frame[i * width : (i + 1) * width], "big"))
         for i in range(count)

@@ -1,0 +1,104 @@
+"""Fast Paillier arithmetic: bucket multi-exponentiation, fixed-base tables, CRT / short-exponent /
+precomputed randomness, and the process pool. Keys are 1024-bit INSECURE test keys."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import gmpy2
+import numpy as np
+import pytest
+
+from vfl.exceptions import ConfigurationError, SlowBackendWarning
+from vfl.secure import ProductResponder, fastmath, generate_keypair
+from vfl.secure.fastmath import (
+    Encrypter,
+    FixedBaseTable,
+    RandomnessPool,
+    encrypt_many,
+    multiexp,
+    multiexp_columns,
+)
+
+
+@pytest.fixture(scope="module")
+def insecure_test_keypair():
+    return generate_keypair(1024, allow_insecure=True)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 7])
+def test_multiexp_equals_product_of_powers(window):
+    rnd = random.Random(window)
+    mod = gmpy2.mpz(rnd.getrandbits(512) | 1)
+    bases = [gmpy2.mpz(rnd.getrandbits(500)) for _ in range(60)]
+    exps = [rnd.getrandbits(rnd.choice([0, 1, 5, 26])) for _ in range(60)]
+    expected = 1
+    for b, e in zip(bases, exps, strict=True):
+        expected = expected * pow(int(b), e, int(mod)) % int(mod)
+    value, mults = multiexp(bases, exps, mod, window)
+    assert int(value) == expected
+    assert 0 < mults < 60 * 26  # fewer multiplications than separate square-and-multiply
+    assert multiexp(bases, [0] * 60, mod) == (1, 0)
+
+
+def test_fixed_base_table_matches_powmod():
+    mod = gmpy2.mpz(2**521 - 1)
+    table = FixedBaseTable(7, mod, 256, 5)
+    for e in (0, 1, 2**255, 2**256 - 1, 123456789):
+        assert table.pow(e) == pow(7, e, int(mod))
+
+
+@pytest.mark.parametrize("randomness", ["short-exponent", "standard"])
+@pytest.mark.parametrize("with_factors", [True, False])
+def test_encrypter_ciphertexts_decrypt_and_rerandomise(insecure_test_keypair, randomness, with_factors):
+    pk, sk = insecure_test_keypair
+    kw = {"p": sk.p, "q": sk.q} if with_factors else {}
+    enc = Encrypter(pk.n, randomness=randomness, **kw)
+    enc.prepare(300)
+    m = 2**900 + 17
+    c = enc.encrypt(m)
+    assert sk.raw_decrypt(int(c)) == m
+    c2 = enc.rerandomise(c)
+    assert c2 != c and sk.raw_decrypt(int(c2)) == m
+    assert sk.raw_decrypt(int(enc.add_plain(c, 5))) == m + 5
+    assert sk.raw_decrypt(int(enc.compute_nth_residue())) == 0  # rho is an n-th residue: Enc(0)
+
+
+def test_randomness_pool_is_used_once_per_encryption(insecure_test_keypair):
+    pk, sk = insecure_test_keypair
+    enc = Encrypter(pk.n, p=sk.p, q=sk.q, randomness="standard")
+    RandomnessPool.fill(enc, 3)
+    assert len(enc.pool) == 3
+    cts = encrypt_many(enc, [1, 2, 3, 4], workers=1)
+    assert len(enc.pool) == 0 and len(set(cts)) == 4
+    assert [sk.raw_decrypt(c) for c in cts] == [1, 2, 3, 4]
+
+
+def test_process_pool_encryption_and_multiexp_match_serial(insecure_test_keypair):
+    pk, sk = insecure_test_keypair
+    enc = Encrypter(pk.n, p=sk.p, q=sk.q)
+    cts = encrypt_many(enc, list(range(40)), workers=2)
+    assert [sk.raw_decrypt(c) for c in cts] == list(range(40))
+    exps = [list(range(40)), [3] * 40]
+    bases = [[gmpy2.mpz(c) for c in cts]]
+    par = multiexp_columns(bases, [(0, e) for e in exps], enc.n2, workers=2)
+    ser = multiexp_columns(bases, [(0, e) for e in exps], enc.n2, workers=1)
+    assert par == ser
+    assert sk.raw_decrypt(par[0][0]) == sum(i * i for i in range(40))
+
+
+def test_workers_argument_is_validated():
+    with pytest.raises(ConfigurationError):
+        fastmath.resolve_workers(0, 1.0)
+    assert fastmath.resolve_workers(None, 1.0) == 1
+    with pytest.raises(ConfigurationError):
+        Encrypter(101 * 103, randomness="fast")
+
+
+def test_missing_gmpy2_warns_slow_backend(monkeypatch):
+    monkeypatch.setattr(fastmath, "HAVE_GMPY2", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ProductResponder(np.zeros((2, 1)), precision_bits=8)
+    assert any(issubclass(w.category, SlowBackendWarning) for w in caught)
