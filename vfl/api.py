@@ -94,7 +94,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
 
     def run_party(i: int, data: LocalData) -> None:
         node = PartyNode(data, coordinator.endpoint, timeout=timeout, order=i,
-                         random_state=seeds[i] if random_state is not None else None, progress=progress)
+                         random_state=seeds[i] if random_state is not None else None, progress=progress,
+                         allow_insecure_keys=allow_insecure_keys)
         try:
             node.run()
         except BaseException as exc:  # reported to the coordinator by the node itself

@@ -28,7 +28,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError
 
-__all__ = ["PartyColumns", "FittedModel", "atomic_write_text", "load_model", "MODEL_FORMAT"]
+__all__ = ["PartyColumns", "FittedModel", "atomic_write_text", "load_model", "report_text", "MODEL_FORMAT"]
 
 MODEL_FORMAT = "vfl-model/1"
 
@@ -94,8 +94,20 @@ class FittedModel:
         return [f for p in self.parties for f in p.features]
 
     @property
-    def privacy_report_(self) -> dict[str, Any]:
-        return self.privacy_report
+    def privacy_report_(self) -> Any:
+        """The privacy report (a :class:`vfl.accounting.PrivacyReport`; its dict if it cannot be rebuilt)."""
+        report = self.privacy_report_object()
+        return report if report is not None else self.privacy_report
+
+    def privacy_report_object(self) -> Any:
+        from vfl.accounting import PartyPrivacy, PrivacyReport
+
+        try:
+            doc = dict(self.privacy_report)
+            doc["parties"] = [PartyPrivacy(**p) for p in doc.get("parties", [])]
+            return PrivacyReport(**doc)
+        except (TypeError, ValueError):
+            return None
 
     def _stack(self, blocks: Any) -> np.ndarray:
         if isinstance(blocks, (list, tuple)):
@@ -201,3 +213,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def report_text(model: FittedModel) -> str:
+    """The model's privacy report as text (rebuilt from its JSON form)."""
+    report = model.privacy_report_object()
+    return report.to_text() if report is not None else json.dumps(model.privacy_report, indent=2)

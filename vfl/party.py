@@ -132,8 +132,9 @@ class PartyNode:
     def __init__(self, data: LocalData, connect: str, *, curve: CurveClientKeys | None = None,
                  timeout: float = 120.0, order: int | None = None, random_state: RandomState = None,
                  progress: bool = False, workers: int | None = None, bounds_from_data: bool | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.data = data
+        self.allow_insecure_keys = allow_insecure_keys
         self.connect = connect
         self.curve = curve
         self.timeout = float(timeout)
@@ -278,6 +279,9 @@ class _Session:
             mech_opts = dict(params.get("mechanism_options") or {})
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
+        if self.key_bits < 2048 and not node.allow_insecure_keys:
+            raise ConfigurationError(f"the coordinator asked for {self.key_bits}-bit keys; this party refuses keys "
+                                     "below 2048 bits (allow_insecure_keys is for tests only)")
         if names[self.index] != node.data.name or counts[self.index] != node.data.X.shape[1]:
             raise ProtocolError("the plan does not describe this party")
         self.plan = DissectionPlan(counts, int(body["label_owner"]), model=body["model"])

@@ -1,0 +1,277 @@
+"""The ``vfl`` command: coordinator, party, predict, keys, demo.
+
+Every user error ends with one line ``vfl: error: ...`` on stderr and a non-zero exit code, never a
+traceback:
+
+====  ==========================================================================
+code  meaning
+====  ==========================================================================
+0     success
+1     other vfl error (privacy parameters, keys, degenerate objective, ...)
+2     bad option, configuration or data (ConfigurationError, DataValidationError)
+3     a party failed, timed out or the run was aborted (PartyFailure)
+4     protocol violation by a peer (ProtocolError)
+130   interrupted (Ctrl-C)
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from vfl.exceptions import (
+    ConfigurationError,
+    DataValidationError,
+    PartyFailure,
+    PrivacyLeakWarning,
+    ProtocolError,
+    VFLError,
+)
+
+__all__ = ["cli", "main", "exit_code_for"]
+
+MODELS = ("linear", "logistic")
+MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd", "bcd")
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Exit code of the CLI for an exception (see the module docstring)."""
+    if isinstance(exc, (ConfigurationError, DataValidationError, click.UsageError)):
+        return 2
+    if isinstance(exc, PartyFailure):
+        return 3
+    if isinstance(exc, ProtocolError):
+        return 4
+    return 1
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    click.echo(f"vfl: warning: {message}", err=True)
+
+
+def _echo(text: str) -> None:
+    click.echo(text, err=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="vfl")
+def cli() -> None:
+    """Differentially private linear/logistic regression on vertically partitioned data.
+
+    Start one `vfl coordinator` and one `vfl party` per organisation; or try `vfl demo`.
+    """
+
+
+# ---------------------------------------------------------------------------------------------- coordinator
+@cli.command()
+@click.option("--parties", "-k", type=int, required=True, help="Number of parties K that must register.")
+@click.option("--model", type=click.Choice(MODELS), default="linear", show_default=True,
+              help="Regression model (logistic uses the order-2 Taylor objective).")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="gaussian-fm", show_default=True,
+              help="Privacy mechanism: functional mechanisms, or (DP-)BCD of de Jong et al. 2022.")
+@click.option("--epsilon", type=float, default=None, help="Privacy budget epsilon (required unless none/bcd).")
+@click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta (Gaussian).")
+@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
+              help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for registrations, and the longest a party may stay silent.")
+@click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
+              help="Where to write the model JSON (atomically; nothing is written on failure).")
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier modulus size for parties.")
+@click.option("--insecure-test-keys", is_flag=True,
+              help="Allow keys below 2048 bits (tests only; every party must allow it too).")
+@click.option("--precision-bits", type=int, default=None,
+              help="Fixed-point fractional bits of the secure products (default: vfl.secure's default).")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' *.key files.")
+@click.option("--calibration", type=click.Choice(["analytic", "classical", "paper"]), default=None,
+              help="gaussian-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon reported).")
+@click.option("--fm-sensitivity", type=click.Choice(["paper", "xu", "zhang", "tight"]), default=None,
+              help="laplace-fm sensitivity variant.")
+@click.option("--gamma", type=float, default=1.2, show_default=True, help="DP-BCD utility factor gamma.")
+@click.option("--rounds", type=int, default=5, show_default=True, help="(DP-)BCD rounds T.")
+@click.option("--seed", type=int, default=None,
+              help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
+def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
+                timeout: float, out: str, key_bits: int, insecure_test_keys: bool, precision_bits: int | None,
+                curve_dir: str | None, calibration: str | None, fm_sensitivity: str | None, gamma: float,
+                rounds: int, seed: int | None, quiet: bool) -> None:
+    """Run the coordinator: wait for K parties, drive the protocol, write the model."""
+    from vfl.coordinator import Coordinator, RunSettings
+    from vfl.transport import load_server_keys
+
+    options = {}
+    if calibration:
+        options["calibration"] = calibration
+    if fm_sensitivity:
+        options["fm_sensitivity"] = fm_sensitivity
+    if mechanism in ("none", "bcd"):
+        epsilon = None if mechanism == "bcd" else epsilon
+    settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
+                           timeout, options, None, gamma, rounds)
+    curve = load_server_keys(curve_dir) if curve_dir else None
+    log = (lambda s: None) if quiet else _echo
+    coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed)
+    model_ = coord.run()
+    if quiet:
+        from vfl.modelio import report_text
+
+        _echo(report_text(model_))
+    _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients)")
+
+
+# ---------------------------------------------------------------------------------------------- party
+@cli.command()
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="Party config TOML ([party] name, connect, data|dataset, features, label, id, bounds).")
+@click.option("--connect", default=None, help="Coordinator endpoint, e.g. tcp://127.0.0.1:5555.")
+@click.option("--name", default=None, help="This party's unique name.")
+@click.option("--data", type=click.Path(dir_okay=False), default=None, help="CSV file with a header row.")
+@click.option("--features", default=None,
+              help="Columns to use: names, name ranges FIRST:LAST, or 0-based indices/ranges 2-5; comma separated.")
+@click.option("--label", default=None, help="Label column (exactly one party, the label owner).")
+@click.option("--id", "id_column", default=None,
+              help="Row-ID column; its digest is compared across parties to detect misaligned rows.")
+@click.option("--bounds", type=click.Path(dir_okay=False), default=None,
+              help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Give up when the coordinator is silent this many seconds.")
+@click.option("--order", type=int, default=None,
+              help="Position of this party in the global column order (default: parties sorted by name).")
+@click.option("--insecure-test-keys", is_flag=True, help="Accept Paillier keys below 2048 bits (tests only).")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bars for encryption and secure products (stderr).")
+def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
+          label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
+          order: int | None, insecure_test_keys: bool, progress: bool) -> None:
+    """Run one party: read its columns, register, compute its blocks and secure-product sides."""
+    from vfl.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
+    from vfl.party import LocalData, PartyNode
+    from vfl.transport import load_client_keys
+
+    cfg = load_party_config(config) if config else PartyConfig()
+    cfg.name = name or cfg.name
+    cfg.connect = connect or cfg.connect
+    if data:
+        cfg.data, cfg.dataset = data, None
+    if features:
+        cfg.features = [features]
+    cfg.label = label or cfg.label
+    cfg.id = id_column or cfg.id
+    cfg.bounds = bounds or cfg.bounds
+    cfg.curve_dir = curve_dir or cfg.curve_dir
+    for what, value in (("--name", cfg.name), ("--connect", cfg.connect), ("--features", cfg.features)):
+        if not value:
+            raise ConfigurationError(f"missing {what} (give it on the command line or in --config)")
+    if not (cfg.data or cfg.dataset):
+        raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
+    feature_spec = cfg.features if len(cfg.features) != 1 else cfg.features[0]
+    if cfg.dataset:
+        table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
+    else:
+        table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)  # type: ignore[arg-type]
+    declared = load_bounds_file(cfg.bounds) if cfg.bounds else table.bounds
+    label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
+    local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore[arg-type]
+                            bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest)
+    curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
+    node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
+                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo)
+    _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
+          + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
+    model_ = node.run()
+    _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
+
+
+# ---------------------------------------------------------------------------------------------- predict
+@cli.command()
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,
+              help="Model JSON written by `vfl coordinator`.")
+@click.option("--data", type=click.Path(dir_okay=False), required=True,
+              help="CSV with (at least) the model's feature columns, by name.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write predictions here (default stdout).")
+@click.option("--proba", is_flag=True, help="Logistic models: print P(y = 1) instead of the 0/1 label.")
+def predict(model_path: str, data: str, out: str | None, proba: bool) -> None:
+    """Predict with a released model on a joined CSV."""
+    from vfl.config import read_party_csv
+    from vfl.modelio import atomic_write_text, load_model
+
+    m = load_model(model_path)
+    table = read_party_csv(data, m.feature_names_)
+    values = m.predict_proba(table.X) if proba else m.predict(table.X)
+    text = "prediction\n" + "".join(f"{v:.10g}\n" for v in values)
+    if out:
+        atomic_write_text(out, text)
+        _echo(f"{len(values)} predictions written to {out}")
+    else:
+        click.echo(text, nl=False)
+
+
+# ---------------------------------------------------------------------------------------------- keys
+@cli.command()
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the certificates.")
+@click.option("--names", required=True, multiple=True,
+              help="Party names (comma separated or repeated); coordinator keys are always written.")
+def keys(out: str, names: tuple[str, ...]) -> None:
+    """Write CURVE certificates (zmq.auth) for the coordinator and each party."""
+    from vfl.transport import write_certificates
+
+    flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    written = write_certificates(out, flat)
+    for path in written:
+        _echo(str(path))
+    _echo(f"give {Path(out) / 'coordinator.key'} and NAME.key_secret to each party; keep coordinator.key_secret "
+          "and the parties' .key files at the coordinator")
+
+
+# ---------------------------------------------------------------------------------------------- demo
+@cli.command()
+@click.option("--rows", type=int, default=1000, show_default=True, help="Rows of the synthetic data set.")
+@click.option("--mechanism", type=click.Choice(MECHANISMS[:4]), default="gaussian-fm", show_default=True,
+              help="Mechanism to demonstrate.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy budget epsilon.")
+@click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta.")
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier key size.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data (not the noise).")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="Run timeout in seconds.")
+def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int, seed: int, timeout: float) -> None:
+    """Coordinator + two parties as local processes on a built-in synthetic data set."""
+    from vfl.demo import run_demo
+
+    run_demo(rows=rows, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits, seed=seed,
+             timeout=timeout, echo=_echo)
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: one readable line and a non-zero exit code on every user error."""
+    warnings.showwarning = _show_warning
+    warnings.simplefilter("always", PrivacyLeakWarning)
+    try:
+        cli.main(args=argv, prog_name="vfl", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("vfl: interrupted", err=True)
+        return 130
+    except click.ClickException as exc:
+        click.echo(f"vfl: error: {exc.format_message()}", err=True)
+        return exc.exit_code if exc.exit_code else 2
+    except VFLError as exc:
+        click.echo(f"vfl: error: {exc}", err=True)
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        click.echo("vfl: interrupted", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
