@@ -53,7 +53,7 @@ __all__ = [
     "MODP_2048_PRIME",
     "MODP_2048_GENERATOR",
     "MODP_2048_ORDER",
-    "DEFAULT_PRECISION_BITS",
+    "SECAGG_PRECISION_BITS",
     "validate_public_value",
     "encode_fixed_point",
     "decode_fixed_point",
@@ -78,7 +78,7 @@ MODP_2048_GENERATOR = 2
 MODP_2048_ORDER = (MODP_2048_PRIME - 1) // 2
 _PUBLIC_VALUE_BYTES = 256
 
-DEFAULT_PRECISION_BITS = 32
+SECAGG_PRECISION_BITS = 32
 _LABEL = b"vfl-secagg-v1"
 _MODULUS_BITS = 64  # masks live in Z_{2^64}
 
@@ -178,7 +178,7 @@ class SecAggSite:
     """
 
     def __init__(self, site_id: int, n_sites: int, vector_length: int,
-                 precision_bits: int = DEFAULT_PRECISION_BITS, round_id: int = 0) -> None:
+                 precision_bits: int = SECAGG_PRECISION_BITS, round_id: int = 0) -> None:
         _check_common(n_sites, vector_length, precision_bits, round_id)
         if isinstance(site_id, bool) or not isinstance(site_id, (int, np.integer)) or not 0 <= site_id < n_sites:
             raise ProtocolError(f"site_id must be an integer in [0, {n_sites}), got {site_id!r}")
@@ -252,7 +252,7 @@ class SecAggSite:
 class SecAggAggregator:
     """The aggregator of one round: relays public keys, collects masked inputs, outputs the decoded sum."""
 
-    def __init__(self, n_sites: int, vector_length: int, precision_bits: int = DEFAULT_PRECISION_BITS,
+    def __init__(self, n_sites: int, vector_length: int, precision_bits: int = SECAGG_PRECISION_BITS,
                  round_id: int = 0) -> None:
         _check_common(n_sites, vector_length, precision_bits, round_id)
         self.n_sites = int(n_sites)
@@ -316,7 +316,7 @@ class SecAggAggregator:
         return decode_fixed_point(self.aggregate_words(), self.precision_bits)
 
 
-def secure_sum(vectors: Sequence[np.ndarray], *, precision_bits: int = DEFAULT_PRECISION_BITS,
+def secure_sum(vectors: Sequence[np.ndarray], *, precision_bits: int = SECAGG_PRECISION_BITS,
                round_id: int | None = None) -> np.ndarray:
     """Run a whole round in process (real key agreement, masking and aggregation) and return sum_s x_s.
 
