@@ -155,11 +155,11 @@ class Encrypter:
         return rp + self.p2 * ((rq - rp) * self.p2_inv_q2 % self.q2)
 
     def prepare(self, count: int) -> None:
-        """Build the fixed-base table if ``count`` upcoming encryptions make it pay (short-exponent only)."""
-        if self.randomness != "short-exponent" or self._table is not None:
+        """Build (or widen) the fixed-base table if ``count`` upcoming encryptions make it pay (short-exponent)."""
+        if self.randomness != "short-exponent":
             return
         window = best_table_window(count, SHORT_EXPONENT_BITS)
-        if window is not None:
+        if window is not None and (self._table is None or window > self._table.window):
             self._table = FixedBaseTable(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)
 
     def fresh_nth_residue(self) -> Any:
@@ -193,6 +193,26 @@ class Encrypter:
     def add_plain(self, c: Any, m: int) -> Any:
         """``c * g^m = Enc(Dec(c) + m)`` with ``g^m = 1 + m n mod n^2`` (no randomness added)."""
         return mpz(c) * (1 + mpz(m) * self.n) % self.n2
+
+
+_ENCRYPTER_CACHE: dict[tuple, Encrypter] = {}
+_ENCRYPTER_CACHE_SIZE = 8
+
+
+def cached_encrypter(n: int, *, p: int | None = None, q: int | None = None,
+                     randomness: str = "short-exponent") -> Encrypter:
+    """A per-process :class:`Encrypter` per key and role, so ``h_s`` and its table are built once per key.
+
+    Reusing ``h_s`` across encryptions is the short-exponent scheme itself (Ma et al. publish it in the
+    public key); each ``rho`` still uses a fresh ``alpha``. Precomputed pools are not shared.
+    """
+    key = (int(n), None if p is None else int(p), randomness)
+    enc = _ENCRYPTER_CACHE.get(key)
+    if enc is None:
+        if len(_ENCRYPTER_CACHE) >= _ENCRYPTER_CACHE_SIZE:
+            _ENCRYPTER_CACHE.pop(next(iter(_ENCRYPTER_CACHE)))
+        enc = _ENCRYPTER_CACHE[key] = Encrypter(n, p=p, q=q, randomness=randomness)
+    return enc
 
 
 def multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any,

@@ -46,8 +46,8 @@ from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset
 from vfl.secure.fastmath import (
-    Encrypter,
     RandomnessPool,
+    cached_encrypter,
     encrypt_many,
     mpz,
     multiexp_columns,
@@ -233,13 +233,16 @@ class ProductEncryptor:
             mask_bits=mask_bits,
         )
         self._encoded, self._col_sums = encode_offset(A, precision_bits, float(value_bound))
-        self._encrypter = Encrypter(self.public_key.n, p=private_key.p, q=private_key.q, randomness=randomness)
+        # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
+        self._encrypter = cached_encrypter(self.public_key.n, p=private_key.p, q=private_key.q,
+                                           randomness=randomness)
         self.session = secrets.token_hex(16)
         self.workers = workers
         self.progress = progress
         self.on_decrypt = on_decrypt
         self._requested = False
         self._decrypted = False
+        self.stats: dict[str, int] = {}
 
     @property
     def n_groups(self) -> int:
@@ -265,6 +268,8 @@ class ProductEncryptor:
         with _progress_bar(self.progress, len(plaintexts), "encrypting rows") as bar:
             cts = encrypt_many(self._encrypter, plaintexts, workers, bar.update)
         self._requested = True
+        self.stats["encryptions"] = len(cts)
+        self.stats["workers"] = workers
         return EncryptedBlock(self.session, self.public_key, self.layout, self.n_cols, cts)
 
     def decrypt(self, response: MaskedResponse) -> np.ndarray:
@@ -280,6 +285,7 @@ class ProductEncryptor:
         ):
             raise ProtocolError("response layout does not match the request")
         self._decrypted = True
+        self.stats["decryptions"] = len(response.ciphertexts)
         d_b, G, O = response.n_resp_cols, self.n_groups, self.layout.offset
         share = np.empty((self.n_cols, d_b), dtype=object)
         for k in range(d_b):
@@ -328,7 +334,7 @@ class ProductResponder:
         self.progress = progress
         self._encoded, self._col_sums = encode_offset(self.B, precision_bits, self.value_bound)
         self._answered: set[str] = set()
-        self._encrypters: dict[int, Encrypter] = {}
+        self.stats: dict[str, int] = {}
 
     def respond(self, request: EncryptedBlock, noise: np.ndarray | None = None) -> tuple[MaskedResponse, np.ndarray]:
         """Step 2: return the masked, re-randomised response and the responder's share (``d_a x d_b`` ints)."""
@@ -342,10 +348,7 @@ class ProductResponder:
         d_a, d_b, G = request.n_cols, self.B.shape[1], request.n_groups
         N, O, n = lay.noise_offset, lay.offset, lay.n_rows
         noise_int = _check_noise(noise, (d_a, d_b), N)
-        n_key = int(request.public_key.n)
-        if n_key not in self._encrypters:
-            self._encrypters[n_key] = Encrypter(n_key, randomness=self.randomness)
-        enc = self._encrypters[n_key]
+        enc = cached_encrypter(request.public_key.n, randomness=self.randomness)
         self._answered.add(request.session)
 
         bases = [[mpz(request.ciphertexts[i * G + g]) for i in range(n)] for g in range(G)]
@@ -354,6 +357,8 @@ class ProductResponder:
         workers = resolve_workers(self.workers, multiexp_cost(n, lay.exponent_bits) * len(tasks) * 0.006)
         with _progress_bar(self.progress, len(tasks), "secure products") as bar:
             products = multiexp_columns(bases, tasks, enc.n2, workers, bar.update)
+        self.stats = {"multiexp_mults": sum(m for _, m in products), "response_ciphertexts": len(tasks),
+                      "workers": workers}
 
         share = np.empty((d_a, d_b), dtype=object)
         cts = []
