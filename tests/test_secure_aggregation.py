@@ -160,6 +160,17 @@ def test_key_exchange_errors():
         validate_public_value(p - 2)  # -2 is a quadratic non-residue (p = 7 mod 8): order 2q
     with pytest.raises(KeyValidationError, match="integer"):
         validate_public_value(2.0)
+    # the Legendre-symbol test agrees with the definition A^q = 1 mod p
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = int.from_bytes(rng.bytes(256), "big") % p
+        if 1 < a < p - 1:
+            in_subgroup = pow(a, MODP_2048_ORDER, p) == 1
+            try:
+                validate_public_value(a)
+                assert in_subgroup
+            except KeyValidationError:
+                assert not in_subgroup
     site = SecAggSite(0, 3, 2)
     other = SecAggSite(1, 3, 2)
     with pytest.raises(ProtocolError, match="receive the public keys"):

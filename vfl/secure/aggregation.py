@@ -40,6 +40,7 @@ import numpy as np
 from vfl.exceptions import DataValidationError, EncodingOverflowError, KeyValidationError, ProtocolError
 
 try:  # gmpy2 is a declared dependency; fall back to Python ints (3-10x slower) if it is missing
+    from gmpy2 import legendre as _legendre
     from gmpy2 import mpz as _mpz
     from gmpy2 import powmod as _powmod
 except ImportError:  # pragma: no cover - gmpy2 is installed in every supported environment
@@ -47,6 +48,10 @@ except ImportError:  # pragma: no cover - gmpy2 is installed in every supported 
 
     def _powmod(base: int, exp: int, mod: int) -> int:
         return pow(base, exp, mod)
+
+    def _legendre(a: int, p: int) -> int:
+        r = pow(a, (p - 1) // 2, p)
+        return -1 if r == p - 1 else int(r)
 
 
 __all__ = [
@@ -87,14 +92,16 @@ def validate_public_value(value: int) -> int:
     """Return ``value`` if it is a valid group-14 public value, else raise KeyValidationError.
 
     Checks ``1 < value < p - 1`` (excludes 0, 1 and the order-2 element p-1) and ``value^q = 1 mod p``
-    (membership in the prime-order subgroup; NIST SP 800-56A rev. 3 §5.6.2.3.1 full validation).
+    (membership in the prime-order subgroup; NIST SP 800-56A rev. 3 §5.6.2.3.1 full validation). For the
+    safe prime p = 2q + 1 that subgroup is exactly the quadratic residues, so ``value^q = 1`` is evaluated
+    as the Legendre symbol (value | p) = 1 (Euler's criterion), ~100x cheaper than the exponentiation.
     """
     if isinstance(value, (bool, float)) or not hasattr(value, "__index__"):
         raise KeyValidationError(f"a Diffie-Hellman public value must be an integer, got {type(value).__name__}")
     v = int(value)
     if not 1 < v < MODP_2048_PRIME - 1:
         raise KeyValidationError("Diffie-Hellman public value out of range (must satisfy 1 < A < p-1)")
-    if int(_powmod(_mpz(v), MODP_2048_ORDER, MODP_2048_PRIME)) != 1:
+    if _legendre(_mpz(v), MODP_2048_PRIME) != 1:
         raise KeyValidationError("Diffie-Hellman public value is not in the prime-order subgroup of RFC 3526 group 14")
     return v
 
