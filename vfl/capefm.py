@@ -225,7 +225,8 @@ class CapeFM:
         """Run the whole protocol in process (real secure aggregation for the zero-sum noise)."""
         data = validate_site_data(site_datasets, self.model)
         S = len(data)
-        if self.n_colluders is not None and not (isinstance(self.n_colluders, int) and 0 <= self.n_colluders < S):
+        if self.n_colluders is not None and not (isinstance(self.n_colluders, (int, np.integer))
+                                                 and 0 <= self.n_colluders < S):
             raise ConfigurationError(f"n_colluders must be an integer in [0, {S - 1}], got {self.n_colluders!r}")
         n_rows = np.array([X.shape[0] for X, _ in data])
         N = int(n_rows.sum())
