@@ -31,6 +31,7 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
+from vfl.messages import MAX_MESSAGE_BYTES
 
 __all__ = ["cli", "main", "exit_code_for"]
 
@@ -96,11 +97,13 @@ def cli() -> None:
 @click.option("--rounds", type=int, default=5, show_default=True, help="(DP-)BCD rounds T.")
 @click.option("--seed", type=int, default=None,
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
+@click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
+              help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
                 timeout: float, out: str, key_bits: int, insecure_test_keys: bool, precision_bits: int | None,
                 curve_dir: str | None, calibration: str | None, fm_sensitivity: str | None, gamma: float,
-                rounds: int, seed: int | None, quiet: bool) -> None:
+                rounds: int, seed: int | None, max_message_bytes: int, quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
     from vfl.coordinator import Coordinator, RunSettings
     from vfl.transport import load_server_keys
@@ -116,7 +119,8 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
                            timeout, options, None, gamma, rounds)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
-    coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed)
+    coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,
+                        max_message_bytes=max_message_bytes)
     model_ = coord.run()
     if quiet:
         from vfl.modelio import report_text
@@ -133,7 +137,8 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
 @click.option("--name", default=None, help="This party's unique name.")
 @click.option("--data", type=click.Path(dir_okay=False), default=None, help="CSV file with a header row.")
 @click.option("--features", default=None,
-              help="Columns to use: names, name ranges FIRST:LAST, or 0-based indices/ranges 2-5; comma separated.")
+              help="Columns to use: names, name ranges FIRST:LAST, or 0-based indices/ranges 2-5; comma separated "
+                   "(a label owner may have none).")
 @click.option("--label", default=None, help="Label column (exactly one party, the label owner).")
 @click.option("--id", "id_column", default=None,
               help="Row-ID column; its digest is compared across parties to detect misaligned rows.")
@@ -167,12 +172,13 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     cfg.id = id_column or cfg.id
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
-    for what, value in (("--name", cfg.name), ("--connect", cfg.connect), ("--features", cfg.features)):
+    for what, value in (("--name", cfg.name), ("--connect", cfg.connect),
+                        ("--features", cfg.features or cfg.label)):
         if not value:
             raise ConfigurationError(f"missing {what} (give it on the command line or in --config)")
     if not (cfg.data or cfg.dataset):
         raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
-    feature_spec = cfg.features if len(cfg.features) != 1 else cfg.features[0]
+    feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
     if cfg.dataset:
         table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
     else:

@@ -189,7 +189,8 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
                    id_column: str | None = None) -> LocalTable:
     """Read a CSV with a header; select features (names/ranges/indices), label and ID columns.
 
-    Only the selected columns must be numeric (the ID column may hold any text).
+    Only the selected columns must be numeric (the ID column may hold any text). A label owner may
+    select no features (empty ``features``).
     """
     p = Path(path)
     try:
@@ -216,8 +217,12 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
         if col is not None and col not in pos:
             raise DataValidationError(f"unknown {what} column {col!r} in {p}; columns are: {', '.join(header)}")
     candidates = [h for h in header if h not in (label, id_column)]
-    names = select_columns(features, candidates, source=str(p))
-    X = np.column_stack([_to_float(n, [r[pos[n]] for r in body], str(p)) for n in names])
+    if label is not None and not features:
+        names: list[str] = []  # a label owner without features
+    else:
+        names = select_columns(features, candidates, source=str(p))
+    X = (np.column_stack([_to_float(n, [r[pos[n]] for r in body], str(p)) for n in names]) if names
+         else np.zeros((len(body), 0)))
     y = _to_float(label, [r[pos[label]] for r in body], str(p)) if label is not None else None
     digest = row_id_digest([r[pos[id_column]] for r in body]) if id_column is not None else None
     return LocalTable(X, names, y, label, digest)

@@ -201,7 +201,7 @@ class Coordinator:
 
     def _refuse(self, peer: bytes, reason: str) -> None:
         try:
-            self._send(peer, Message(MessageType.ABORT, {"reason": reason, "error": "ConfigurationError"}))
+            self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error": "ConfigurationError"}))
         except VFLError:
             pass
 
@@ -229,8 +229,12 @@ class Coordinator:
             if msg.type is not MessageType.REGISTER:
                 self.transport._reject(f"{msg.type.value} from an unregistered peer")
                 continue
-            reg = self._parse_registration(peer, msg)
-            self._check_registration(reg)
+            try:
+                reg = self._parse_registration(peer, msg)
+                self._check_registration(reg)
+            except VFLError as exc:
+                self._refuse(peer, str(exc))
+                raise
             self.parties.append(reg)
             self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"

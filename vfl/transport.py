@@ -265,8 +265,8 @@ class ClientTransport:
         if msg.seq <= self._peer_seq:
             raise ProtocolError("coordinator sequence number went backwards")
         self._peer_seq = msg.seq
-        if msg.type is MessageType.WELCOME and not self.run_id:
-            self.run_id = msg.body["run"]
+        if msg.type in (MessageType.WELCOME, MessageType.ABORT) and not self.run_id:
+            self.run_id = msg.run  # an ABORT may answer the REGISTER itself
         if msg.run != self.run_id:
             raise ProtocolError(f"message for another run ({msg.run})")
         self.last_seen = time.monotonic()
