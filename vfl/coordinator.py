@@ -375,6 +375,8 @@ class Coordinator:
         for r in regs:
             if r.bounds_from_data:
                 notes.append(f"party {r.name}'s feature bounds were taken from its data: NOT differentially private")
+        if any(r.get("seeded") for r in ready.values()):
+            report["seeded"] = True
         label_info = ready.get(L, {})
         if label_info.get("label_bounds_from_data"):
             notes.append("the label bounds were taken from the data: NOT differentially private")
@@ -383,7 +385,9 @@ class Coordinator:
         model = FittedModel(s.model, s.mechanism, columns, sol.w, label_info.get("label_bounds"), report, n,
                             self.run_id, {"lambda_floor": floor, "n_floored_eigenvalues": sol.n_floored,
                                           "domain": mech.domain, "precision_bits": p_bits, "key_bits": s.key_bits})
-        self.log(mech.privacy_report().to_text())
+        from vfl.modelio import report_text
+
+        self.log(report_text(model))
         return model
 
     def _run_bcd(self, regs: list[Registration]) -> FittedModel:

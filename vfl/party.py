@@ -37,12 +37,15 @@ from vfl.domain import ColumnBounds, prepare_labels, prepare_party_block, resolv
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
 from vfl.messages import IntArray, Message, MessageType, validate_name
 from vfl.modelio import FittedModel
-from vfl.rng import RandomState, make_rng
+from vfl.rng import RandomState, make_rng, spawn
 from vfl.transport import ClientTransport, CurveClientKeys
 
 __all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient"]
 
 HEARTBEAT_SECONDS = 1.0
+# vfl.secure.fastmath keeps per-call state in a module global (its worker payload), so two parties in one
+# process (vfl.fit runs them as threads) must not run secure-product steps at the same time.
+_SECURE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -290,6 +293,10 @@ class _Session:
                                    epsilon=params.get("epsilon"), delta=params.get("delta"),
                                    domain=self.domain, party_names=names, seeded=node.seeded, **mech_opts)
         self.names = names
+        # one independent generator per block (in plan order): the noise does not depend on the order in which
+        # requests from different parties arrive, and no draw is ever reused across blocks
+        self.block_rngs = dict(zip([b.name for b in self.plan.blocks], spawn(node.rng, len(self.plan.blocks)),
+                                   strict=True))
         self.encryptors: dict[str, Any] = {}
         self.keypair: tuple | None = None
         self.Xp: np.ndarray = np.zeros((self.n, 0))
@@ -306,7 +313,7 @@ class _Session:
             self.Xp, _ = prepare_party_block(d.X, bounds=d.bounds, domain=self.domain, n_features_total=total,
                                              feature_names=d.feature_names)
         out: list[Message] = []
-        ready: dict[str, Any] = {}
+        ready: dict[str, Any] = {"seeded": self.node.seeded}
         if me == self.plan.label_owner:
             assert d.y is not None
             self.yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
@@ -324,7 +331,7 @@ class _Session:
         return out
 
     def node_noise(self, block: Block) -> np.ndarray:
-        return np.asarray(self.mech.block_noise(block, self.node.rng), dtype=float).reshape(block.shape)
+        return np.asarray(self.mech.block_noise(block, self.block_rngs[block.name]), dtype=float).reshape(block.shape)
 
     def _single_value(self, block: Block) -> np.ndarray:
         parts = [self.Xp if k == self.index else np.zeros((self.n, c))
@@ -349,7 +356,8 @@ class _Session:
         enc = ProductEncryptor(priv, self._matrix_for(block, self.index), precision_bits=self.precision_bits,
                                progress=self.node.progress, workers=self.node.workers)
         self.encryptors[block.name] = enc
-        header, frames = enc.request().to_wire()
+        with _SECURE_LOCK:
+            header, frames = enc.request().to_wire()
         responder = self.names[block.responder]  # type: ignore[index]
         return Message(MessageType.ENC_REQUEST, {"block": block.name, "to": responder, "wire": header},
                        [public_key_to_bytes(pub), *frames])
@@ -377,15 +385,17 @@ class _Session:
         shape = (request.n_cols, B.shape[1])
         spec = self.mech.entry_noise(block)
         s = abs(self.plan.scale(block, self.n))
+        rng = self.block_rngs[block.name]
         if spec.kind == "gaussian" and spec.scale > 0:
-            noise = discrete_gaussian_array(spec.scale / s, shape, self.node.rng, scale_bits=2 * self.precision_bits)
+            noise = discrete_gaussian_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
         elif spec.kind == "laplace" and spec.scale > 0:
-            noise = discrete_laplace_array(spec.scale / s, shape, self.node.rng, scale_bits=2 * self.precision_bits)
+            noise = discrete_laplace_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
         else:
             noise = np.zeros(shape, dtype=object)
         responder = ProductResponder(B, precision_bits=self.precision_bits, progress=self.node.progress,
                                      workers=self.node.workers)
-        response, share = responder.respond(request, noise)
+        with _SECURE_LOCK:
+            response, share = responder.respond(request, noise)
         header, frames = response.to_wire()
         share = share + self._offset_fixed(block, shape)
         encryptor = self.names[block.encryptor]  # type: ignore[index]
@@ -399,7 +409,8 @@ class _Session:
         if enc is None:
             raise ProtocolError(f"masked response for {block.name}, which this party did not request")
         response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
-        share = enc.decrypt(response)
+        with _SECURE_LOCK:
+            share = enc.decrypt(response)
         share = share + self._offset_fixed(block, share.shape)
         return [Message(MessageType.SHARE, {"block": block.name}, [IntArray.of(share)])]
 

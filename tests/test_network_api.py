@@ -1,0 +1,119 @@
+"""vfl.fit: the real protocol (threads + loopback ZeroMQ + Paillier) against centralized references.
+
+1024-bit keys (allow_insecure_keys=True) are INSECURE and used only to keep these tests fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vfl.api import Party, fit
+from vfl.dissection import DissectionPlan
+from vfl.estimators import release_objective
+from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError
+from vfl.mechanisms import make_mechanism
+from vfl.objective import logistic_objective
+from vfl.solver import solve
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
+FAST = {"key_bits": 1024, "allow_insecure_keys": True, "timeout": 30}
+
+
+def _split(n=300, d=(2, 3), seed=0, logistic=False):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, sum(d)))
+    w = rng.normal(0, 0.4, sum(d))
+    if logistic:
+        y = (rng.uniform(size=n) < 1 / (1 + np.exp(-3 * X @ w))).astype(float)
+    else:
+        y = np.clip(X @ w + 0.05 * rng.normal(size=n), -1, 1)
+    cuts = np.cumsum((0, *d))
+    return [X[:, cuts[i]:cuts[i + 1]] for i in range(len(d))], y
+
+
+def test_logistic_none_matches_centralized_taylor_solution():
+    blocks, y = _split(logistic=True, seed=1)
+    parties = [Party("a", blocks[0], y, bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))]
+    model = fit(parties, model="logistic", mechanism="none", precision_bits=32, **FAST)
+    X = np.hstack(blocks)
+    ref = solve(logistic_objective(X, y), lambda_floor=0.0)
+    np.testing.assert_allclose(model.w, ref, atol=1e-6)
+    assert 0.5 < model.score(blocks, y) <= 1.0
+    proba = model.predict_proba(blocks)
+    np.testing.assert_allclose(proba, 1 / (1 + np.exp(-(X @ ref))), atol=1e-5)
+
+
+def test_three_parties_via_api_with_label_owner_last_and_seeded_noise():
+    blocks, y = _split(d=(2, 1, 2), seed=2)
+    parties = [Party("p0", blocks[0], bounds=(-1, 1)), Party("p1", blocks[1], bounds=(-1, 1)),
+               Party("p2", blocks[2], y, bounds=(-1, 1), label_bounds=(-1, 1))]
+    m1 = fit(parties, mechanism="gaussian-fm", epsilon=2.0, random_state=7, **FAST)
+    m2 = fit(parties, mechanism="gaussian-fm", epsilon=2.0, random_state=7, **FAST)
+    np.testing.assert_array_equal(m1.w, m2.w)  # the same seeds give the same noise, through the protocol
+    assert m1.feature_names_ == ["p0_x0", "p0_x1", "p1_x0", "p2_x0", "p2_x1"]
+    report = m1.privacy_report_
+    assert report.epsilon == pytest.approx(2.0) and report.seeded
+    assert [p.name for p in report.parties] == ["p0", "p1", "p2"]
+
+
+def _reference_w(blocks, y, mechanism, epsilon, rng, model="linear"):
+    """The centralized (in-process) release of the same block plan on the same prepared data."""
+    d = [b.shape[1] for b in blocks]
+    plan = DissectionPlan(d, 0, model=model)
+    mech = make_mechanism(mechanism, plan=plan, n_samples=y.size, epsilon=epsilon, delta=1e-5)
+    scale = 1 / np.sqrt(sum(d)) if mech.domain == "l2" else 1.0
+    parts = [b * scale for b in blocks]
+    return solve(release_objective(plan, mech, parts, y, rng), lambda_floor=mech.lambda_floor)
+
+
+def _compare_noise(n_seeds):
+    blocks, y = _split(n=400, seed=3)
+    net, cen = [], []
+    for s in range(n_seeds):
+        parties = [Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=(-1, 1)), Party("b", blocks[1],
+                                                                                         bounds=(-1, 1))]
+        net.append(fit(parties, mechanism="gaussian-fm", epsilon=4.0, random_state=100 + s, **FAST).w)
+        cen.append(_reference_w(blocks, y, "gaussian-fm", 4.0, np.random.default_rng(10_000 + s)))
+    return np.array(net), np.array(cen)
+
+
+def test_gaussian_fm_network_matches_centralized_error_distribution():
+    """Xu et al.'s Claim 1: block-wise noise (cross blocks noised inside the ciphertext) = centralized noise."""
+    net, cen = _compare_noise(8)
+    center = np.median(np.vstack([net, cen]), axis=0)
+    spread_net = np.sqrt(np.mean((net - center) ** 2))
+    spread_cen = np.sqrt(np.mean((cen - center) ** 2))
+    assert 0.5 < spread_net / spread_cen < 2.0, (spread_net, spread_cen)
+
+
+@pytest.mark.slow
+def test_gaussian_fm_network_matches_centralized_ks():
+    from scipy.stats import ks_2samp
+
+    net, cen = _compare_noise(60)
+    for j in range(net.shape[1]):
+        assert ks_2samp(net[:, j], cen[:, j]).pvalue > 1e-3
+
+
+def test_bounds_from_data_warn_and_are_reported():
+    blocks, y = _split(seed=4)
+    with pytest.warns(DataBoundsWarning):
+        model = fit([Party("a", blocks[0], y, label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
+                    mechanism="gaussian-fm", epsilon=1.0, **FAST)
+    assert any("party a's feature bounds were taken from its data" in n for n in model.privacy_report["notes"])
+
+
+def test_api_errors_are_specific():
+    blocks, y = _split(seed=5)
+    with pytest.raises(ConfigurationError, match="insecure"):
+        fit([Party("a", blocks[0], y, bounds=(-1, 1))], mechanism="none", key_bits=1024)
+    with pytest.raises(DataValidationError, match="rows"):
+        fit([Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=(-1, 1)),
+             Party("b", blocks[1][:-1], bounds=(-1, 1))], mechanism="none", **FAST)
+    with pytest.raises(ConfigurationError, match="two label owners"):
+        fit([Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=(-1, 1)),
+             Party("b", blocks[1], y, bounds=(-1, 1), label_bounds=(-1, 1))], mechanism="none", **FAST)
+    with pytest.raises(DataValidationError, match="outside its declared bounds"):
+        fit([Party("a", blocks[0] * 3, y, bounds=(-1, 1), label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
+            mechanism="none", **FAST)
