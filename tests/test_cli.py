@@ -1,0 +1,129 @@
+"""The `vfl` command in-process: help texts, one-line errors with exit codes, keys, config and bounds files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vfl.cli import cli, main
+from vfl.config import load_bounds_file, load_party_config, read_party_csv, select_columns
+from vfl.exceptions import ConfigurationError, DataValidationError
+from vfl.modelio import FittedModel, PartyColumns, load_model
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_option_has_help():
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert param.help, f"vfl {name} {param.opts} has no help text"
+
+
+@pytest.mark.parametrize("argv, code, text", [
+    (["coordinator"], 2, "Missing option '--parties'"),
+    (["coordinator", "--parties", "2", "--mechanism", "magic"], 2, "'magic' is not one of"),
+    (["coordinator", "--parties", "2", "--key-bits", "1024"], 2, "insecure"),
+    (["coordinator", "--parties", "2", "--mechanism", "gaussian-fm"], 2, "needs --epsilon"),
+    (["party", "--name", "a"], 2, "missing --connect"),
+    (["party", "--config", "/nonexistent.toml"], 2, "not found"),
+    (["predict", "--model", "/nonexistent.json", "--data", "x.csv"], 2, "not found"),
+    (["nonsense"], 2, "No such command"),
+])
+def test_user_errors_are_one_line(capsys, argv, code, text):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == code
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vfl: error:") and text in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_help_exits_zero(capsys):
+    rc, out, _ = _run(capsys, "party", "--help")
+    assert rc == 0 and "--features" in out and "--bounds" in out
+
+
+def test_keys_command(tmp_path, capsys):
+    rc, out, _ = _run(capsys, "keys", "--out", str(tmp_path), "--names", "alice,bob", "--names", "carol")
+    assert rc == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"{n}.{e}" for n in ["coordinator", "alice", "bob", "carol"] for e in ["key", "key_secret"])
+    assert (tmp_path / "alice.key_secret").stat().st_mode & 0o077 == 0
+    rc, _, err = _run(capsys, "keys", "--out", str(tmp_path), "--names", "alice")
+    assert rc == 2 and "refusing to overwrite" in err
+
+
+def test_select_columns():
+    header = ["a", "b", "c", "d", "e"]
+    assert select_columns("a,c", header) == ["a", "c"]
+    assert select_columns("b:d", header) == ["b", "c", "d"]
+    assert select_columns("0-1,4", header) == ["a", "b", "e"]
+    with pytest.raises(DataValidationError, match="unknown feature"):
+        select_columns("a,zz", header)
+    with pytest.raises(DataValidationError, match="twice"):
+        select_columns("a,a:b", header)
+
+
+def test_csv_reader_and_id_digest(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("id,x,y\nu1,1.5,0\nu2,2.5,1\n")
+    t = read_party_csv(f, "x", label="y", id_column="id")
+    np.testing.assert_array_equal(t.X, [[1.5], [2.5]])
+    np.testing.assert_array_equal(t.y, [0, 1])
+    g = tmp_path / "g.csv"
+    g.write_text("id,z\nu2,1\nu1,2\n")
+    assert read_party_csv(g, "z", id_column="id").id_digest != t.id_digest
+    f.write_text("id,x,y\nu1,abc,0\n")
+    with pytest.raises(DataValidationError, match="'abc' is not a number"):
+        read_party_csv(f, "x", label="y")
+
+
+def test_party_config_and_bounds_files(tmp_path):
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[party]\nname = "a"\nconnect = "tcp://127.0.0.1:1"\ndata = "d.csv"\nfeatures = ["x"]\n'
+                   'bounds = "b.toml"\n')
+    c = load_party_config(cfg)
+    assert c.name == "a" and c.data == str(tmp_path / "d.csv") and c.bounds == str(tmp_path / "b.toml")
+    cfg.write_text('[party]\nname = "a"\nfeaturez = ["x"]\n')
+    with pytest.raises(ConfigurationError, match="featurez"):
+        load_party_config(cfg)
+    b = tmp_path / "b.toml"
+    b.write_text("[bounds]\nx = [0, 10]\ny = [-1.5, 2]\n")
+    assert load_bounds_file(b) == {"x": (0.0, 10.0), "y": (-1.5, 2.0)}
+    b.write_text("[bounds]\nx = [10, 0]\n")
+    with pytest.raises(ConfigurationError, match="lo < hi"):
+        load_bounds_file(b)
+
+
+def test_shipped_party_configs_parse():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "parties"
+    configs = sorted(root.glob("*/*.toml"))
+    assert configs
+    for path in configs:
+        cfg = load_party_config(path)
+        assert cfg.name and cfg.connect and cfg.features and (cfg.dataset or cfg.data)
+
+
+def test_model_json_round_trip_and_predict(tmp_path, capsys):
+    parties = [PartyColumns("a", ["x1", "x2"], [[0, 10], [-1, 1]], 0.5, True), PartyColumns("b", ["x3"], [[0, 2]])]
+    m = FittedModel("linear", "none", parties, np.array([0.2, -0.4, 0.6]), [0.0, 100.0], {"mechanism": "none"}, 3)
+    X = np.array([[5.0, 0.0, 1.0], [10.0, 1.0, 2.0], [0.0, -1.0, 0.0]])
+    unit = np.column_stack([(X[:, 0] / 5 - 1) * 0.5, X[:, 1] * 0.5, X[:, 2] - 1])
+    expected = ((unit @ m.w) + 1) / 2 * 100
+    np.testing.assert_allclose(m.predict(X), expected)
+    np.testing.assert_allclose(m.predict([X[:, :2], X[:, 2:]]), expected)
+    path = tmp_path / "model.json"
+    m.to_json(path)
+    m2 = load_model(path)
+    np.testing.assert_allclose(m2.coef_, m.coef_)
+    data = tmp_path / "data.csv"
+    data.write_text("x3,x2,x1,other\n" + "".join(f"{r[2]},{r[1]},{r[0]},7\n" for r in X))
+    rc, out, err = _run(capsys, "predict", "--model", str(path), "--data", str(data))
+    assert rc == 0, err
+    np.testing.assert_allclose([float(v) for v in out.split()[1:]], expected, rtol=1e-8)
