@@ -161,3 +161,11 @@ def test_laplace_scale() -> None:
         laplace_scale(0.0, 1.0)
     with pytest.raises(PrivacyParameterError, match="sensitivity"):
         laplace_scale(1.0, -1.0)
+
+
+@pytest.mark.parametrize("eps", [50.0, 1e3, 1e6])
+def test_large_epsilon_does_not_overflow(eps: float) -> None:
+    """Regression: delta_gaussian used exp(eps) * Phi(b) on its rounding branch, OverflowError for eps ~ 1e3+."""
+    mu = calibrate_mu(eps, 1e-5)
+    assert delta_gaussian(eps, mu) <= 1e-5 < delta_gaussian(eps, mu * (1 + 1e-9))
+    assert epsilon_of(mu, 1e-5) == pytest.approx(eps, rel=1e-8)

@@ -69,8 +69,8 @@ def delta_gaussian(epsilon: float, mu: float) -> float:
     log_pa = float(log_ndtr(a))
     log_pb = float(log_ndtr(b))
     ratio = eps + log_pb - log_pa
-    if ratio >= 0:  # only possible through rounding when delta is ~0
-        return max(float(ndtr(a) - math.exp(eps) * ndtr(b)), 0.0)
+    if ratio >= 0:  # only possible through rounding when delta is ~0; exp(eps + log Phi(b)) cannot overflow
+        return max(float(ndtr(a)) - math.exp(eps + log_pb), 0.0)
     return float(math.exp(log_pa) * -math.expm1(ratio))
 
 
