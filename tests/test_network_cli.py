@@ -226,7 +226,7 @@ class FakeParty(threading.Thread):
         super().__init__(daemon=True)
         self.t = ClientTransport(url, name=name)
         self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False,
-                     "id_digest": id_digest, "bounds": {"pairs": bounds}}
+                     "id_digest": id_digest}
         self.seen: list[MessageType] = []
         self.stop = threading.Event()
 

@@ -253,19 +253,23 @@ class Coordinator:
         b = msg.body
         if b["name"] != msg.sender:
             raise ProtocolError(f"registration name {b['name']!r} differs from the sender {msg.sender!r}")
-        bounds = None
-        if b.get("bounds") is not None:
-            pairs = b["bounds"].get("pairs") if isinstance(b["bounds"], dict) else None
-            ok = (isinstance(pairs, list) and len(pairs) == len(b["features"])
-                  and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float))
-                          and not isinstance(v, bool) and math.isfinite(v) for v in p) and p[0] < p[1]
-                          for p in pairs))
-            if not ok:
-                raise ConfigurationError(f"party {b['name']} sent invalid bounds")
-            bounds = [[float(lo), float(hi)] for lo, hi in pairs]
         return Registration(peer, b["name"], b["n_rows"], list(b["features"]), b["label_owner"],
-                            b.get("id_digest"), b.get("order"), bounds, b.get("label_bounds"),
-                            bool(b.get("bounds_from_data", False)))
+                            b.get("id_digest"), b.get("order"), None, None, False)
+
+    @staticmethod
+    def _parse_bounds(reg: Registration, body: dict) -> None:
+        """Public column bounds a party reports in READY (FM runs)."""
+        if not reg.features:
+            return
+        raw = body.get("bounds")
+        pairs = raw.get("pairs") if isinstance(raw, dict) else None
+        ok = (isinstance(pairs, list) and len(pairs) == len(reg.features)
+              and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float))
+                      and not isinstance(v, bool) and math.isfinite(v) for v in p) and p[0] < p[1] for p in pairs))
+        if not ok:
+            raise ProtocolError(f"party {reg.name} sent invalid bounds")
+        reg.bounds = [[float(lo), float(hi)] for lo, hi in pairs]
+        reg.bounds_from_data = bool(body.get("bounds_from_data", False))
 
     def _check_registration(self, reg: Registration) -> None:
         for r in self.parties:
@@ -285,8 +289,6 @@ class Coordinator:
             if r.id_digest is not None and r.id_digest != reg.id_digest:
                 raise DataValidationError(f"the row IDs of {reg.name} differ from those of {r.name} "
                                           "(different rows or a different order): align the tables first")
-        if self.settings.mechanism in FM_MECHANISMS and reg.features and reg.bounds is None:
-            raise ConfigurationError(f"party {reg.name} sent no bounds for its features")
 
     def _check_complete(self) -> None:
         owners = [r for r in self.parties if r.label_owner]
@@ -338,6 +340,9 @@ class Coordinator:
             reg, msg = got
             i = index_of[reg.peer]
             if msg.type is MessageType.READY:
+                if i in ready:
+                    raise ProtocolError(f"second READY from {reg.name}")
+                self._parse_bounds(reg, msg.body)
                 ready[i] = msg.body
                 continue
             block = self._block_of(plan, msg)

@@ -161,6 +161,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
         "label_bounds_from_data": (False, _is_bool),
         "seeded": (False, _is_bool),
+        "bounds": (False, _is_opt(_is_dict)),
+        "bounds_from_data": (False, _is_bool),
     },
     MessageType.ENC_REQUEST: {
         "block": (True, _BLOCK),

@@ -2,9 +2,9 @@
 
 A party never sends a raw row. What leaves it (see docs/threat_model.md):
 
-* REGISTER: its name, row count, column names, public bounds, whether it holds the label, and a
-  SHA-256 digest of its row-ID column;
-* READY: the public label bounds (linear model, label owner only);
+* REGISTER: its name, row count, column names, whether it holds the label, and a SHA-256 digest of
+  its row-ID column;
+* READY (FM mechanisms): its public column bounds and the label owner's public label bounds (linear);
 * BLOCK: each single-party block ``scale * raw + offset + noise`` with the owner's DP noise
   (:meth:`vfl.mechanisms.Mechanism.block_noise`), e.g. ``M[k,k] = (1/N) X_k^T X_k + E``;
 * ENC_REQUEST (encryptor of a cross block): its packed columns under its own Paillier key;
@@ -50,7 +50,8 @@ _SECURE_LOCK = threading.Lock()
 
 @dataclass
 class LocalData:
-    """A party's data in raw units with its public bounds (resolved at construction)."""
+    """A party's data in raw units with its *declared* public bounds (None: inferred after the PLAN, and only
+    for mechanisms that need them, with a DataBoundsWarning)."""
 
     name: str
     X: np.ndarray
@@ -64,7 +65,7 @@ class LocalData:
     def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
               bounds: Any = None, label_bounds: Sequence[float] | None = None, id_digest: str | None = None,
               use_bounds: bool = True) -> LocalData:
-        """Validate the party's table; bounds=None infers them from the data (DataBoundsWarning)."""
+        """Validate the party's table and its declared bounds (``bounds=None``: none declared)."""
         validate_name(name)
         X = np.asarray(X, dtype=float)
         if X.ndim == 1:
@@ -88,7 +89,7 @@ class LocalData:
             if not np.all(np.isfinite(yv)):
                 raise DataValidationError(f"party {name}: y contains NaN or infinity")
         cb = None
-        if use_bounds and X.shape[1] > 0:
+        if use_bounds and X.shape[1] > 0 and bounds is not None:
             cb = resolve_bounds(bounds, X, names, what=f"features of party {name}")
         lb = None
         if label_bounds is not None:
@@ -134,7 +135,7 @@ class PartyNode:
 
     def __init__(self, data: LocalData, connect: str, *, curve: CurveClientKeys | None = None,
                  timeout: float = 120.0, order: int | None = None, random_state: RandomState = None,
-                 progress: bool = False, workers: int | None = None, bounds_from_data: bool | None = None,
+                 progress: bool = False, workers: int | None = None,
                  allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.data = data
         self.allow_insecure_keys = allow_insecure_keys
@@ -147,9 +148,6 @@ class PartyNode:
         self.progress = progress
         self.workers = workers
         self.log = log or (lambda s: None)
-        self._bounds_from_data = bool(data.bounds.from_data) if data.bounds is not None else False
-        if bounds_from_data is not None:
-            self._bounds_from_data = bounds_from_data
         self._results: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
@@ -180,14 +178,9 @@ class PartyNode:
     def _register_body(self) -> dict:
         d = self.data
         body: dict[str, Any] = {"name": d.name, "n_rows": d.n_rows, "features": d.feature_names,
-                                "label_owner": d.y is not None, "id_digest": d.id_digest,
-                                "bounds_from_data": self._bounds_from_data}
+                                "label_owner": d.y is not None, "id_digest": d.id_digest}
         if self.order is not None:
             body["order"] = int(self.order)
-        if d.bounds is not None:
-            body["bounds"] = {"pairs": d.bounds.to_list()}
-        if d.label_bounds is not None:
-            body["label_bounds"] = list(d.label_bounds)
         return body
 
     def _run(self, t: ClientTransport) -> FittedModel:
@@ -308,12 +301,14 @@ class _Session:
         """Prepare data, send READY, single-party blocks and this party's encrypted requests."""
         d, me = self.node.data, self.index
         total = self.plan.n_features
-        if d.X.shape[1]:
-            assert d.bounds is not None
-            self.Xp, _ = prepare_party_block(d.X, bounds=d.bounds, domain=self.domain, n_features_total=total,
-                                             feature_names=d.feature_names)
-        out: list[Message] = []
         ready: dict[str, Any] = {"seeded": self.node.seeded}
+        if d.X.shape[1]:
+            bounds = d.bounds or resolve_bounds(None, d.X, d.feature_names, what=f"features of party {d.name}")
+            self.Xp, _ = prepare_party_block(d.X, bounds=bounds, domain=self.domain, n_features_total=total,
+                                             feature_names=d.feature_names)
+            ready["bounds"] = {"pairs": bounds.to_list()}
+            ready["bounds_from_data"] = bool(bounds.from_data)
+        out: list[Message] = []
         if me == self.plan.label_owner:
             assert d.y is not None
             self.yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
