@@ -83,6 +83,11 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     datas = [p.local_data(use_bounds=fm) for p in parties]
     if random_state is None:
         seeds: list[Any] = [None] * len(parties)
+    elif not fm:
+        from vfl.bcd import party_generators
+
+        # party i uses item i, exactly as vfl.bcd.run_dp_bcd(..., random_state=random_state) does
+        seeds = [*party_generators(random_state, len(parties)), np.random.default_rng(0)]
     else:
         seq = np.random.SeedSequence(random_state if isinstance(random_state, int) else
                                      int(np.random.default_rng(random_state).integers(2**63)))

@@ -95,6 +95,10 @@ def cli() -> None:
               help="laplace-fm sensitivity variant.")
 @click.option("--gamma", type=float, default=1.2, show_default=True, help="DP-BCD utility factor gamma.")
 @click.option("--rounds", type=int, default=5, show_default=True, help="(DP-)BCD rounds T.")
+@click.option("--abort-rule", type=click.Choice(["paper", "resample", "ignore"]), default="paper", show_default=True,
+              help="DP-BCD utility check: paper = abort the run (Alg. 2); see docs/dp_bcd.md for the others.")
+@click.option("--noise-calibration", type=click.Choice(["half-normal", "gaussian-vector"]), default="half-normal",
+              show_default=True, help="DP-BCD noise sampler (see docs/dp_bcd.md).")
 @click.option("--seed", type=int, default=None,
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
@@ -103,7 +107,8 @@ def cli() -> None:
 def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
                 timeout: float, out: str, key_bits: int, insecure_test_keys: bool, precision_bits: int | None,
                 curve_dir: str | None, calibration: str | None, fm_sensitivity: str | None, gamma: float,
-                rounds: int, seed: int | None, max_message_bytes: int, quiet: bool) -> None:
+                rounds: int, abort_rule: str, noise_calibration: str, seed: int | None, max_message_bytes: int,
+                quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
     from vfl.coordinator import Coordinator, RunSettings
     from vfl.transport import load_server_keys
@@ -113,6 +118,8 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
         options["calibration"] = calibration
     if fm_sensitivity:
         options["fm_sensitivity"] = fm_sensitivity
+    if mechanism in ("bcd", "dp-bcd"):
+        options.update(abort_rule=abort_rule, noise_calibration=noise_calibration)
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
     settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
@@ -153,9 +160,11 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
 @click.option("--insecure-test-keys", is_flag=True, help="Accept Paillier keys below 2048 bits (tests only).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bars for encryption and secure products (stderr).")
+@click.option("--seed", type=int, default=None,
+              help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
-          order: int | None, insecure_test_keys: bool, progress: bool) -> None:
+          order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides."""
     from vfl.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
     from vfl.party import LocalData, PartyNode
@@ -189,7 +198,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                             bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
-                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo)
+                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed)
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()

@@ -186,7 +186,7 @@ class PartyNode:
     def _run(self, t: ClientTransport) -> FittedModel:
         t.send(Message(MessageType.REGISTER, self._register_body()))
         last_sent = time.monotonic()
-        session: _Session | None = None
+        session: _Session | _BCDSession | None = None
         while True:
             msg = t.recv(0.2)
             now = time.monotonic()
@@ -198,7 +198,7 @@ class PartyNode:
                 result = self._handle(t, msg, session)
                 if isinstance(result, FittedModel):
                     return result
-                if isinstance(result, _Session):
+                if isinstance(result, (_Session, _BCDSession)):
                     session = result
             while not self._results.empty():
                 item = self._results.get()
@@ -210,7 +210,7 @@ class PartyNode:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now
 
-    def _handle(self, t: ClientTransport, msg: Message, session: _Session | None) -> Any:
+    def _handle(self, t: ClientTransport, msg: Message, session: _Session | _BCDSession | None) -> Any:
         kind = msg.type
         if kind is MessageType.ABORT:
             raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
@@ -219,9 +219,12 @@ class PartyNode:
         if kind is MessageType.PLAN:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
-            session = _Session(self, msg)
-            self.log(f"[{self.data.name}] plan received: {len(session.plan.blocks)} blocks, "
-                     f"index {session.index} of {session.plan.n_parties}")
+            if msg.body["mechanism"] in ("bcd", "dp-bcd"):
+                session = _BCDSession(self, msg)
+            else:
+                session = _Session(self, msg)
+            self.log(f"[{self.data.name}] plan received: mechanism {msg.body['mechanism']}, "
+                     f"index {session.index} of {len(msg.body['parties'])}")
             self._submit(session.start)
             return session
         if kind is MessageType.RESULT:
@@ -422,6 +425,90 @@ class _Session:
         else:
             raise ProtocolError(f"unexpected {msg.type.value} for block {block.name}")
         return None
+
+
+class _BCDSession:
+    """(DP-)BCD over the runtime (de Jong et al. 2022, Alg. 1/2; spec §4): remainders travel around the ring.
+
+    The ring starts at the label owner (v = y). A party receiving ``v_in`` in round t runs
+    :func:`vfl.bcd.dp_bcd_step` (or the exact least-squares step for ``bcd``) on its raw columns, adds
+    beta~ to its coefficients and sends ``v_out`` on (relayed by the coordinator). After its round-T step
+    it sends its coefficients (BCD_COEF "completed"); a failed utility check sends "aborted" instead and
+    the coordinator ends the run for everyone with no model. Party i's noise comes from its own
+    generator, so ``vfl.fit(..., random_state=s)`` reproduces ``vfl.bcd.run_dp_bcd(..., random_state=s)``.
+    """
+
+    def __init__(self, node: PartyNode, plan_msg: Message) -> None:
+        from vfl.bcd import QRLeastSquares, per_message_epsilon
+
+        body = plan_msg.body
+        params = body["params"]
+        self.node = node
+        self.index = int(body["index"])
+        self.k = len(body["parties"])
+        self.names = [str(p["name"]) for p in body["parties"]]
+        self.label_owner = int(body["label_owner"])
+        self.private = body["mechanism"] == "dp-bcd"
+        try:
+            self.rounds = int(params["rounds"])
+            self.gamma = float(params["gamma"])
+            self.abort_rule = str(params.get("abort_rule", "paper"))
+            self.noise_calibration = str(params.get("noise_calibration", "half-normal"))
+            self.eps_r = per_message_epsilon(float(params["epsilon"]), self.k, self.rounds) if self.private else 0.0
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed plan: {exc}") from None
+        if self.names[self.index] != node.data.name or int(body["n_samples"]) != node.data.n_rows:
+            raise ProtocolError("the plan does not describe this party")
+        if node.data.X.shape[1] == 0:
+            raise ConfigurationError(f"party {node.data.name} has no columns: (DP-)BCD needs features at every party")
+        self.solver = QRLeastSquares(node.data.X)
+        self.coef = np.zeros(node.data.X.shape[1])
+        self.ring = [(self.label_owner + j) % self.k for j in range(self.k)]
+        self.next = self.ring[(self.ring.index(self.index) + 1) % self.k]
+        self.expected_round = 1
+
+    def start(self) -> list[Message]:
+        out = [Message(MessageType.READY, {"seeded": self.node.seeded})]
+        if self.index == self.label_owner:
+            assert self.node.data.y is not None
+            out += self.step(self.node.data.y, 1)
+        return out
+
+    def step(self, v_in: np.ndarray, t: int) -> list[Message]:
+        from vfl.bcd import dp_bcd_step, least_squares_step
+
+        if t != self.expected_round:
+            raise ProtocolError(f"remainder for round {t}, expected round {self.expected_round}")
+        self.expected_round += 1
+        if self.private:
+            res = dp_bcd_step(self.solver, v_in, gamma=self.gamma, eps_r=self.eps_r, rng=self.node.rng,
+                              abort_rule=self.abort_rule, noise_calibration=self.noise_calibration)
+            if res.aborted:
+                reason = (f"DP-BCD aborted in round {t} at party {self.node.data.name}: ||v_out|| = "
+                          f"{res.norm_v_out:.6g} > xi = {res.xi:.6g}; no model is published")
+                return [Message(MessageType.BCD_COEF, {"status": "aborted", "reason": reason})]
+            beta, v_out = res.beta_tilde, res.v_out
+        else:
+            beta = least_squares_step(self.solver, v_in)
+            v_out = v_in - self.solver.X @ beta
+        assert beta is not None and v_out is not None
+        self.coef += beta
+        out: list[Message] = []
+        next_round = t + 1 if self.next == self.label_owner else t
+        if next_round <= self.rounds:
+            out.append(Message(MessageType.BCD_REMAINDER, {"round": next_round, "to": self.names[self.next]},
+                               [np.asarray(v_out, dtype=float)]))
+        if t == self.rounds:
+            out.append(Message(MessageType.BCD_COEF, {"status": "completed"}, [self.coef.copy()]))
+        return out
+
+    def handle(self, msg: Message) -> None:
+        if msg.type is not MessageType.BCD_REMAINDER:
+            raise ProtocolError(f"unexpected {msg.type.value} in a BCD run")
+        v_in = msg.array()
+        if v_in.shape != (self.node.data.n_rows,):
+            raise ProtocolError(f"remainder has shape {v_in.shape}, expected ({self.node.data.n_rows},)")
+        self.node._submit(self.step, v_in.astype(float), int(msg.body["round"]))
 
 
 def check_config_conflicts(label: str | None, features: Sequence[str]) -> None:
