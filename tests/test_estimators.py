@@ -169,3 +169,11 @@ def test_bad_input() -> None:
     est = vfl.LinearRegression(**kw, random_state=0).fit(X, y)
     with pytest.raises(DataValidationError, match="columns"):
         est.predict(X[:, :2])
+
+
+def test_out_of_bounds_option_validated_even_when_data_in_bounds() -> None:
+    """Regression: a typo in out_of_bounds was accepted silently until some value fell outside the bounds."""
+    X, y = _linear_data(0, n=20)
+    with pytest.raises(DataValidationError, match="out_of_bounds"):
+        vfl.LinearRegression(mechanism="none", bounds=(-3.0, 5.0), y_bounds=(-40.0, 40.0),
+                             out_of_bounds="clamp").fit(X, y)

@@ -134,6 +134,8 @@ def to_unit_interval(X: np.ndarray, bounds: ColumnBounds, *, out_of_bounds: str 
     one_d = X.ndim == 1
     X2 = X[:, None] if one_d else X
     lo, hi = bounds.lower, bounds.upper
+    if out_of_bounds not in ("raise", "clip"):   # validated up front, not only when a value is outside
+        raise DataValidationError(f"out_of_bounds must be 'raise' or 'clip', got {out_of_bounds!r}")
     outside = (X2 < lo) | (X2 > hi)
     if outside.any():
         if out_of_bounds == "raise":
@@ -142,8 +144,6 @@ def to_unit_interval(X: np.ndarray, bounds: ColumnBounds, *, out_of_bounds: str 
             raise DataValidationError(
                 f"value {X2[r, c]:g} in {name} (row {r}) lies outside its declared bounds [{lo[c]:g}, {hi[c]:g}]"
             )
-        if out_of_bounds != "clip":
-            raise DataValidationError(f"out_of_bounds must be 'raise' or 'clip', got {out_of_bounds!r}")
         X2 = np.clip(X2, lo, hi)
     U = 2.0 * (X2 - lo) / (hi - lo) - 1.0
     return U[:, 0] if one_d else U
