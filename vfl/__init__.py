@@ -37,9 +37,9 @@ __all__ = [
     "__version__",
 ]
 
-try:  # the networked API (issue 4) is optional at import time while it is being built
-    from vfl.api import Coordinator, Party, PartyNode, fit  # noqa: F401
+from vfl.api import Party, fit  # noqa: E402  (networked API, issue 4)
+from vfl.coordinator import Coordinator, RunSettings  # noqa: E402
+from vfl.modelio import FittedModel, load_model  # noqa: E402
+from vfl.party import LocalData, PartyNode  # noqa: E402
 
-    __all__ += ["Coordinator", "Party", "PartyNode", "fit"]
-except ImportError:  # pragma: no cover
-    pass
+__all__ += ["Coordinator", "FittedModel", "LocalData", "Party", "PartyNode", "RunSettings", "fit", "load_model"]
