@@ -1,0 +1,102 @@
+"""Smoke tests of the benchmark figures (vfl.plots): render with the Agg backend to a temporary PNG."""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from vfl.exceptions import ConfigurationError
+from vfl.plots import QuantileBand, plot_error_vs_n, plot_privacy_utility
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) from the IHDR chunk; asserts the PNG signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+EPS = [0.1, 0.5, 1.0, 5.0, 10.0]
+
+
+def band(scale: float) -> QuantileBand:
+    centre = scale / np.asarray(EPS)
+    return QuantileBand(EPS, centre, 0.7 * centre, 1.5 * centre)
+
+
+def test_module_import_does_not_import_matplotlib():
+    # vfl.plots is importable without matplotlib: the import happens only when a figure is drawn
+    code = "import sys, vfl.plots; assert 'matplotlib' not in sys.modules"
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_privacy_utility_panels_render_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    panels = {"N = 1,000": {"Gaussian FM": band(10.0), "Laplace FM": band(100.0)},
+              "N = 10,000": {"Gaussian FM": band(1.0), "Laplace FM": (EPS, [5, 4, 3, 2, np.nan], [4] * 5, [6] * 5)}}
+    out = plot_privacy_utility(panels, tmp_path / "pu.png", references={"non-private": 0.5}, title="smoke")
+    assert out == tmp_path / "pu.png" and out.stat().st_size > 1000
+    width, height = png_size(out)
+    assert width > height > 100          # two panels side by side
+
+
+def test_error_vs_n_single_panel_with_nonpositive_values(tmp_path):
+    pytest.importorskip("matplotlib")
+    ns = [1_000, 10_000, 100_000]
+    series = {"non-private": QuantileBand(ns, [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]),
+              "Gaussian FM": QuantileBand(ns, [3.0, 1.5, 1.1], [0.0, 1.2, 1.0], [9.0, 2.0, 1.2])}  # 0 dropped on log
+    out = plot_error_vs_n(series, tmp_path / "n.png", colours={"non-private": "black"})
+    width, height = png_size(out)
+    assert width > 100 and height > 100
+
+
+def test_mismatched_band_lengths_raise(tmp_path):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ConfigurationError, match="one length"):
+        plot_privacy_utility({"bad": QuantileBand([1, 2], [1, 2, 3], [1, 2], [1, 2])}, tmp_path / "bad.png")
+    with pytest.raises(ConfigurationError, match="empty"):
+        plot_privacy_utility({}, tmp_path / "empty.png")
+    assert not (tmp_path / "bad.png").exists()
+
+
+# ------------------------------------------------------------------ benchmarks/privacy_utility.py
+def load_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "privacy_utility.py"
+    spec = importlib.util.spec_from_file_location("privacy_utility_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_fast_path_equals_estimators():
+    """The benchmark's reuse of exact FM statistics gives the estimators' coefficients for the same seed."""
+    bench = load_benchmark()
+    split = bench.make_split(1_000, seed=3)
+    with pytest.warns(Warning):  # clipping to the public bounds and paper calibration both warn
+        assert bench.verify_fast_path(split, n=1_000, epsilon=0.5, seed=11) <= 1e-8
+    assert split.y_bounds[0] < split.y.min() or split.y_bounds[1] > split.y.max()
+
+
+@pytest.mark.slow
+def test_benchmark_quick_run_writes_outputs(tmp_path):
+    pytest.importorskip("matplotlib")
+    bench = load_benchmark()
+    bench.main(["--quick", "--out", str(tmp_path), "--seed", "5"])
+    import json
+
+    report = json.loads((tmp_path / "results.json").read_text())
+    cell = report["results"]["linear"]["1000"]["gaussian-fm"]["by_epsilon"]["1"]
+    assert len(cell["values"]) == 30 and cell["q025"] <= cell["median"] <= cell["q975"]
+    for name in ("privacy_utility_linear.png", "error_vs_n_logistic_eps0.5.png"):
+        assert png_size(tmp_path / name)[0] > 100
