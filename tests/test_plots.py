@@ -75,6 +75,7 @@ def load_benchmark():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "privacy_utility.py"
     spec = importlib.util.spec_from_file_location("privacy_utility_benchmark", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses resolve their module through sys.modules
     spec.loader.exec_module(module)
     return module
 
@@ -85,7 +86,9 @@ def test_benchmark_fast_path_equals_estimators():
     split = bench.make_split(1_000, seed=3)
     with pytest.warns(Warning):  # clipping to the public bounds and paper calibration both warn
         assert bench.verify_fast_path(split, n=1_000, epsilon=0.5, seed=11) <= 1e-8
-    assert split.y_bounds[0] < split.y.min() or split.y_bounds[1] > split.y.max()
+    # public label bounds come from the population (beta, Sigma = I, R^2 = 0.5), not from the sample
+    assert split.y_bounds[1] == pytest.approx(3.0 * np.sqrt(split.beta @ split.beta / 0.5), rel=1e-12)
+    assert split.y_bounds[0] == -split.y_bounds[1]
 
 
 @pytest.mark.slow
