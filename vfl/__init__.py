@@ -6,6 +6,8 @@ Networked runtime and API: :mod:`vfl.api`, :mod:`vfl.coordinator`, :mod:`vfl.par
 """
 
 from vfl.accounting import PrivacyReport
+from vfl.baselines import NoisyGradientDescent, ObjectivePerturbation
+from vfl.capefm import CapeFM
 from vfl.dissection import DissectionPlan
 from vfl.estimators import LinearRegression, LogisticRegression
 from vfl.exceptions import (
@@ -22,6 +24,9 @@ from vfl.objective import QuadraticObjective
 __version__ = "0.1.0"
 
 __all__ = [
+    "CapeFM",
+    "NoisyGradientDescent",
+    "ObjectivePerturbation",
     "DataBoundsWarning",
     "DataValidationError",
     "DegenerateNoisyObjective",
