@@ -46,6 +46,7 @@ try:  # pragma: no cover - exercised by whichever backend is installed
     mpz: Callable[[int], Any] = gmpy2.mpz
     powmod: Callable[[Any, Any, Any], Any] = gmpy2.powmod
     invert: Callable[[Any, Any], Any] = gmpy2.invert
+    gcd: Callable[[Any, Any], Any] = gmpy2.gcd
 except ImportError:  # pragma: no cover
     HAVE_GMPY2 = False
     mpz = int
@@ -55,6 +56,8 @@ except ImportError:  # pragma: no cover
 
     def invert(a: Any, m: Any) -> Any:
         return pow(a, -1, m)
+
+    gcd = math.gcd
 
 
 SHORT_EXPONENT_BITS = 256

@@ -18,6 +18,7 @@ import operator
 from phe import paillier
 
 from vfl.exceptions import KeyValidationError, ProtocolError
+from vfl.secure.fastmath import gcd, mpz
 
 MIN_KEY_BITS = 2048
 """Smallest modulus accepted without ``allow_insecure`` (NIST SP 800-57: 2048-bit RSA-equivalent ~ 112 bits)."""
@@ -88,7 +89,7 @@ def validate_ciphertext(public_key: paillier.PaillierPublicKey, c: int) -> int:
     c = operator.index(c)  # int or gmpy2.mpz
     if not 0 < c < public_key.nsquare:
         raise KeyValidationError("ciphertext is outside (0, n^2): it was not made for this key")
-    if math.gcd(c, public_key.n) != 1:
+    if gcd(mpz(c), mpz(public_key.n)) != 1:
         raise KeyValidationError("ciphertext shares a factor with n: not a valid Paillier ciphertext")
     return c
 
