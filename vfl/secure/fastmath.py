@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import os
 import secrets
+import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -163,7 +164,7 @@ class Encrypter:
             return
         window = best_table_window(count, SHORT_EXPONENT_BITS)
         if window is not None and (self._table is None or window > self._table.window):
-            self._table = FixedBaseTable(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)
+            self._table = FixedBaseTable(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)  # atomic swap
 
     def fresh_nth_residue(self) -> Any:
         """A fresh random ``n``-th residue ``rho`` (from the precomputed pool when it has one)."""
@@ -200,6 +201,7 @@ class Encrypter:
 
 _ENCRYPTER_CACHE: dict[tuple, Encrypter] = {}
 _ENCRYPTER_CACHE_SIZE = 8
+_ENCRYPTER_LOCK = threading.Lock()
 
 
 def cached_encrypter(n: int, *, p: int | None = None, q: int | None = None,
@@ -210,12 +212,13 @@ def cached_encrypter(n: int, *, p: int | None = None, q: int | None = None,
     public key); each ``rho`` still uses a fresh ``alpha``. Precomputed pools are not shared.
     """
     key = (int(n), None if p is None else int(p), randomness)
-    enc = _ENCRYPTER_CACHE.get(key)
-    if enc is None:
-        if len(_ENCRYPTER_CACHE) >= _ENCRYPTER_CACHE_SIZE:
-            _ENCRYPTER_CACHE.pop(next(iter(_ENCRYPTER_CACHE)))
-        enc = _ENCRYPTER_CACHE[key] = Encrypter(n, p=p, q=q, randomness=randomness)
-    return enc
+    with _ENCRYPTER_LOCK:
+        enc = _ENCRYPTER_CACHE.get(key)
+        if enc is None:
+            if len(_ENCRYPTER_CACHE) >= _ENCRYPTER_CACHE_SIZE:
+                _ENCRYPTER_CACHE.pop(next(iter(_ENCRYPTER_CACHE)))
+            enc = _ENCRYPTER_CACHE[key] = Encrypter(n, p=p, q=q, randomness=randomness)
+        return enc
 
 
 def multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any,
@@ -333,15 +336,10 @@ def run_pool(func: Callable[[Any], Any], tasks: list[Any], workers: int, payload
     ``progress(weights[i])`` (default weight 1) is called as each task finishes.
     """
     weights = [1] * len(tasks) if weights is None else list(weights)
-    if workers <= 1 or len(tasks) <= 1:
-        _init_worker(payload)
-        try:
-            results = (func(t) for t in tasks)
-            return _collect(results, progress, weights)
-        finally:
-            _WORKER.clear()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_init_worker,
-                             initargs=(payload,)) as ex:
+    if workers <= 1:
+        raise ValueError("run_pool is for workers > 1; run serial work in the calling thread")
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(tasks))), mp_context=_context(),
+                             initializer=_init_worker, initargs=(payload,)) as ex:
         return _collect(ex.map(func, tasks), progress, weights)
 
 
@@ -364,7 +362,7 @@ def chunked(items: Sequence[Any], n_chunks: int) -> list[list[Any]]:
 def encrypt_many(encrypter: Encrypter, plaintexts: Sequence[int], workers: int,
                  progress: Callable[[int], None] | None = None) -> list[int]:
     """Encrypt many plaintexts, in a process pool when ``workers > 1`` (pool randomness used serially)."""
-    if workers <= 1 or encrypter.pool:
+    if workers <= 1 or encrypter.pool or len(plaintexts) < 2 * workers:
         encrypter.prepare(len(plaintexts))
         out = []
         for m in plaintexts:
@@ -385,7 +383,7 @@ class RandomnessPool:
     def fill(encrypter: Encrypter, count: int, workers: int = 1) -> None:
         """Append ``count`` fresh ``rho`` values to ``encrypter.pool`` (each is used once, then dropped)."""
         encrypter.prepare(count)
-        if workers <= 1:
+        if workers <= 1 or count < 2 * workers:
             encrypter.pool.extend(encrypter.compute_nth_residue() for _ in range(count))
             return
         sizes = [len(c) for c in chunked(range(count), workers * 2)]
@@ -397,6 +395,14 @@ class RandomnessPool:
 def multiexp_columns(bases_by_group: list[list[Any]], tasks: list[tuple[int, list[int]]], modulus: Any,
                      workers: int, progress: Callable[[int], None] | None = None) -> list[tuple[int, int]]:
     """Run :func:`multiexp` for each ``(group, exponents)`` task; returns ``(value, mults)`` per task."""
+    if workers <= 1 or len(tasks) <= 1:  # in the calling thread, no module state: thread-safe
+        out = []
+        for group, exponents in tasks:
+            value, mults = multiexp(bases_by_group[group], exponents, modulus)
+            out.append((int(value), mults))
+            if progress:
+                progress(1)
+        return out
     payload = {"bases": bases_by_group, "modulus": modulus}
     return run_pool(_multiexp_task, tasks, workers, payload, progress)
 
