@@ -283,3 +283,15 @@ def test_hundred_thousand_rows_accumulate_exactly_with_2048_bit_keys():
     assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
     np.testing.assert_array_equal(combine_shares(r.key_holder_share, r.responder_share, precision_bits=P),
                                   A.T @ B)
+
+
+def test_concurrent_products_in_threads_are_exact(insecure_test_keypair):
+    """Two parties in one process (vfl.fit runs them as threads) may run products at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(14)
+    pairs = [(rng.uniform(-1, 1, (60, 3)), rng.uniform(-1, 1, (60, 2))) for _ in range(4)]
+    with ThreadPoolExecutor(4) as ex:
+        runs = list(ex.map(lambda ab: run(*ab, insecure_test_keypair), pairs))
+    for (A, B), r in zip(pairs, runs, strict=True):
+        assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
