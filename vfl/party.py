@@ -33,19 +33,43 @@ from typing import Any
 import numpy as np
 
 from vfl.dissection import Block, DissectionPlan
-from vfl.domain import ColumnBounds, prepare_labels, prepare_party_block, resolve_bounds
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.domain import ColumnBounds, prepare_labels, prepare_party_block, resolve_bounds, to_unit_interval
+from vfl.exceptions import (
+    ConfigurationError,
+    DataValidationError,
+    PartyFailure,
+    PrivacyParameterError,
+    ProtocolError,
+    VFLError,
+)
 from vfl.messages import IntArray, Message, MessageType, validate_name
 from vfl.modelio import FittedModel
 from vfl.rng import RandomState, make_rng, spawn
 from vfl.transport import ClientTransport, CurveClientKeys
 
-__all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient"]
+__all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient", "wire_reason"]
 
 HEARTBEAT_SECONDS = 1.0
 # vfl.secure.fastmath keeps per-call state in a module global (its worker payload), so two parties in one
 # process (vfl.fit runs them as threads) must not run secure-product steps at the same time.
 _SECURE_LOCK = threading.Lock()
+#: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
+#: these are sent to the coordinator verbatim (which forwards the reason to every other party in its ABORT)
+SHAREABLE_ERRORS = (ConfigurationError, ProtocolError, PrivacyParameterError)
+
+
+def wire_reason(exc: BaseException, party: str) -> str:
+    """The reason a failing party reports in its ERROR message.
+
+    Local error messages may quote the party's data (``value 93.2 in age (row 17) lies outside its declared
+    bounds``, ``found labels [2.0]``): such a message must not travel to the coordinator and, through its ABORT,
+    to the other parties (spec pitfall 7: nothing data-dependent leaves un-noised). Only the error class and the
+    party name go out, except for the classes in :data:`SHAREABLE_ERRORS`.
+    """
+    if isinstance(exc, SHAREABLE_ERRORS):
+        return str(exc)[:2000] or type(exc).__name__
+    return (f"{type(exc).__name__} at party {party} (details withheld: the message may describe that party's "
+            "data; see its own output)")
 
 
 @dataclass
@@ -91,12 +115,17 @@ class LocalData:
         cb = None
         if use_bounds and X.shape[1] > 0 and bounds is not None:
             cb = resolve_bounds(bounds, X, names, what=f"features of party {name}")
+            # checked here, before connecting: the same check after the PLAN would fail remotely, and its message
+            # (which quotes the offending value) is a local matter
+            to_unit_interval(X, cb, feature_names=names)
         lb = None
         if label_bounds is not None:
             lo, hi = (float(v) for v in label_bounds)
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
                 raise DataValidationError(f"party {name}: label bounds must be finite with lo < hi")
             lb = (lo, hi)
+            if use_bounds and yv is not None:
+                to_unit_interval(yv[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
         return cls(name, X, names, yv, cb, lb, id_digest)
 
     @property
@@ -170,7 +199,7 @@ class PartyNode:
 
     def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
         try:
-            t.send(Message(MessageType.ERROR, {"reason": str(exc)[:2000] or type(exc).__name__,
+            t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, self.data.name),
                                                "error": type(exc).__name__[:64]}))
         except Exception:  # the coordinator may be gone already
             pass
@@ -484,8 +513,11 @@ class _BCDSession:
             res = dp_bcd_step(self.solver, v_in, gamma=self.gamma, eps_r=self.eps_r, rng=self.node.rng,
                               abort_rule=self.abort_rule, noise_calibration=self.noise_calibration)
             if res.aborted:
-                reason = (f"DP-BCD aborted in round {t} at party {self.node.data.name}: ||v_out|| = "
-                          f"{res.norm_v_out:.6g} > xi = {res.xi:.6g}; no model is published")
+                # xi = gamma ||(I - P) v_in|| and ||v_out|| are data-dependent and un-noised: they stay in this
+                # party's own output; only the (unavoidable) abort event itself is reported
+                self.node.log(f"[{self.node.data.name}] DP-BCD utility check failed in round {t}: ||v_out|| = "
+                              f"{res.norm_v_out:.6g} > xi = {res.xi:.6g}")
+                reason = f"DP-BCD aborted in round {t} at party {self.node.data.name}; no model is published"
                 return [Message(MessageType.BCD_COEF, {"status": "aborted", "reason": reason})]
             beta, v_out = res.beta_tilde, res.v_out
         else:
