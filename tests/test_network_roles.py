@@ -87,3 +87,123 @@ def test_out_of_bounds_data_fail_locally_before_connecting():
     with pytest.raises(DataValidationError):  # no coordinator exists: nothing could have connected
         LocalData.build("a", Xa, y, bounds=(-1, 1))
     assert time.monotonic() - t0 < 5
+
+
+class HeartbeatOnlyParty(threading.Thread):
+    """Registers, then only ever sends heartbeats: alive by every liveness check, but never finishes."""
+
+    def __init__(self, url: str, name: str, n_rows: int, features: list[str]) -> None:
+        super().__init__(daemon=True)
+        from vfl.transport import ClientTransport
+
+        self.t = ClientTransport(url, name=name)
+        self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False, "id_digest": None}
+        self.aborted = threading.Event()
+
+    def run(self) -> None:
+        from vfl.messages import Message, MessageType
+
+        self.t.send(Message(MessageType.REGISTER, self.body))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = self.t.recv(0.3)
+            if msg is not None and msg.type is MessageType.ABORT:
+                self.aborted.set()
+                break
+            if self.t.run_id:
+                self.t.send(Message(MessageType.HEARTBEAT))
+        self.t.close()
+
+
+def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
+    """Regression: heartbeats reset the silence timeout, so the run had no upper bound at all."""
+    Xa, Xb, y = _split()
+    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=30,
+                           max_run_seconds=4.0)
+    out = tmp_path / "model.json"
+    coord = Coordinator(settings, "tcp://127.0.0.1:0", out=str(out))
+    fake = HeartbeatOnlyParty(coord.endpoint, "b", Xb.shape[0], ["b0"])
+    fake.start()
+    errors: list[BaseException] = []
+
+    def real_party() -> None:
+        try:
+            PartyNode(LocalData.build("a", Xa, 0.5 * y, bounds=(-1, 1), label_bounds=(-1, 1)), coord.endpoint,
+                      timeout=30, order=0, allow_insecure_keys=True).run()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    a = threading.Thread(target=real_party, daemon=True)
+    a.start()
+    t0 = time.monotonic()
+    with pytest.raises(PartyFailure, match=r"did not finish within 4 s"):
+        coord.run()
+    assert time.monotonic() - t0 < 20
+    a.join(20)
+    fake.join(20)
+    assert fake.aborted.is_set() and errors and isinstance(errors[0], PartyFailure)
+    assert not out.exists()
+
+
+def test_the_coordinator_relays_each_secure_product_message_once():
+    """Regression: a second ENC_REQUEST for a block was relayed, and the responder answered it with fresh noise."""
+    from vfl.coordinator import Registration
+    from vfl.dissection import DissectionPlan
+    from vfl.exceptions import ProtocolError
+    from vfl.messages import Message, MessageType
+
+    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=5)
+    coord = Coordinator(settings, "tcp://127.0.0.1:0")
+    try:
+        sent: list[tuple[bytes, Message]] = []
+        coord._send = lambda peer, msg: sent.append((peer, msg))  # type: ignore[method-assign]
+        plan = DissectionPlan([1, 2], 0)
+        block = plan.block("alpha[1]")  # y (party 0) . X_1: party 1 encrypts, party 0 responds and adds noise
+        regs = [Registration(b"A", "a", 10, ["a0"], True, None, None, None, None, False),
+                Registration(b"B", "b", 10, ["b0", "b1"], False, None, None, None, None, False)]
+        req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {}}, [b"key"], sender="b")
+        coord._relay(plan, block, 1, regs, req)
+        assert [(p, m.body["origin"]) for p, m in sent] == [(b"A", "b")]
+        with pytest.raises(ProtocolError, match="second enc_request for alpha"):
+            coord._relay(plan, block, 1, regs, req)
+        assert len(sent) == 1
+    finally:
+        coord.transport.close()
+
+
+def test_a_responder_answers_each_request_once():
+    """Party side of the same guard: a replayed request must not produce a second noisy share."""
+    from vfl.exceptions import ProtocolError
+    from vfl.messages import Message, MessageType
+    from vfl.party import _Session
+
+    Xa, Xb, y = _split()
+    node = PartyNode(LocalData.build("a", Xa, y, bounds=(-1, 1), label_bounds=(-1, 1)), "tcp://127.0.0.1:1",
+                     allow_insecure_keys=True)
+    submitted: list[str] = []
+    node._submit = lambda fn, *args: submitted.append(fn.__name__)  # type: ignore[method-assign]
+    plan = Message(MessageType.PLAN, {
+        "index": 0, "model": "linear", "mechanism": "gaussian-fm", "n_samples": Xa.shape[0], "label_owner": 0,
+        "parties": [{"name": "a", "n_features": 2, "features": ["a_x0", "a_x1"], "label_owner": True},
+                    {"name": "b", "n_features": 1, "features": ["b0"], "label_owner": False}],
+        "params": {"epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024,
+                   "allow_insecure_keys": True, "domain": "l2", "mechanism_options": {}}})
+    session = _Session(node, plan)
+    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "origin": "b", "wire": {}}, [b"k"])
+    session.handle(req)
+    with pytest.raises(ProtocolError, match="second enc_request for block alpha"):
+        session.handle(req)
+    assert submitted == ["respond"]
+
+
+def test_linear_runs_need_valid_label_bounds_from_the_label_owner():
+    """Regression: a READY with label_bounds [3] or [2, 1] crashed the coordinator with a ValueError traceback
+    (or, without bounds, released a model silently in the wrong units)."""
+    from vfl.coordinator import Registration
+    from vfl.exceptions import ProtocolError
+
+    owner = Registration(b"A", "a", 10, ["a0"], True, None, None, None, None, False)
+    assert Coordinator._label_bounds(owner, {"label_bounds": [0, 100]}) == [0.0, 100.0]
+    for ready in ({}, {"label_bounds": [3.0]}, {"label_bounds": [2.0, 1.0]}, {"label_bounds": None}):
+        with pytest.raises(ProtocolError, match="label bounds"):
+            Coordinator._label_bounds(owner, ready)

@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from vfl.dissection import Block, DissectionPlan
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.exceptions import (
+    ConfigurationError,
+    DataValidationError,
+    DegenerateNoisyObjective,
+    PartyFailure,
+    ProtocolError,
+    VFLError,
+)
 from vfl.messages import MAX_MESSAGE_BYTES, Message, MessageType
 from vfl.modelio import FittedModel, PartyColumns
 from vfl.rng import RandomState, make_rng
@@ -61,9 +68,21 @@ class RunSettings:
     lambda_floor: float | None = None
     gamma: float = 1.2
     rounds: int = 5
+    tol: float | None = None
+    max_run_seconds: float | None = 86400.0
 
     def validate(self) -> None:
-        if not isinstance(self.n_parties, int) or not 1 <= self.n_parties <= 1000:
+        """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
+
+        FM parameters are checked by building the mechanism on a one-feature dummy plan: the same
+        constructor the parties run after the PLAN, so epsilon/delta, calibration (``classical`` needs
+        eps < 1), ``sym``, ``fm_sensitivity`` and the domain fail here with the same message.
+        """
+        import warnings
+
+        from vfl.calibration import validate_delta, validate_epsilon
+
+        if isinstance(self.n_parties, bool) or not isinstance(self.n_parties, int) or not 1 <= self.n_parties <= 1000:
             raise ConfigurationError(f"--parties must be an integer in [1, 1000], got {self.n_parties}")
         if self.model not in ("linear", "logistic"):
             raise ConfigurationError(f"model must be linear or logistic, got {self.model!r}")
@@ -76,11 +95,53 @@ class RunSettings:
             raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
+            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
         if self.mechanism in ("laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd"):
             if self.epsilon is None or not self.epsilon > 0:
                 raise ConfigurationError(f"mechanism {self.mechanism} needs --epsilon > 0")
-        if self.mechanism in ("gaussian-fm", "relaxed-fm") and (self.delta is None or not 0 < self.delta < 1):
-            raise ConfigurationError(f"mechanism {self.mechanism} needs 0 < --delta < 1")
+            validate_epsilon(self.epsilon)  # finite
+        if self.mechanism in ("gaussian-fm", "relaxed-fm"):
+            if self.delta is None or not 0 < self.delta < 1:
+                raise ConfigurationError(f"mechanism {self.mechanism} needs 0 < --delta < 1")
+            validate_delta(self.delta)
+        if self.mechanism in BCD_MECHANISMS:
+            self._validate_bcd()
+            return
+        if self.precision_bits is not None and (isinstance(self.precision_bits, bool)
+                                                or not isinstance(self.precision_bits, int)
+                                                or not 1 <= self.precision_bits <= 52):
+            raise ConfigurationError(f"--precision-bits must be an integer in [1, 52], got {self.precision_bits}")
+        if self.lambda_floor is not None and not (math.isfinite(self.lambda_floor) and self.lambda_floor >= 0):
+            raise ConfigurationError(f"lambda_floor must be a finite number >= 0, got {self.lambda_floor}")
+        if "radii" in self.mechanism_options:
+            raise ConfigurationError("the runtime always uses the radii r_k = sqrt(d_k/d) its parties prepare their "
+                                     "columns with; option 'radii' is for in-process experiments only")
+        from vfl.dissection import DissectionPlan
+        from vfl.mechanisms import make_mechanism
+
+        opts = {k: v for k, v in self.mechanism_options.items() if k != "domain"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # calibration="paper" warns once more when the real run builds it
+            make_mechanism(self.mechanism, plan=DissectionPlan([1], 0, model=self.model), n_samples=1,
+                           epsilon=self.epsilon, delta=self.delta, domain=self.domain, **opts)
+
+    def _validate_bcd(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ConfigurationError(f"--rounds must be an integer >= 1, got {self.rounds}")
+        if self.mechanism == "dp-bcd" and not (math.isfinite(self.gamma) and self.gamma > 1):
+            raise ConfigurationError(f"--gamma must be a number > 1, got {self.gamma}")
+        if self.tol is not None and not (math.isfinite(self.tol) and self.tol > 0):
+            raise ConfigurationError(f"--tol must be a number > 0, got {self.tol}")
+        unknown = set(self.mechanism_options) - {"abort_rule", "noise_calibration"}
+        if unknown:
+            raise ConfigurationError(f"option(s) {sorted(unknown)} do not apply to mechanism {self.mechanism}")
+        from vfl.bcd import ABORT_RULES, NOISE_CALIBRATIONS
+
+        if self.mechanism_options.get("abort_rule", "paper") not in ABORT_RULES:
+            raise ConfigurationError(f"abort_rule must be one of {', '.join(ABORT_RULES)}")
+        if self.mechanism_options.get("noise_calibration", "half-normal") not in NOISE_CALIBRATIONS:
+            raise ConfigurationError(f"noise_calibration must be one of {', '.join(NOISE_CALIBRATIONS)}")
 
     @property
     def domain(self) -> str:
@@ -123,10 +184,14 @@ class Coordinator:
         self.parties: list[Registration] = []
         self.result: FittedModel | None = None
         self._last_heartbeat = 0.0
+        self._deadline = math.inf
+        self._relayed: set[tuple[str, MessageType]] = set()
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
         """Drive the whole run; returns the released model or raises (after aborting every party)."""
+        if self.settings.max_run_seconds is not None:
+            self._deadline = time.monotonic() + self.settings.max_run_seconds
         try:
             regs = self._register_all()
             if self.settings.mechanism in BCD_MECHANISMS:
@@ -172,6 +237,9 @@ class Coordinator:
 
     def check_liveness(self) -> None:
         now = time.monotonic()
+        if now > self._deadline:  # parties that heartbeat but never finish cannot hold the run open forever
+            raise PartyFailure(f"the run did not finish within {self.settings.max_run_seconds:g} s (--max-run-time); "
+                               "run aborted, no model written")
         for r in self.parties:
             if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
                 raise PartyFailure(f"party {r.name} sent nothing for {self.settings.timeout:g} s "
@@ -365,7 +433,12 @@ class Coordinator:
                     raise ProtocolError(f"share of {block.name} has shape {share.shape}, expected {expected}")
                 shares[block.name][i] = share
                 if len(shares[block.name]) == 2:
-                    raw = combine_shares(*shares[block.name].values(), precision_bits=p_bits)
+                    try:
+                        raw = combine_shares(*shares[block.name].values(), precision_bits=p_bits)
+                    except (ArithmeticError, ValueError):  # e.g. a share too large for a float
+                        raw = np.array([np.inf])
+                    if not np.all(np.isfinite(raw)):
+                        raise ProtocolError(f"the shares of {block.name} do not add up to finite numbers")
                     from vfl.party import orient
 
                     values[block.name] = plan.scale(block, n) * orient(block, raw)
@@ -374,7 +447,14 @@ class Coordinator:
                 raise ProtocolError(f"unexpected {msg.type.value} from {reg.name}")
         objective = plan.assemble(values)
         floor = s.lambda_floor if s.lambda_floor is not None else mech.lambda_floor
-        sol = solve_details(objective, lambda_floor=floor)
+        try:
+            sol = solve_details(objective, lambda_floor=floor)
+        except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+            if isinstance(exc, VFLError):
+                raise
+            raise DegenerateNoisyObjective(f"the released objective cannot be solved ({type(exc).__name__})") from None
+        if not np.all(np.isfinite(sol.w)):
+            raise DegenerateNoisyObjective("the released objective has no finite minimiser; no model written")
         report = mech.privacy_report().to_dict()
         notes = report.setdefault("notes", [])
         for r in regs:
@@ -383,11 +463,12 @@ class Coordinator:
         if any(r.get("seeded") for r in ready.values()):
             report["seeded"] = True
         label_info = ready.get(L, {})
+        label_bounds = self._label_bounds(regs[L], label_info) if s.model == "linear" else None
         if label_info.get("label_bounds_from_data"):
             notes.append("the label bounds were taken from the data: NOT differentially private")
         scale = (1.0 / math.sqrt(plan.n_features)) if mech.domain == "l2" else 1.0
         columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner) for r in regs]
-        model = FittedModel(s.model, s.mechanism, columns, sol.w, label_info.get("label_bounds"), report, n,
+        model = FittedModel(s.model, s.mechanism, columns, sol.w, label_bounds, report, n,
                             self.run_id, {"lambda_floor": floor, "n_floored_eigenvalues": sol.n_floored,
                                           "domain": mech.domain, "precision_bits": p_bits, "key_bits": s.key_bits})
         from vfl.modelio import report_text
@@ -464,6 +545,14 @@ class Coordinator:
         return model
 
     @staticmethod
+    def _label_bounds(owner: Registration, ready: dict) -> list[float]:
+        """The label owner's public (lo, hi) of y, needed to map a linear model back to label units."""
+        lb = ready.get("label_bounds")
+        if not (isinstance(lb, list) and len(lb) == 2 and float(lb[0]) < float(lb[1])):
+            raise ProtocolError(f"label owner {owner.name} sent no valid label bounds [lo, hi] with lo < hi")
+        return [float(lb[0]), float(lb[1])]
+
+    @staticmethod
     def _block_of(plan: DissectionPlan, msg: Message) -> Block:
         try:
             return plan.block(msg.body.get("block", ""))
@@ -484,6 +573,10 @@ class Coordinator:
                     else (block.responder, block.encryptor))
         if i != src or msg.body["to"] != regs[dst].name:  # type: ignore[index]
             raise ProtocolError(f"party {regs[i].name} may not send {msg.type.value} for {block.name}")
+        if (block.name, msg.type) in self._relayed:  # a second product would draw the block's noise twice
+            raise ProtocolError(f"party {regs[i].name} sent a second {msg.type.value} for {block.name}; "
+                                "each secure product runs once")
+        self._relayed.add((block.name, msg.type))
         body = dict(msg.body)
         body["origin"] = regs[i].name
         self._send(regs[dst].peer, Message(msg.type, body, msg.payload))  # type: ignore[index]

@@ -323,6 +323,7 @@ class _Session:
         self.block_rngs = dict(zip([b.name for b in self.plan.blocks], spawn(node.rng, len(self.plan.blocks)),
                                    strict=True))
         self.encryptors: dict[str, Any] = {}
+        self.handled: set[tuple[str, MessageType]] = set()
         self.keypair: tuple | None = None
         self.Xp: np.ndarray = np.zeros((self.n, 0))
         self.yp: np.ndarray | None = None
@@ -447,9 +448,13 @@ class _Session:
             block = self.plan.block(msg.body.get("block", ""))
         except KeyError:
             raise ProtocolError(f"{msg.type.value} for unknown block {msg.body.get('block')!r}") from None
+        if (block.name, msg.type) in self.handled:  # answering twice would release the block with fresh noise
+            raise ProtocolError(f"second {msg.type.value} for block {block.name}")
         if msg.type is MessageType.ENC_REQUEST and block.responder == self.index:
+            self.handled.add((block.name, msg.type))
             self.node._submit(self.respond, block, msg)
         elif msg.type is MessageType.MASKED_RESPONSE and block.encryptor == self.index:
+            self.handled.add((block.name, msg.type))
             self.node._submit(self.decrypt, block, msg)
         else:
             raise ProtocolError(f"unexpected {msg.type.value} for block {block.name}")
