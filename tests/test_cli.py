@@ -33,6 +33,17 @@ def test_every_option_has_help():
     (["party", "--config", "/nonexistent.toml"], 2, "not found"),
     (["predict", "--model", "/nonexistent.json", "--data", "x.csv"], 2, "not found"),
     (["nonsense"], 2, "No such command"),
+    # checked before binding, i.e. before any party has registered (they used to fail only after registration)
+    (["coordinator", "--parties", "2", "--epsilon", "inf"], 1, "finite"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--calibration", "classical"], 1, "epsilon < 1"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--mechanism", "laplace-fm", "--calibration", "paper"], 2,
+     "do not apply to mechanism laplace-fm"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--precision-bits", "0"], 2, "--precision-bits"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--max-message-bytes", "-5"], 2, "--max-message-bytes"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--max-run-time", "0"], 2, "max run time"),
+    (["coordinator", "--parties", "2", "--mechanism", "dp-bcd", "--epsilon", "1", "--rounds", "0"], 2, "--rounds"),
+    (["coordinator", "--parties", "2", "--mechanism", "dp-bcd", "--epsilon", "1", "--gamma", "0.5"], 2, "--gamma"),
+    (["coordinator", "--parties", "2", "--mechanism", "bcd", "--tol", "-1"], 2, "--tol"),
 ])
 def test_user_errors_are_one_line(capsys, argv, code, text):
     rc, out, err = _run(capsys, *argv)
@@ -127,3 +138,26 @@ def test_model_json_round_trip_and_predict(tmp_path, capsys):
     rc, out, err = _run(capsys, "predict", "--model", str(path), "--data", str(data))
     assert rc == 0, err
     np.testing.assert_allclose([float(v) for v in out.split()[1:]], expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("extra, code, text", [
+    (["--name", "a b", "--features", "age"], 2, "invalid party name"),  # was exit code 4 (protocol error)
+    (["--name", "a", "--features", "age,score", "--label", "score"], 2, "label column 'score' is also selected"),
+    (["--name", "a", "--features", "id,age", "--id", "id"], 2, "row-ID column 'id' is also selected"),
+    (["--name", "a", "--features", "age,nope"], 2, "unknown feature(s) 'nope'"),
+    (["--name", "a", "--features", "age", "--label", "nope"], 2, "unknown label column 'nope'"),
+    (["--name", "a", "--features", "age", "--bounds", "/nonexistent.toml"], 2, "not found"),
+    (["--name", "a", "--features", "bad"], 2, "is not a number"),
+    (["--name", "a", "--features", "hole"], 2, "is not finite"),
+    (["--name", "a", "--features", "age", "--bounds", "tight"], 2, "outside its declared bounds"),
+])
+def test_party_user_errors_before_connecting(tmp_path, capsys, extra, code, text):
+    """Every one fails before the party connects (the endpoint has no listener), with one line and code 2."""
+    data = tmp_path / "a.csv"
+    data.write_text("id,age,bad,hole,score\nr1,30,1,nan,5\nr2,40,x,2,6\n")
+    (tmp_path / "tight.toml").write_text("[bounds]\nage = [0, 35]\n")
+    extra = [str(tmp_path / "tight.toml") if e == "tight" else e for e in extra]
+    rc, _, err = _run(capsys, "party", "--connect", "tcp://127.0.0.1:1", "--data", str(data), "--no-progress", *extra)
+    assert rc == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vfl: error:") and text in lines[0], err

@@ -43,6 +43,24 @@ def test_bcd_and_dp_bcd_match_in_process_runs(tmp_path):
     np.testing.assert_allclose(m.w, ref.coef, atol=1e-12)
 
 
+def test_tol_stops_the_networked_ring_in_the_same_round_as_in_process():
+    """--tol / fit(tol=...) was not wired into the runtime; the label owner now checks vfl.bcd's rule."""
+    Xa, Xb, y = _data(seed=2)
+    ref = run_bcd([Xa, Xb], y, rounds=50, tol=1e-6)
+    assert ref.converged and 1 < ref.rounds_run < 50
+    m = fit([Party("a", Xa, y), Party("b", Xb)], mechanism="bcd", rounds=50, tol=1e-6, timeout=20)
+    np.testing.assert_allclose(m.w, ref.coef, rtol=0, atol=1e-12)
+    assert m.extra["converged"] and m.extra["rounds_run"] == ref.rounds_run
+    dp_ref = run_dp_bcd([Xa, Xb], y, epsilon=50.0, gamma=2.0, rounds=20, tol=1e-3, random_state=4)
+    assert dp_ref.status == "completed" and dp_ref.converged and dp_ref.rounds_run < 20
+    m = fit([Party("a", Xa, y), Party("b", Xb)], mechanism="dp-bcd", epsilon=50.0, gamma=2.0, rounds=20, tol=1e-3,
+            random_state=4, timeout=20)
+    np.testing.assert_array_equal(m.w, dp_ref.coef)
+    assert m.extra["rounds_run"] == dp_ref.rounds_run
+    assert m.privacy_report["messages_sent"] == len(dp_ref.privacy.ledger) == 2 * dp_ref.rounds_run
+    assert any("tol" in note for note in m.privacy_report["notes"])
+
+
 def test_dp_bcd_abort_publishes_nothing(tmp_path):
     Xa, Xb, y = _data(seed=1)
     out = tmp_path / "model.json"

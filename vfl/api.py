@@ -64,7 +64,8 @@ class Party:
 def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gaussian-fm", epsilon: float | None = 1.0,
         delta: float | None = 1e-5, *, random_state: RandomState = None, key_bits: int = 2048,
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
-        lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, out: str | None = None,
+        lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, tol: float | None = None,
+        max_run_seconds: float | None = 86400.0, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -72,12 +73,15 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     ``coef_`` follows the order of ``parties`` (each party's columns in its own order). ``random_state``
     seeds every party's noise (reproducible experiments only: reports flag it). ``key_bits < 2048``
     needs ``allow_insecure_keys=True`` (tests). ``mechanism_options`` go to the mechanism
-    (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``).
+    (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
+    maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.bcd.run_bcd`.
+    ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run.
     """
     if not parties:
         raise ConfigurationError("fit needs at least one Party")
     settings = RunSettings(len(parties), model, mechanism, epsilon, delta, key_bits, allow_insecure_keys,
-                           precision_bits, timeout, dict(mechanism_options), lambda_floor, gamma, rounds)
+                           precision_bits, timeout, dict(mechanism_options), lambda_floor, gamma, rounds, tol,
+                           max_run_seconds)
     settings.validate()
     fm = mechanism not in ("bcd", "dp-bcd")
     datas = [p.local_data(use_bounds=fm) for p in parties]

@@ -80,6 +80,8 @@ def cli() -> None:
               help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for registrations, and the longest a party may stay silent.")
+@click.option("--max-run-time", type=float, default=86400.0, show_default=True,
+              help="Seconds after which the whole run is aborted even if every party still sends heartbeats.")
 @click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
               help="Where to write the model JSON (atomically; nothing is written on failure).")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier modulus size for parties.")
@@ -94,7 +96,11 @@ def cli() -> None:
 @click.option("--fm-sensitivity", type=click.Choice(["paper", "xu", "zhang", "tight"]), default=None,
               help="laplace-fm sensitivity variant.")
 @click.option("--gamma", type=float, default=1.2, show_default=True, help="DP-BCD utility factor gamma.")
-@click.option("--rounds", type=int, default=5, show_default=True, help="(DP-)BCD rounds T.")
+@click.option("--rounds", type=int, default=5, show_default=True,
+              help="(DP-)BCD rounds T (the maximum when --tol is given; it fixes eps_r = epsilon/(K T)).")
+@click.option("--tol", type=float, default=None,
+              help="(DP-)BCD: stop after the first round with |RSS_{t-1} - RSS_t| / (|RSS_t| + 0.1) < TOL, checked by "
+                   "the label owner (a data-dependent decision the DP-BCD accounting does not charge).")
 @click.option("--abort-rule", type=click.Choice(["paper", "resample", "ignore"]), default="paper", show_default=True,
               help="DP-BCD utility check: paper = abort the run (Alg. 2); see docs/dp_bcd.md for the others.")
 @click.option("--noise-calibration", type=click.Choice(["half-normal", "gaussian-vector"]), default="half-normal",
@@ -105,10 +111,10 @@ def cli() -> None:
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
-                timeout: float, out: str, key_bits: int, insecure_test_keys: bool, precision_bits: int | None,
-                curve_dir: str | None, calibration: str | None, fm_sensitivity: str | None, gamma: float,
-                rounds: int, abort_rule: str, noise_calibration: str, seed: int | None, max_message_bytes: int,
-                quiet: bool) -> None:
+                timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
+                precision_bits: int | None, curve_dir: str | None, calibration: str | None,
+                fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
+                noise_calibration: str, seed: int | None, max_message_bytes: int, quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
     from vfl.coordinator import Coordinator, RunSettings
     from vfl.transport import load_server_keys
@@ -123,7 +129,7 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
     settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
-                           timeout, options, None, gamma, rounds)
+                           timeout, options, None, gamma, rounds, tol, max_run_time)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

@@ -217,6 +217,10 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
         if col is not None and col not in pos:
             raise DataValidationError(f"unknown {what} column {col!r} in {p}; columns are: {', '.join(header)}")
     candidates = [h for h in header if h not in (label, id_column)]
+    requested = [s.strip() for s in (features.split(",") if isinstance(features, str) else features)]
+    for what, col in (("label", label), ("row-ID", id_column)):
+        if col is not None and col in requested:
+            raise ConfigurationError(f"the {what} column {col!r} is also selected as a feature in {p}")
     if label is not None and not features:
         names: list[str] = []  # a label owner without features
     else:

@@ -49,6 +49,7 @@ __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_M
 FM_MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
 BCD_MECHANISMS = ("bcd", "dp-bcd")
 HEARTBEAT_SECONDS = 1.0
+MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
 
 
 @dataclass
@@ -174,6 +175,9 @@ class Coordinator:
                  log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
                  random_state: RandomState = None) -> None:
         settings.validate()
+        if not MIN_MESSAGE_BYTES <= max_message_bytes <= MAX_MESSAGE_BYTES:
+            raise ConfigurationError(f"--max-message-bytes must lie in [{MIN_MESSAGE_BYTES}, {MAX_MESSAGE_BYTES}], "
+                                     f"got {max_message_bytes}")
         self.rng = make_rng(random_state)
         self.settings = settings
         self.out = out
@@ -485,7 +489,7 @@ class Coordinator:
         if k < 2:
             raise ConfigurationError("(DP-)BCD needs at least 2 parties")
         L = next(i for i, r in enumerate(regs) if r.label_owner)
-        params = {"epsilon": s.epsilon, "gamma": s.gamma, "rounds": s.rounds,
+        params = {"epsilon": s.epsilon, "gamma": s.gamma, "rounds": s.rounds, "tol": s.tol,
                   "abort_rule": s.mechanism_options.get("abort_rule", "paper"),
                   "noise_calibration": s.mechanism_options.get("noise_calibration", "half-normal")}
         for i, r in enumerate(regs):
@@ -497,6 +501,7 @@ class Coordinator:
         ledger: list[LedgerEntry] = []
         eps_r = per_message_epsilon(s.epsilon, k, s.rounds) if s.mechanism == "dp-bcd" else 0.0
         seeded = False
+        rounds_run, converged = s.rounds, False
         while len(coefs) < k:
             got = self.receive()
             if got is None:
@@ -515,24 +520,34 @@ class Coordinator:
                 body["origin"] = reg.name
                 self._send(regs[nxt].peer, Message(MessageType.BCD_REMAINDER, body, msg.payload))
             elif msg.type is MessageType.BCD_COEF:
-                if msg.body["status"] != "completed":
+                if msg.body["status"] == "converged" and i == L and s.tol is not None and not converged:
+                    converged, rounds_run = True, int(msg.body.get("rounds_run", 0))
+                    if not 1 <= rounds_run < s.rounds:
+                        raise ProtocolError(f"party {reg.name} reported convergence after {rounds_run} rounds")
+                    for j, r in enumerate(regs):
+                        if j != L:
+                            self._send(r.peer, Message(MessageType.BCD_STOP, {"rounds_run": rounds_run}))
+                elif msg.body["status"] != "completed":
                     from vfl.exceptions import DPBCDAbort
 
                     raise DPBCDAbort(str(msg.body.get("reason") or f"party {reg.name} aborted"))
                 beta = msg.array()
                 if beta.shape != (len(reg.features),) or i in coefs:
                     raise ProtocolError(f"party {reg.name} sent malformed coefficients")
-                if i == ring[-1]:  # its last remainder (back to the label owner) is planned but never sent
+                if i == ring[-1] and not converged:  # its last remainder (back to L) is planned but never sent
                     ledger.append(LedgerEntry(s.rounds, i, L, eps_r))
                 coefs[i] = beta.astype(float)
             else:
                 raise ProtocolError(f"unexpected {msg.type.value} from {reg.name}")
         w = np.concatenate([coefs[i] for i in range(k)])
+        notes: tuple[str, ...] = ("remainders are relayed by the coordinator, which sees them as the receiving "
+                                  "party does",)
+        if s.tol is not None:
+            notes += ("the data-dependent stopping decision (tol) is a release the paper's accounting omits",)
         if s.mechanism == "dp-bcd":
             report = DPBCDPrivacyReport(float(s.epsilon), eps_r, k * s.rounds, tuple(ledger), float(s.gamma), s.rounds,
                                         k, params["abort_rule"], params["noise_calibration"], seeded,
-                                        notes=("remainders are relayed by the coordinator, which sees them as the "
-                                               "receiving party does",)).to_dict()
+                                        notes=notes).to_dict()
             report["mechanism"] = "dp-bcd"
         else:
             report = {"mechanism": "bcd", "formal_dp": False, "epsilon": None,
@@ -540,8 +555,10 @@ class Coordinator:
                       "reason": FORMAL_DP_REASON}
         columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner) for r in regs]
         model = FittedModel("linear", s.mechanism, columns, w, None, report, n, self.run_id,
-                            {"rounds": s.rounds, "gamma": s.gamma})
-        self.log(f"{s.mechanism}: {s.rounds} rounds completed; formal DP: no ({FORMAL_DP_REASON})")
+                            {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol, "rounds_run": rounds_run,
+                             "converged": converged})
+        self.log(f"{s.mechanism}: {rounds_run} of at most {s.rounds} rounds" + (" (converged)" if converged else "")
+                 + f"; formal DP: no ({FORMAL_DP_REASON})")
         return model
 
     @staticmethod

@@ -32,7 +32,9 @@ The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
     party        -> coordinator  SHARE           its additive share of a cross block (+ its local offset)
     party        -> coordinator  BLOCK           a single-party block with the owner's noise added
     party        -> coordinator  BCD_REMAINDER   (relayed to the next party in the ring) DP-BCD residual
-    party        -> coordinator  BCD_COEF        a party's final DP-BCD coefficients
+    party        -> coordinator  BCD_COEF        a party's final DP-BCD coefficients ("completed"; the label
+                                                 owner's "converged" when the --tol check stops the ring early)
+    coordinator  -> party        BCD_STOP        the ring stopped early (tol): send your coefficients now
     coordinator  -> party        RESULT          the released model
     either       -> either       HEARTBEAT       liveness while the other side computes
     coordinator  -> party        ABORT           the run ended with an error; no model is released
@@ -92,6 +94,7 @@ class MessageType(str, Enum):
     BLOCK = "block"
     BCD_REMAINDER = "bcd_remainder"
     BCD_COEF = "bcd_coef"
+    BCD_STOP = "bcd_stop"
     RESULT = "result"
     HEARTBEAT = "heartbeat"
     ABORT = "abort"
@@ -183,7 +186,9 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
     },
-    MessageType.BCD_COEF: {"status": (True, _is_str(64)), "reason": (False, _is_opt(_is_str(1024)))},
+    MessageType.BCD_COEF: {"status": (True, _is_str(64)), "reason": (False, _is_opt(_is_str(1024))),
+                           "rounds_run": (False, _is_int(0, 1_000_000))},
+    MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
     MessageType.RESULT: {"model": (True, _is_dict)},
     MessageType.HEARTBEAT: {},
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},

@@ -90,7 +90,10 @@ class LocalData:
               bounds: Any = None, label_bounds: Sequence[float] | None = None, id_digest: str | None = None,
               use_bounds: bool = True) -> LocalData:
         """Validate the party's table and its declared bounds (``bounds=None``: none declared)."""
-        validate_name(name)
+        try:
+            validate_name(name)
+        except ProtocolError as exc:  # a user's typo, not a peer's protocol violation (CLI exit code 2, not 4)
+            raise ConfigurationError(str(exc)) from None
         X = np.asarray(X, dtype=float)
         if X.ndim == 1:
             X = X.reshape(-1, 1)
@@ -489,6 +492,7 @@ class _BCDSession:
             self.abort_rule = str(params.get("abort_rule", "paper"))
             self.noise_calibration = str(params.get("noise_calibration", "half-normal"))
             self.eps_r = per_message_epsilon(float(params["epsilon"]), self.k, self.rounds) if self.private else 0.0
+            self.tol = None if params.get("tol") is None else float(params["tol"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
         if self.names[self.index] != node.data.name or int(body["n_samples"]) != node.data.n_rows:
@@ -500,6 +504,8 @@ class _BCDSession:
         self.ring = [(self.label_owner + j) % self.k for j in range(self.k)]
         self.next = self.ring[(self.ring.index(self.index) + 1) % self.k]
         self.expected_round = 1
+        # label owner, tol: RSS_0 = ||y||^2, then the RSS of every remainder that comes back to it (vfl.bcd)
+        self.rss_previous = float(node.data.y @ node.data.y) if node.data.y is not None else math.nan
 
     def start(self) -> list[Message]:
         out = [Message(MessageType.READY, {"seeded": self.node.seeded})]
@@ -514,6 +520,15 @@ class _BCDSession:
         if t != self.expected_round:
             raise ProtocolError(f"remainder for round {t}, expected round {self.expected_round}")
         self.expected_round += 1
+        if self.tol is not None and self.index == self.label_owner and t > 1:
+            from vfl.bcd import _converged
+
+            # v_in is the remainder after round t - 1: the convergence rule of vfl.bcd.run_(dp_)bcd, same round
+            rss = float(v_in @ v_in)
+            if _converged(self.rss_previous, rss, self.tol):
+                return [Message(MessageType.BCD_COEF, {"status": "converged", "rounds_run": t - 1},
+                                [self.coef.copy()])]
+            self.rss_previous = rss
         if self.private:
             res = dp_bcd_step(self.solver, v_in, gamma=self.gamma, eps_r=self.eps_r, rng=self.node.rng,
                               abort_rule=self.abort_rule, noise_calibration=self.noise_calibration)
@@ -539,7 +554,14 @@ class _BCDSession:
             out.append(Message(MessageType.BCD_COEF, {"status": "completed"}, [self.coef.copy()]))
         return out
 
+    def stop(self) -> list[Message]:
+        """The label owner's convergence check stopped the ring: release this party's coefficients."""
+        return [Message(MessageType.BCD_COEF, {"status": "completed"}, [self.coef.copy()])]
+
     def handle(self, msg: Message) -> None:
+        if msg.type is MessageType.BCD_STOP and self.index != self.label_owner:
+            self.node._submit(self.stop)
+            return None
         if msg.type is not MessageType.BCD_REMAINDER:
             raise ProtocolError(f"unexpected {msg.type.value} in a BCD run")
         v_in = msg.array()
@@ -547,7 +569,3 @@ class _BCDSession:
             raise ProtocolError(f"remainder has shape {v_in.shape}, expected ({self.node.data.n_rows},)")
         self.node._submit(self.step, v_in.astype(float), int(msg.body["round"]))
 
-
-def check_config_conflicts(label: str | None, features: Sequence[str]) -> None:
-    if label is not None and label in features:
-        raise ConfigurationError(f"the label column {label!r} is also selected as a feature")
