@@ -161,3 +161,23 @@ def test_party_user_errors_before_connecting(tmp_path, capsys, extra, code, text
     assert rc == code, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vfl: error:") and text in lines[0], err
+
+
+def test_demo_stops_the_other_processes_as_soon_as_one_fails():
+    """Regression: `vfl demo` waited for each process in turn, so a coordinator that died at start-up left the
+    demo hanging until the parties' own timeouts (120 s by default)."""
+    import subprocess
+    import sys
+    import time
+
+    from vfl.demo import wait_all
+
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    t0 = time.monotonic()
+    codes = wait_all([failing, *sleepers], timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert codes[0] == 3 and all(c != 0 for c in codes[1:])
+    assert all(p.poll() is not None for p in sleepers)
+    ok = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]
+    assert wait_all(ok, timeout=60) == [0, 0]

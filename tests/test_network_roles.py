@@ -207,3 +207,34 @@ def test_linear_runs_need_valid_label_bounds_from_the_label_owner():
     for ready in ({}, {"label_bounds": [3.0]}, {"label_bounds": [2.0, 1.0]}, {"label_bounds": None}):
         with pytest.raises(ProtocolError, match="label bounds"):
             Coordinator._label_bounds(owner, ready)
+
+
+def test_a_party_gone_after_the_release_does_not_turn_a_written_model_into_a_failed_run(tmp_path):
+    """Regression: the model file was written first and a failed RESULT send then raised ProtocolError, so the
+    CLI reported a failed run (exit 4) while the model file existed."""
+    from vfl.coordinator import Registration
+    from vfl.exceptions import ProtocolError
+    from vfl.messages import MessageType
+    from vfl.modelio import FittedModel, PartyColumns
+
+    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=5)
+    out = tmp_path / "model.json"
+    logs: list[str] = []
+    coord = Coordinator(settings, "tcp://127.0.0.1:0", out=str(out), log=logs.append)
+    regs = [Registration(b"A", "a", 10, ["a0"], True, None, 0, None, None, False),
+            Registration(b"B", "b", 10, ["b0"], False, None, 1, None, None, False)]
+    model = FittedModel("linear", "none", [PartyColumns("a", ["a0"]), PartyColumns("b", ["b0"])], [0.5, -0.25])
+    coord._register_all = lambda: regs  # type: ignore[method-assign]
+    coord._run_fm = lambda r: model  # type: ignore[method-assign]
+    delivered: list[bytes] = []
+
+    def send(peer: bytes, msg) -> None:  # noqa: ANN001
+        assert msg.type is MessageType.RESULT
+        if peer == b"A":
+            raise ProtocolError("cannot reach peer: Host unreachable")
+        delivered.append(peer)
+
+    coord._send = send  # type: ignore[method-assign]
+    assert coord.run() is model
+    assert out.exists() and delivered == [b"B"]
+    assert any("could not deliver the model to party a" in line for line in logs)

@@ -202,20 +202,27 @@ class Coordinator:
                 model = self._run_bcd(regs)
             else:
                 model = self._run_fm(regs)
+            text = model.to_json()  # serialised (and checked) before anything is written or sent
             if self.out:
-                model.to_json(self.out)
-            for r in regs:
-                self._send(r.peer, Message(MessageType.RESULT, {"model": model.to_dict()}))
+                from vfl.modelio import atomic_write_text
+
+                atomic_write_text(self.out, text + "\n")
             self.result = model
-            return model
-        except VFLError as exc:
-            self._abort(exc)
-            raise
         except BaseException as exc:
             self._abort(exc)
+            self.transport.close()
             raise
+        # the model is released (file written): a party that vanished now misses its copy but cannot undo the
+        # release, so delivery is best effort and never turns a written model into a failed run
+        try:
+            for r in regs:
+                try:
+                    self._send(r.peer, Message(MessageType.RESULT, {"model": model.to_dict()}))
+                except VFLError as exc:
+                    self.log(f"could not deliver the model to party {r.name}: {exc}")
         finally:
             self.transport.close()
+        return model
 
     # ------------------------------------------------------------------ helpers
     def _send(self, peer: bytes, msg: Message) -> None:

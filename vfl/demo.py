@@ -22,7 +22,7 @@ import numpy as np
 
 from vfl.exceptions import PartyFailure
 
-__all__ = ["make_demo_data", "run_demo", "free_port"]
+__all__ = ["make_demo_data", "run_demo", "free_port", "wait_all"]
 
 ALICE_BOUNDS = {"age": (18.0, 90.0), "income": (0.0, 200.0), "tenure": (0.0, 40.0)}
 BOB_BOUNDS = {"visits": (0.0, 50.0), "spend": (0.0, 10.0)}
@@ -64,6 +64,21 @@ def make_demo_data(folder: Path, rows: int, seed: int) -> dict[str, Path]:
     return paths
 
 
+def wait_all(procs: list[subprocess.Popen], timeout: float, poll: float = 0.1) -> list[int]:
+    """Exit codes of all processes; as soon as one fails the others are killed (no waiting for their own
+    timeouts: a coordinator that dies at start-up used to leave the demo hanging for ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            break
+        time.sleep(poll)
+    return [int(p.returncode) for p in procs]
+
+
 def _vfl_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "vfl.cli", *args]
 
@@ -100,7 +115,7 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         procs = [subprocess.Popen(coord_cmd, env=env)]
         try:
             procs += [subprocess.Popen(cmd, env=env) for cmd in party_cmds]
-            codes = [p.wait(timeout=timeout + 60) for p in procs]
+            codes = wait_all(procs, timeout + 60)
         finally:
             for p in procs:
                 if p.poll() is None:
