@@ -249,19 +249,22 @@ def test_audit_catches_a_responder_that_forgets_the_mask(insecure_test_keypair, 
 
 
 def test_decrypted_slots_look_uniform_and_do_not_depend_on_the_data(insecure_test_keypair):
-    """KS tests over 5 runs x 96 slots: decrypted slots / 2^(v+40) ~ U(0, 1) for two opposite data sets
-    (all +1 and all -1), and the two samples are indistinguishable."""
-    n, d_a, d_b = 10, 8, 12
+    """Over 15 runs x 64 slots per data set: decrypted slots / 2^(v+40) ~ U(0, 1) (KS) and their low 4 bits
+    are uniform (chi-square), for two opposite data sets (all +1 and all -1), and the two samples are
+    indistinguishable (two-sample KS)."""
+    n, d_a, d_b, runs = 10, 8, 8, 15
     samples = {}
     for sign in (1.0, -1.0):
-        values = []
-        for _ in range(5):
+        values, low_bits = [], []
+        for _ in range(runs):
             slots, r, _ = audited_slots(np.full((n, d_a), sign), np.ones((n, d_b)), insecure_test_keypair)
             values += [s / 2**r.layout.mask_range_bits for s in slots]
+            low_bits += [s & 15 for s in slots]
         samples[sign] = np.array(values)
-        assert len(values) == 5 * d_a * d_b
+        assert len(values) == runs * d_a * d_b
         assert stats.kstest(values, "uniform").pvalue > 1e-3
-        assert abs(np.mean(values) - 0.5) < 0.05
+        assert abs(np.mean(values) - 0.5) < 4 * np.sqrt(1 / 12 / len(values))
+        assert stats.chisquare(np.bincount(low_bits, minlength=16)).pvalue > 1e-3
     assert stats.ks_2samp(samples[1.0], samples[-1.0]).pvalue > 1e-3
 
 
