@@ -235,7 +235,11 @@ class NoisyGradientDescent(_L2DomainEstimator):
         rng = make_rng(self.random_state)
         w = np.zeros(d)
         for _ in range(steps):
-            g = self._per_row_gradients(U, y_in, w).mean(axis=0) + rng.normal(0.0, tau, size=d)
+            if self._model == "logistic":   # ||grad|| <= 1 on D2: no clipping, no per-row gradient matrix
+                mean_grad = U.T @ (_sigmoid(U @ w) - y_in) / n
+            else:
+                mean_grad = self._per_row_gradients(U, y_in, w).mean(axis=0)
+            g = mean_grad + rng.normal(0.0, tau, size=d)
             w = w - eta * g
         self.noise_std_ = tau
         self.sensitivity_ = sensitivity
@@ -315,7 +319,10 @@ class ObjectivePerturbation(_L2DomainEstimator):
             while True:
                 w_new = w - t * step
                 v_new, g_new, h_new = self._objective_parts(U, y_pm, w_new, ridge, b)
-                if v_new <= value - 1e-4 * t * (grad @ step) or t < 1e-12:
+                # Armijo on the value, or (near the optimum, where value decreases fall below float resolution)
+                # a decrease of the gradient norm: the objective is strictly convex (ridge > 0), so both are safe.
+                armijo = v_new <= value - 1e-4 * t * (grad @ step)
+                if armijo or np.linalg.norm(g_new) < np.linalg.norm(grad) or t < 1e-12:
                     break
                 t *= 0.5
             w, value, grad, hess = w_new, v_new, g_new, h_new
