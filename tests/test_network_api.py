@@ -35,7 +35,7 @@ def _split(n=300, d=(2, 3), seed=0, logistic=False):
 def test_logistic_none_matches_centralized_taylor_solution():
     blocks, y = _split(logistic=True, seed=1)
     parties = [Party("a", blocks[0], y, bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))]
-    model = fit(parties, model="logistic", mechanism="none", precision_bits=32, **FAST)
+    model = fit(parties, model="logistic", mechanism="none", precision_bits=32, fit_intercept=False, **FAST)
     X = np.hstack(blocks)
     ref = solve(logistic_objective(X, y), lambda_floor=0.0)
     np.testing.assert_allclose(model.w, ref, atol=1e-6)
@@ -73,7 +73,8 @@ def _compare_noise(n_seeds):
     for s in range(n_seeds):
         parties = [Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=(-1, 1)), Party("b", blocks[1],
                                                                                          bounds=(-1, 1))]
-        net.append(fit(parties, mechanism="gaussian-fm", epsilon=4.0, random_state=100 + s, **FAST).w)
+        net.append(fit(parties, mechanism="gaussian-fm", epsilon=4.0, random_state=100 + s, fit_intercept=False,
+                       **FAST).w)
         cen.append(_reference_w(blocks, y, "gaussian-fm", 4.0, np.random.default_rng(10_000 + s)))
     return np.array(net), np.array(cen)
 
@@ -117,3 +118,18 @@ def test_api_errors_are_specific():
     with pytest.raises(DataValidationError, match="outside its declared bounds"):
         fit([Party("a", blocks[0] * 3, y, bounds=(-1, 1), label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
             mechanism="none", **FAST)
+
+
+def test_intercept_column_reproduces_least_squares_with_intercept():
+    """fit_intercept (default): the label owner's public constant column gives OLS with an intercept."""
+    rng = np.random.default_rng(11)
+    n = 200
+    xa, xb = rng.uniform(0, 10, (n, 2)), rng.uniform(-5, 5, (n, 2))
+    y = np.clip(3 + xa @ [0.5, -0.2] + xb @ [0.3, 0.1] + rng.normal(0, 0.5, n), -10, 20)
+    parties = [Party("a", xa, y, bounds=[(0, 10)] * 2, label_bounds=(-10, 20)), Party("b", xb, bounds=[(-5, 5)] * 2)]
+    model = fit(parties, mechanism="none", precision_bits=32, **FAST)
+    ref = np.linalg.lstsq(np.hstack([xa, xb, np.ones((n, 1))]), y, rcond=None)[0]
+    np.testing.assert_allclose(model.coef_, ref[:-1], atol=1e-5)
+    assert abs(model.intercept_ - ref[-1]) < 1e-5
+    assert model.w.shape == (5,) and model.parties[0].intercept and not model.parties[1].intercept
+    np.testing.assert_allclose(model.predict([xa, xb]), np.hstack([xa, xb, np.ones((n, 1))]) @ ref, atol=1e-5)

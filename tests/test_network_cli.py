@@ -119,7 +119,7 @@ def _prepared(data):
 def test_mechanism_none_reproduces_least_squares_and_predict(procs, data, tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32")
+    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", "--no-fit-intercept")
     a, b = _alice(procs, url, data), _bob(procs, url, data)
     code, stdout, err = procs.finish(c)
     assert code == 0, err
@@ -165,7 +165,8 @@ def test_three_parties_label_owner_without_features(procs, tmp_path):
     files, bounds, U, y = _three_party_data(tmp_path)
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", parties=3)
+    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", "--no-fit-intercept",
+                     parties=3)
     common = ["--id", "id", "--bounds", str(bounds), "--no-progress", *TEST_KEYS]
     ps = [procs.start("party", "--connect", url, "--name", "alice", "--data", str(files["label"]), "--label", "y",
                       *common),

@@ -109,12 +109,16 @@ def cli() -> None:
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
+@click.option("--fit-intercept/--no-fit-intercept", default=True, show_default=True,
+              help="FM runs: give the label owner a public constant column (an intercept); it counts against the "
+                   "label owner's row-norm radius. (DP-)BCD uses the data as given.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
                 timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
-                noise_calibration: str, seed: int | None, max_message_bytes: int, quiet: bool) -> None:
+                noise_calibration: str, seed: int | None, max_message_bytes: int, fit_intercept: bool,
+                quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
     from vfl.coordinator import Coordinator, RunSettings
     from vfl.transport import load_server_keys
@@ -129,7 +133,7 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
     settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
-                           timeout, options, None, gamma, rounds, tol, max_run_time)
+                           timeout, options, None, gamma, rounds, tol, max_run_time, fit_intercept)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

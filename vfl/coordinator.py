@@ -71,6 +71,7 @@ class RunSettings:
     rounds: int = 5
     tol: float | None = None
     max_run_seconds: float | None = 86400.0
+    fit_intercept: bool = True
 
     def validate(self) -> None:
         """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
@@ -378,10 +379,11 @@ class Coordinator:
 
     # ------------------------------------------------------------------ FM run
     def plan_message(self, index: int, regs: list[Registration], label_owner: int,
-                     params: dict[str, Any]) -> Message:
+                     params: dict[str, Any], intercept_party: int | None = None) -> Message:
         s = self.settings
-        parties = [{"name": r.name, "n_features": len(r.features), "features": r.features,
-                    "label_owner": r.label_owner} for r in regs]
+        parties = [{"name": r.name, "n_features": len(r.features) + (1 if i == intercept_party else 0),
+                    "features": r.features, "label_owner": r.label_owner, "intercept": i == intercept_party}
+                   for i, r in enumerate(regs)]
         return Message(MessageType.PLAN, {"index": index, "parties": parties, "model": s.model,
                                           "mechanism": s.mechanism, "params": params, "n_samples": regs[0].n_rows,
                                           "label_owner": label_owner})
@@ -395,7 +397,9 @@ class Coordinator:
         s = self.settings
         n = regs[0].n_rows
         L = next(i for i, r in enumerate(regs) if r.label_owner)
-        counts = [len(r.features) for r in regs]
+        # FM runs: the label owner carries the public constant column (spec pitfall 4); it counts in its radius
+        icpt = L if s.fit_intercept else None
+        counts = [len(r.features) + (1 if i == icpt else 0) for i, r in enumerate(regs)]
         plan = DissectionPlan(counts, L, model=s.model)
         names = [r.name for r in regs]
         opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
@@ -405,7 +409,7 @@ class Coordinator:
         params = {"epsilon": s.epsilon, "delta": s.delta, "precision_bits": p_bits, "key_bits": s.key_bits,
                   "allow_insecure_keys": s.allow_insecure_keys, "domain": mech.domain, "mechanism_options": opts}
         for i, r in enumerate(regs):
-            self._send(r.peer, self.plan_message(i, regs, L, params))
+            self._send(r.peer, self.plan_message(i, regs, L, params, intercept_party=icpt))
         self.log(f"plan: {len(plan.blocks)} blocks ({len(plan.cross_blocks())} secure products), "
                  f"mechanism {s.mechanism}, {s.key_bits}-bit keys")
         values: dict[str, np.ndarray] = {}
@@ -478,7 +482,8 @@ class Coordinator:
         if label_info.get("label_bounds_from_data"):
             notes.append("the label bounds were taken from the data: NOT differentially private")
         scale = (1.0 / math.sqrt(plan.n_features)) if mech.domain == "l2" else 1.0
-        columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner) for r in regs]
+        columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner, intercept=(i == icpt))
+                   for i, r in enumerate(regs)]
         model = FittedModel(s.model, s.mechanism, columns, sol.w, label_bounds, report, n,
                             self.run_id, {"lambda_floor": floor, "n_floored_eigenvalues": sol.n_floored,
                                           "domain": mech.domain, "precision_bits": p_bits, "key_bits": s.key_bits})

@@ -42,10 +42,19 @@ class PartyColumns:
     bounds: list[list[float]] | None = None  # per column [lo, hi]; None = data used as given
     column_scale: float = 1.0
     label_owner: bool = False
+    intercept: bool = False  # this party carried the public constant column (its last prepared column)
+
+    @property
+    def n_columns(self) -> int:
+        """Prepared columns in the protocol: the features plus the constant column if any."""
+        return len(self.features) + (1 if self.intercept else 0)
 
     def affine(self, w_k: np.ndarray) -> tuple[np.ndarray, float]:
         """(coef, intercept) with  w_k . prepared(x_k) = coef . x_k + intercept."""
         w_k = np.asarray(w_k, dtype=float)
+        if self.intercept:   # the constant column is column_scale in the prepared domain
+            coef, icpt = PartyColumns(self.name, self.features, self.bounds, self.column_scale).affine(w_k[:-1])
+            return coef, icpt + float(w_k[-1] * self.column_scale)
         if self.bounds is None:
             return w_k * self.column_scale, 0.0
         b = np.asarray(self.bounds, dtype=float).reshape(-1, 2)
@@ -70,16 +79,16 @@ class FittedModel:
 
     def __post_init__(self) -> None:
         self.w = np.asarray(self.w, dtype=float)
-        d = sum(len(p.features) for p in self.parties)
+        d = sum(p.n_columns for p in self.parties)
         if self.w.shape != (d,):
             raise ConfigurationError(f"model has {self.w.size} coefficients for {d} features")
         coefs, icpt = [], 0.0
         start = 0
         for p in self.parties:
-            c, i = p.affine(self.w[start:start + len(p.features)])
+            c, i = p.affine(self.w[start:start + p.n_columns])
             coefs.append(c)
             icpt += i
-            start += len(p.features)
+            start += p.n_columns
         coef = np.concatenate(coefs) if coefs else np.zeros(0)
         if self.model == "linear" and self.label_bounds is not None:
             lo, hi = self.label_bounds
@@ -156,7 +165,8 @@ class FittedModel:
             "format": MODEL_FORMAT, "model": self.model, "mechanism": self.mechanism, "run_id": self.run_id,
             "n_samples": self.n_samples,
             "parties": [{"name": p.name, "features": p.features, "bounds": p.bounds,
-                         "column_scale": p.column_scale, "label_owner": p.label_owner} for p in self.parties],
+                         "column_scale": p.column_scale, "label_owner": p.label_owner,
+                         "intercept": p.intercept} for p in self.parties],
             "label_bounds": self.label_bounds, "w": self.w.tolist(),
             "coef": self.coef_.tolist(), "intercept": self.intercept_,
             "privacy_report": self.privacy_report, "extra": self.extra,
@@ -175,7 +185,8 @@ class FittedModel:
             raise ConfigurationError(f"not a {MODEL_FORMAT} model file")
         try:
             parties = [PartyColumns(str(p["name"]), [str(f) for f in p["features"]], p.get("bounds"),
-                                    float(p.get("column_scale", 1.0)), bool(p.get("label_owner", False)))
+                                    float(p.get("column_scale", 1.0)), bool(p.get("label_owner", False)),
+                                    bool(p.get("intercept", False)))
                        for p in doc["parties"]]
             return cls(doc["model"], doc["mechanism"], parties, np.asarray(doc["w"], dtype=float),
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),

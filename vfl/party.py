@@ -313,7 +313,9 @@ class _Session:
         if self.key_bits < 2048 and not node.allow_insecure_keys:
             raise ConfigurationError(f"the coordinator asked for {self.key_bits}-bit keys; this party refuses keys "
                                      "below 2048 bits (allow_insecure_keys is for tests only)")
-        if names[self.index] != node.data.name or counts[self.index] != node.data.X.shape[1]:
+        self.intercept = bool(parties[self.index].get("intercept", False)) if isinstance(
+            parties[self.index], dict) else False
+        if names[self.index] != node.data.name or counts[self.index] != node.data.X.shape[1] + int(self.intercept):
             raise ProtocolError("the plan does not describe this party")
         self.plan = DissectionPlan(counts, int(body["label_owner"]), model=body["model"])
         self.mechanism_name = str(body["mechanism"])
@@ -344,6 +346,10 @@ class _Session:
                                              feature_names=d.feature_names)
             ready["bounds"] = {"pairs": bounds.to_list()}
             ready["bounds_from_data"] = bool(bounds.from_data)
+        if self.intercept:
+            # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
+            constant = 1.0 / np.sqrt(total) if self.domain == "l2" else 1.0
+            self.Xp = np.hstack([self.Xp, np.full((self.n, 1), constant)])
         out: list[Message] = []
         if me == self.plan.label_owner:
             assert d.y is not None
