@@ -203,7 +203,7 @@ class PartyNode:
     def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
         try:
             t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, self.data.name),
-                                               "error": type(exc).__name__[:64]}))
+                                               "error": type(exc).__name__[:64]}), timeout=1.0)
         except Exception:  # the coordinator may be gone already
             pass
 

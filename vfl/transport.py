@@ -26,7 +26,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from vfl.exceptions import ConfigurationError, ProtocolError
+from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.messages import MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
 
 COORDINATOR_NAME = "coordinator"
 LINGER_MS = 2000
+SEND_TIMEOUT_SECONDS = 10.0  # a party gives up on a message the coordinator cannot take
 
 
 # ------------------------------------------------------------------ CURVE keys
@@ -241,10 +242,16 @@ class ClientTransport:
             self.close()
             raise ConfigurationError(f"cannot connect to {connect}: {exc}") from None
 
-    def send(self, msg: Message) -> None:
+    def send(self, msg: Message, *, timeout: float = SEND_TIMEOUT_SECONDS) -> None:
+        """Queue a message for the coordinator; a DEALER with no live peer (coordinator gone, CURVE handshake
+        refused) would block forever, so give up after ``timeout`` seconds with :class:`PartyFailure`."""
         self._seq += 1
         msg.sender, msg.run, msg.seq = self.name, self.run_id, self._seq
-        self.sock.send_multipart(encode(msg), copy=False)
+        self.sock.setsockopt(zmq.SNDTIMEO, max(0, int(timeout * 1000)))
+        try:
+            self.sock.send_multipart(encode(msg), copy=False)
+        except zmq.Again:
+            raise PartyFailure(f"cannot reach the coordinator: a message waited {timeout:g} s to be sent") from None
 
     def recv(self, timeout: float) -> Message | None:
         """Next message from the coordinator within ``timeout`` seconds, or None."""
