@@ -133,3 +133,15 @@ def test_intercept_column_reproduces_least_squares_with_intercept():
     assert abs(model.intercept_ - ref[-1]) < 1e-5
     assert model.w.shape == (5,) and model.parties[0].intercept and not model.parties[1].intercept
     np.testing.assert_allclose(model.predict([xa, xb]), np.hstack([xa, xb, np.ones((n, 1))]) @ ref, atol=1e-5)
+
+
+def test_standard_paillier_randomness_over_the_network():
+    """randomness="standard" (textbook r^n, no short-exponent assumption) gives the same exact products."""
+    rng = np.random.default_rng(12)
+    xa, xb = rng.uniform(-1, 1, (80, 2)), rng.uniform(-1, 1, (80, 2))
+    y = np.clip(xa @ [0.5, -0.2] + xb @ [0.3, 0.1], -1, 1)
+    parties = [Party("a", xa, y, bounds=(-1, 1), label_bounds=(-1, 1)), Party("b", xb, bounds=(-1, 1))]
+    model = fit(parties, mechanism="none", precision_bits=32, fit_intercept=False, randomness="standard", **FAST)
+    np.testing.assert_allclose(model.coef_, [0.5, -0.2, 0.3, 0.1], atol=1e-6)
+    with pytest.raises(ConfigurationError, match="randomness"):
+        fit(parties, mechanism="none", randomness="weak", **FAST)

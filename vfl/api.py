@@ -65,7 +65,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         delta: float | None = 1e-5, *, random_state: RandomState = None, key_bits: int = 2048,
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
         lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, tol: float | None = None,
-        max_run_seconds: float | None = 86400.0, fit_intercept: bool = True, out: str | None = None,
+        max_run_seconds: float | None = 86400.0, fit_intercept: bool = True, randomness: str = "short-exponent",
+        out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -73,8 +74,9 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     ``coef_`` follows the order of ``parties`` (each party's columns in its own order). ``random_state``
     seeds every party's noise (reproducible experiments only: reports flag it). ``key_bits < 2048``
     needs ``allow_insecure_keys=True`` (tests). ``fit_intercept`` (FM runs) gives the label owner a public
-    constant column, which counts against its row-norm radius. ``mechanism_options`` go to the mechanism
-    (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
+    constant column, which counts against its row-norm radius. ``randomness="standard"`` uses textbook
+    Paillier encryption randomness instead of the faster short-exponent variant. ``mechanism_options`` go to the
+    mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
     maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run.
     """
@@ -82,7 +84,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         raise ConfigurationError("fit needs at least one Party")
     settings = RunSettings(len(parties), model, mechanism, epsilon, delta, key_bits, allow_insecure_keys,
                            precision_bits, timeout, dict(mechanism_options), lambda_floor, gamma, rounds, tol,
-                           max_run_seconds, fit_intercept)
+                           max_run_seconds, fit_intercept, randomness)
     settings.validate()
     fm = mechanism not in ("bcd", "dp-bcd")
     datas = [p.local_data(use_bounds=fm) for p in parties]

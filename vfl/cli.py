@@ -109,6 +109,10 @@ def cli() -> None:
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
+@click.option("--randomness", type=click.Choice(["short-exponent", "standard"]), default="short-exponent",
+              show_default=True,
+              help="Paillier encryption randomness: short-exponent (fast; adds a small-exponent discrete-log "
+                   "assumption, see docs/secure_products.md) or standard (textbook r^n, ~4x slower).")
 @click.option("--fit-intercept/--no-fit-intercept", default=True, show_default=True,
               help="FM runs: give the label owner a public constant column (an intercept); it counts against the "
                    "label owner's row-norm radius. (DP-)BCD uses the data as given.")
@@ -117,8 +121,8 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
                 timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
-                noise_calibration: str, seed: int | None, max_message_bytes: int, fit_intercept: bool,
-                quiet: bool) -> None:
+                noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
+                fit_intercept: bool, quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
     from vfl.coordinator import Coordinator, RunSettings
     from vfl.transport import load_server_keys
@@ -133,7 +137,7 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
     settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
-                           timeout, options, None, gamma, rounds, tol, max_run_time, fit_intercept)
+                           timeout, options, None, gamma, rounds, tol, max_run_time, fit_intercept, randomness)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

@@ -72,6 +72,7 @@ class RunSettings:
     tol: float | None = None
     max_run_seconds: float | None = 86400.0
     fit_intercept: bool = True
+    randomness: str = "short-exponent"   # Paillier encryption randomness (vfl.secure.fastmath); or "standard"
 
     def validate(self) -> None:
         """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
@@ -95,6 +96,8 @@ class RunSettings:
             raise ConfigurationError("bcd and dp-bcd train linear regression only")
         if self.key_bits < 2048 and not self.allow_insecure_keys:
             raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
+        if self.randomness not in ("short-exponent", "standard"):
+            raise ConfigurationError(f"randomness must be 'short-exponent' or 'standard', got {self.randomness!r}")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
@@ -407,7 +410,8 @@ class Coordinator:
                               domain=s.domain, party_names=names, **opts)
         p_bits = s.precision_bits or DEFAULT_PRECISION_BITS
         params = {"epsilon": s.epsilon, "delta": s.delta, "precision_bits": p_bits, "key_bits": s.key_bits,
-                  "allow_insecure_keys": s.allow_insecure_keys, "domain": mech.domain, "mechanism_options": opts}
+                  "allow_insecure_keys": s.allow_insecure_keys, "domain": mech.domain, "mechanism_options": opts,
+                  "randomness": s.randomness}
         for i, r in enumerate(regs):
             self._send(r.peer, self.plan_message(i, regs, L, params, intercept_party=icpt))
         self.log(f"plan: {len(plan.blocks)} blocks ({len(plan.cross_blocks())} secure products), "

@@ -308,6 +308,9 @@ class _Session:
             self.allow_insecure = bool(params.get("allow_insecure_keys", False))
             self.domain = str(params["domain"])
             mech_opts = dict(params.get("mechanism_options") or {})
+            self.randomness = str(params.get("randomness", "short-exponent"))
+            if self.randomness not in ("short-exponent", "standard"):
+                raise ValueError(f"unknown randomness {self.randomness!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
         if self.key_bits < 2048 and not node.allow_insecure_keys:
@@ -391,6 +394,7 @@ class _Session:
             self.keypair = generate_keypair(self.key_bits, allow_insecure=self.allow_insecure)
         pub, priv = self.keypair
         enc = ProductEncryptor(priv, self._matrix_for(block, self.index), precision_bits=self.precision_bits,
+                               randomness=self.randomness,
                                progress=self.node.progress, workers=self.node.workers)
         self.encryptors[block.name] = enc
         with _SECURE_LOCK:
@@ -429,7 +433,8 @@ class _Session:
             noise = discrete_laplace_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
         else:
             noise = np.zeros(shape, dtype=object)
-        responder = ProductResponder(B, precision_bits=self.precision_bits, progress=self.node.progress,
+        responder = ProductResponder(B, precision_bits=self.precision_bits, randomness=self.randomness,
+                                     progress=self.node.progress,
                                      workers=self.node.workers)
         with _SECURE_LOCK:
             response, share = responder.respond(request, noise)

@@ -7,9 +7,18 @@ Public entry points (see ``docs/secure_products.md``):
 * protocol roles -- :class:`ProductEncryptor`, :class:`ProductResponder`, messages
   :class:`EncryptedBlock`, :class:`MaskedResponse`, :func:`combine_shares`, :func:`choose_encryptor`;
 * in-process runs -- :func:`secure_gram`, :func:`secure_label_products`, :func:`run_secure_product`;
-* integer DP noise -- :func:`discrete_gaussian_array`, :func:`discrete_laplace_array`.
+* integer DP noise -- :func:`discrete_gaussian_array`, :func:`discrete_laplace_array`;
+* secure aggregation (capeFM's zero-sum noise) -- :class:`SecAggSite`, :class:`SecAggAggregator`,
+  :func:`secure_sum`.
 """
 
+from vfl.secure.aggregation import (
+    SECAGG_PRECISION_BITS,
+    SecAggAggregator,
+    SecAggSite,
+    secure_sum,
+    validate_public_value,
+)
 from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, inner_product_error_bound
 from vfl.secure.keys import (
@@ -36,6 +45,7 @@ from vfl.secure.products import (
 )
 
 __all__ = [
+    "SECAGG_PRECISION_BITS", "SecAggAggregator", "SecAggSite", "secure_sum", "validate_public_value",
     "DEFAULT_PRECISION_BITS", "MIN_KEY_BITS", "EncryptedBlock", "MaskedResponse", "ProductEncryptor",
     "ProductResponder", "ProductRun", "SlotLayout", "choose_encryptor", "combine_shares",
     "discrete_gaussian_array", "discrete_laplace_array", "generate_keypair", "inner_product_error_bound",
