@@ -41,7 +41,16 @@ from scipy import stats
 from vfl.calibration import epsilon_of, validate_delta
 from vfl.dissection import Block, DissectionPlan
 from vfl.exceptions import ConfigurationError, PrivacyLeakWarning
-from vfl.mechanisms import GaussianFM, LaplaceFM, Mechanism, NoiseSpec, NoMechanism, RelaxedFM, make_mechanism
+from vfl.mechanisms import (
+    GaussianFM,
+    LaplaceFM,
+    Mechanism,
+    NoiseSpec,
+    NoMechanism,
+    RelaxedFM,
+    draw_noise,
+    make_mechanism,
+)
 from vfl.objective import fm_objective
 from vfl.rng import RandomState, make_rng
 
@@ -175,14 +184,6 @@ def release_noise_specs(mechanism: Mechanism) -> list[NoiseSpec]:
     return specs
 
 
-def _draw(spec: NoiseSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    if spec.kind == "gaussian":
-        return rng.normal(0.0, spec.scale, size=shape)
-    if spec.kind == "laplace":
-        return rng.laplace(0.0, spec.scale, size=shape)
-    return np.zeros(shape)
-
-
 def batched_block_noise(mechanism: Mechanism, block: Block, rng: np.random.Generator, n: int) -> np.ndarray:
     """n draws of ``mechanism.block_noise(block, rng)`` in one call; bit-identical to n sequential calls.
 
@@ -193,15 +194,15 @@ def batched_block_noise(mechanism: Mechanism, block: Block, rng: np.random.Gener
     if not known:
         return np.stack([mechanism.block_noise(block, rng) for _ in range(n)])
     if not _is_diagonal_m(block):
-        return _draw(mechanism.entry_noise(block), (n, *block.shape), rng)
+        return draw_noise(mechanism.entry_noise(block), (n, *block.shape), rng)
     d = block.shape[0]
     iso = isinstance(mechanism, RelaxedFM) or (isinstance(mechanism, GaussianFM) and mechanism.sym == "iso")
     if iso:
-        E = _draw(mechanism.diagonal_noise(block), (n, d, d), rng)
+        E = draw_noise(mechanism.diagonal_noise(block), (n, d, d), rng)
         return (E + np.swapaxes(E, 1, 2)) / 2.0
     iu = np.triu_indices(d)
     E = np.zeros((n, d, d))
-    E[:, iu[0], iu[1]] = _draw(mechanism.diagonal_noise(block), (n, iu[0].size), rng)
+    E[:, iu[0], iu[1]] = draw_noise(mechanism.diagonal_noise(block), (n, iu[0].size), rng)
     return E + np.swapaxes(np.triu(E, 1), 1, 2)
 
 

@@ -45,7 +45,7 @@ MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
 DEFAULT_DOMAIN = {"none": "linf", "laplace-fm": "linf", "gaussian-fm": "l2", "relaxed-fm": "l2"}
 
 __all__ = ["NoiseSpec", "Mechanism", "NoMechanism", "LaplaceFM", "GaussianFM", "RelaxedFM", "make_mechanism",
-           "MECHANISMS", "DEFAULT_DOMAIN"]
+           "MECHANISMS", "DEFAULT_DOMAIN", "draw_noise"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,8 @@ class NoMechanism(Mechanism):
     name = "none"
 
 
-def _draw(spec: NoiseSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def draw_noise(spec: NoiseSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """i.i.d. draws of one entry distribution (Gaussian std / Laplace scale b); zeros for no noise."""
     if spec.kind == "gaussian":
         return rng.normal(0.0, spec.scale, size=shape)
     if spec.kind == "laplace":
@@ -120,7 +121,7 @@ def _upper_mirrored(spec: NoiseSpec, d: int, rng: np.random.Generator) -> np.nda
     """vech layout: d(d+1)/2 i.i.d. draws on a <= b, copied to the lower triangle."""
     E = np.zeros((d, d))
     iu = np.triu_indices(d)
-    E[iu] = _draw(spec, (iu[0].size,), rng)
+    E[iu] = draw_noise(spec, (iu[0].size,), rng)
     return E + np.triu(E, 1).T
 
 
@@ -147,7 +148,7 @@ class LaplaceFM(Mechanism):
         spec = self.entry_noise(block)
         if block.kind == "M" and block.parties[0] == block.parties[1]:
             return _upper_mirrored(spec, block.shape[0], rng)
-        return _draw(spec, block.shape, rng)
+        return draw_noise(spec, block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
@@ -241,7 +242,7 @@ class GaussianFM(Mechanism):
                 E = rng.normal(0.0, self.taus["M"], size=(d, d))
                 return (E + E.T) / 2.0
             return _upper_mirrored(NoiseSpec("gaussian", self.taus["M"]), d, rng)
-        return _draw(self.entry_noise(block), block.shape, rng)
+        return draw_noise(self.entry_noise(block), block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
@@ -296,7 +297,7 @@ class RelaxedFM(Mechanism):
         if block.kind == "M" and block.parties[0] == block.parties[1]:
             E = rng.normal(0.0, self.tau, size=block.shape)
             return (E + E.T) / 2.0
-        return _draw(self.entry_noise(block), block.shape, rng)
+        return draw_noise(self.entry_noise(block), block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
