@@ -72,6 +72,16 @@ class LocalTable:
     label_name: str | None = None
     id_digest: str | None = None
     bounds: dict[str, tuple[float, float]] | None = None
+    bounds_data_dependent: bool = False  # the declared feature bounds were derived with private statistics
+
+    def feature_bounds(self) -> Any:
+        """The features' declared bounds; a ColumnBounds flagged ``from_data`` when they depend on the data."""
+        if self.bounds is None or not self.bounds_data_dependent:
+            return self.bounds
+        from vfl.domain import ColumnBounds
+
+        pairs = [self.bounds[n] for n in self.feature_names]
+        return ColumnBounds(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), from_data=True)
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -248,5 +258,14 @@ def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | 
             raise DataValidationError(f"dataset {dataset} has label {data.target_name!r}, not {label!r}")
         y = np.asarray(data.y, dtype=float)
     bounds = datasets.public_bounds(dataset, dataset=data)
+    scaled = [n for n in names if n in getattr(data, "scaling", {})]
+    if scaled:
+        import warnings
+
+        from vfl.exceptions import DataBoundsWarning
+
+        warnings.warn(f"dataset {dataset}: {', '.join(scaled)} were z-scored with the data's own mean and sd (the "
+                      "paper's preprocessing), so their bounds depend on the private data: the FM guarantee does "
+                      "not cover that step (the privacy report says so)", DataBoundsWarning, stacklevel=2)
     digest = row_id_digest([str(i) for i in range(X.shape[0])])
-    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()})
+    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()}, bool(scaled))
