@@ -201,6 +201,53 @@ def test_feature_bounds_cover_every_feature_and_the_target(name, loader):
             assert lo - 1e-9 <= data.X[:, j].min() and data.X[:, j].max() <= hi + 1e-9
 
 
+@needs_data
+@pytest.mark.parametrize("mechanism", ["none", "laplace-fm", "gaussian-fm"])
+def test_zscore_feature_bounds_cancel_in_the_fm_release(mechanism):
+    """Forest fires' feature-space bounds use the data's own mean/sd, but FM's affine map to [-1, 1]
+    absorbs them: the release equals a fit on the raw columns with the documented raw bounds."""
+    import warnings
+
+    import vfl
+
+    data = forest_fires()
+    bounds = public_bounds("forestfires", dataset=data)
+    raw_bounds = public_bounds("forestfires", space="raw")
+    X_raw = data.X.copy()
+    column_bounds_raw = []
+    for j, feature in enumerate(data.feature_names):
+        if feature in data.scaling:
+            mean, sd = data.scaling[feature]
+            X_raw[:, j] = data.X[:, j] * sd + mean
+            column_bounds_raw.append(raw_bounds[feature])
+        else:
+            column_bounds_raw.append((0.0, 1.0))
+    common = dict(mechanism=mechanism, epsilon=1.0, delta=1e-5, y_bounds=bounds[data.target_name],
+                  fit_intercept=False, out_of_bounds="clip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaled = vfl.LinearRegression(bounds=[bounds[f] for f in data.feature_names], random_state=3, **common)
+        raw = vfl.LinearRegression(bounds=column_bounds_raw, random_state=3, **common)
+        scaled.fit(data.X, data.y)
+        raw.fit(X_raw, data.y)
+    np.testing.assert_allclose(scaled.predict(data.X), raw.predict(X_raw), rtol=0, atol=1e-10)
+
+
+@needs_data
+def test_data_derived_garment_bounds_are_labelled_as_such():
+    """A declared bound that equals the file's exact (min, max) is read off the data: its source must say so."""
+    data = garment()
+    raw = public_bounds("garment", space="raw")
+    columns = {f: data.X[:, j] for j, f in enumerate(data.feature_names)}
+    derived = [f for f in data.feature_names if f in raw and raw[f] == (columns[f].min(), columns[f].max())]
+    assert derived == ["quarter", "team"]
+    for feature in raw:
+        assert datasets.GARMENT_BOUND_SOURCES[feature].startswith("DATA-DERIVED") == (feature in derived)
+    assert set(datasets.BOUNDS_PROVENANCE) == {"forestfires", "garment"}
+    assert "data-derived" in datasets.BOUNDS_PROVENANCE["garment"]
+    assert "min/max" in datasets.BOUNDS_PROVENANCE["forestfires"]
+
+
 # --- generic CSV ----------------------------------------------------------------------------------
 
 

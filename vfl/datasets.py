@@ -50,6 +50,7 @@ __all__ = [
     "garment",
     "synthetic",
     "public_bounds",
+    "BOUNDS_PROVENANCE",
     "load_csv_table",
     "resolve_data_file",
     "sha256_of",
@@ -415,8 +416,9 @@ def synthetic(
 # Public bounds for the functional-mechanism comparison
 
 #: Raw-column domains stated in the UCI documentation ``forestfires.names`` (Cortez & Morais 2007),
-#: attribute list, items 1-13. (The documented ranges coincide with the data's ranges: the authors
-#: documented their data, so these are public but not independent of the data set.)
+#: attribute list, items 1-13. **Not independent of the data**: every documented range is exactly the
+#: file's own min and max (the authors documented their data), so these bounds are public constants but
+#: were read off these 517 rows. See :data:`BOUNDS_PROVENANCE`.
 FOREST_RAW_BOUNDS: dict[str, tuple[float, float]] = {
     "X": (1.0, 9.0),
     "Y": (2.0, 9.0),
@@ -432,10 +434,11 @@ FOREST_RAW_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 #: Garment domains. Source per column in GARMENT_BOUND_SOURCES: the UCI page of data set 597
-#: documents actual_productivity in [0, 1] (the file has values up to 1.12, which FM clips) and
-#: five quarters; the other columns have no documented range, so these are *declared analyst
-#: assumptions* from the meaning of the column (working minutes in a day, team sizes of a factory
-#: line), not data maxima; they are marked as such.
+#: documents actual_productivity in [0, 1] (the file has values up to 1.12, which FM clips). It says
+#: "a month was divided into four quarters" and gives no team count, so ``quarter`` in [0, 4] and
+#: ``team`` in [1, 12] are **the file's own ranges** (data-derived). The other columns have no
+#: documented range: their bounds are *declared analyst assumptions* from the meaning of the column
+#: (working minutes in a day, team sizes of a factory line), set above the data maxima.
 GARMENT_RAW_BOUNDS: dict[str, tuple[float, float]] = {
     "quarter": (0.0, 4.0),
     "team": (1.0, 12.0),
@@ -451,9 +454,9 @@ GARMENT_RAW_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 GARMENT_BOUND_SOURCES: dict[str, str] = {
-    "quarter": "UCI doc: a month is split into quarters; the file codes Quarter1..Quarter5 -> 0..4",
-    "team": "UCI doc: team number; 12 teams per the data description",
-    "targeted_productivity": "UCI doc: a productivity target, a fraction in [0, 1]",
+    "quarter": "DATA-DERIVED: the UCI doc says four quarters, the file codes Quarter1..Quarter5 -> 0..4",
+    "team": "DATA-DERIVED: the UCI doc gives no team count; 1..12 is the file's range",
+    "targeted_productivity": "declared assumption: a productivity target, a fraction in [0, 1]",
     "smv": "declared assumption: standard minute value of one task, at most one hour",
     "over_time": "declared assumption: overtime minutes of a team per day, at most 30000",
     "incentive": "declared assumption: incentive in BDT, at most 5000",
@@ -462,6 +465,22 @@ GARMENT_BOUND_SOURCES: dict[str, str] = {
     "no_of_style_change": "declared assumption: at most 5 style changes",
     "no_of_workers": "declared assumption: at most 100 workers per team",
     "actual_productivity": "UCI doc: 'It ranges from 0-1'",
+}
+
+
+#: One line per data set saying where the FM comparison's bounds come from, and which of them are
+#: derived from the data (printed in the examples' tables and in docs/benchmarks_real_data.md).
+BOUNDS_PROVENANCE: dict[str, str] = {
+    "forestfires": (
+        "FM bounds: the ranges in the UCI forestfires.names, which are exactly this file's min/max (public "
+        "but read off the data); the z-scored features' bounds use the data's own mean/sd, which cancels in "
+        "the FM release (identical to raw columns with the raw bounds; tests/test_datasets.py)"
+    ),
+    "garment": (
+        "FM bounds: actual_productivity in [0, 1] from the UCI page (values up to 1.12 are clipped); "
+        "quarter [0, 4] and team [1, 12] are the file's own ranges (data-derived); the other columns use "
+        "declared analyst assumptions above the data maxima (vfl.datasets.GARMENT_BOUND_SOURCES)"
+    ),
 }
 
 
@@ -474,9 +493,15 @@ def public_bounds(
     :data:`GARMENT_RAW_BOUNDS` and :data:`GARMENT_BOUND_SOURCES` for where each number comes from).
     ``space="features"`` maps them to the preprocessed features of :func:`forest_fires` /
     :func:`garment`: dummies (0, 1); z-scored columns (lo - mean)/sd, (hi - mean)/sd with the data's own
-    mean and sd (the paper's z-scoring is itself data-dependent, so these feature bounds inherit that
-    leak; the raw bounds do not); the target under its ``target_name`` (forest fires:
-    log(area + 1) in [0, log(1091.84)]). ``dataset`` is the loaded data set (loaded if omitted).
+    mean and sd; the target under its ``target_name`` (forest fires: log(area + 1) in [0, log(1091.84)]).
+    ``dataset`` is the loaded data set (loaded if omitted).
+
+    The mean/sd are data-derived (as is the paper's z-scoring itself), but they cancel in the FM release:
+    FM maps a column to [-1, 1] by the affine map of its bounds, and z-scoring composed with that map
+    is the raw column's map, x' = (2x - lo - hi)/(hi - lo). So an FM fit on the z-scored features with
+    these bounds releases exactly what a fit on the raw columns with the raw bounds releases (tested);
+    only reading the coefficients on the z-scale uses mean/sd. Which raw bounds are themselves
+    data-derived is stated in :data:`BOUNDS_PROVENANCE`.
     """
     if space not in ("raw", "features"):
         raise DataValidationError(f"space must be 'raw' or 'features', got {space!r}")
