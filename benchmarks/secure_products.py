@@ -26,6 +26,7 @@ from phe import paillier
 from vfl.secure import EncryptedBlock, MaskedResponse, ProductEncryptor, ProductResponder, generate_keypair
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS
 from vfl.secure.fastmath import Encrypter, cached_encrypter, mpz
+from vfl.secure.products import RERANDOMISATION
 
 P = DEFAULT_PRECISION_BITS
 
@@ -66,7 +67,7 @@ def per_op_costs(pk: paillier.PaillierPublicKey, sk: paillier.PaillierPrivateKey
     mul = _best_per_call(lambda i: xs[i & 63] * xs[(i + 1) & 63] % n2, 4000)
     holder = Encrypter(pk.n, p=sk.p, q=sk.q, randomness=randomness)
     std_enc = _best_per_call(holder.encrypt, 20) if randomness == "standard" else float("nan")
-    resp = Encrypter(pk.n, randomness=randomness)
+    resp = Encrypter(pk.n, randomness=RERANDOMISATION)  # the responder always re-randomises full-size
     rerand = _best_per_call(lambda i: resp.rerandomise(xs[i & 63]), 5)
     dec = _best_per_call(lambda i: sk.raw_decrypt(int(xs[i & 63])), 10)
     return {"mul": mul, "enc": std_enc, "rerand": rerand, "dec": dec}

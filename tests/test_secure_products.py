@@ -298,3 +298,56 @@ def test_concurrent_products_in_threads_are_exact(insecure_test_keypair):
         runs = list(ex.map(lambda ab: run(*ab, insecure_test_keypair), pairs))
     for (A, B), r in zip(pairs, runs, strict=True):
         assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+
+
+# ----------------------------------------------------------------------------- re-randomisation vs the key holder
+def _keypair_with_primes_1_mod_4(bits: int = 1024):
+    """An INSECURE test key with p = q = 1 (mod 4): then -1 is a square mod p, so every short-exponent
+    randomness h_s^alpha (h = -y^2) is a quadratic residue mod p."""
+    import secrets
+
+    import gmpy2
+    from phe import paillier
+
+    def prime(b):
+        while True:
+            p = int(gmpy2.next_prime(secrets.randbits(b) | (1 << (b - 1))))
+            if p % 4 == 1 and p.bit_length() == b:
+                return p
+
+    p = prime(bits // 2)
+    q = prime(bits // 2)
+    while q == p:
+        q = prime(bits // 2)
+    pk = paillier.PaillierPublicKey(p * q)
+    return pk, paillier.PaillierPrivateKey(pk, p, q)
+
+
+@pytest.mark.parametrize("randomness", ["short-exponent", "standard"])
+def test_response_randomness_extracted_by_the_key_holder_is_uniform(monkeypatch, randomness):
+    """The key holder knows p and can read the randomness R of a response (c = R^n mod n, and R^n has R's
+    Legendre symbol mod p since n is odd). A fresh uniform Enc(0) makes (c | p) a fair coin; with a
+    short-exponent re-randomiser (and short-exponent encryptions) every response was a residue mod p, i.e.
+    the key holder saw randomness confined to a subgroup. 24 ciphertexts all residues: probability 2^-24."""
+    import gmpy2
+
+    import vfl.secure.products as products
+
+    pk, sk = _keypair_with_primes_1_mod_4()
+    seen: list[int] = []
+    from_wire = products.MaskedResponse.from_wire
+
+    def spy(header, frames, public_key):
+        response = from_wire(header, frames, public_key)
+        seen.extend(response.ciphertexts)
+        return response
+
+    monkeypatch.setattr(products.MaskedResponse, "from_wire", spy)
+    rng = np.random.default_rng(15)
+    A, B = rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, (6, 24))
+    r = run(A, B, (pk, sk), encryptor="a", randomness=randomness)
+    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+    assert len(seen) == 24
+    symbols = {int(gmpy2.legendre(c % sk.p, sk.p)) for c in seen}
+    assert symbols == {1, -1}
+

@@ -9,8 +9,9 @@ offset fixed-point encoding of :mod:`vfl.secure.encoding`, slot layout of :mod:`
 2. Responder (:class:`ProductResponder`) computes per column ``k`` and group ``g`` the
    multi-exponentiation ``prod_i c_ig^{b'_ik} = Enc(sum_j 2^(w j) sum_i a'_ij b'_ik)``, multiplies in
    ``g^M`` with ``M = sum_j 2^(w j) (noise_jk + N + r_jk)`` (``r_jk`` uniform on ``[0, 2^(v+kappa))``
-   from :mod:`secrets`, ``noise`` its DP noise in units ``2^-2p``) and a fresh ``Enc(0)``
-   (re-randomisation: phe never does this), and keeps the share
+   from :mod:`secrets`, ``noise`` its DP noise in units ``2^-2p``) and a fresh ``Enc(0) = r^n`` with
+   ``r`` uniform in ``Z*_n`` (re-randomisation: phe never does this; always full-size, never short-exponent,
+   since the key holder can extract the randomness), and keeps the share
    ``s^B_jk = -(N + r_jk) - O sum_i b_int_ik - n O^2`` (:class:`MaskedResponse`).
 3. Key holder decrypts, unpacks and keeps ``s^A_jk = D_jk - O sum_i a_int_ij``.
 
@@ -46,6 +47,7 @@ from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset
 from vfl.secure.fastmath import (
+    RANDOMNESS_MODES,
     RandomnessPool,
     cached_encrypter,
     encrypt_many,
@@ -65,6 +67,8 @@ from vfl.secure.keys import (
 from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits, pack, unpack
 
 WIRE_VERSION = 1
+RERANDOMISATION = "standard"
+"""Randomness of the responder's fresh ``Enc(0)``: always full-size, whatever the encryption mode (see respond)."""
 MAX_ROWS = 10_000_000
 MAX_COLS = 100_000
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -321,11 +325,16 @@ class ProductResponder:
     """Responder role: multiplies its column exponents into the encrypted rows, adds mask and noise.
 
     ``precision_bits`` and ``value_bound`` are the agreed public parameters and must match the request.
+    ``randomness`` is validated for symmetry with the key holder but does not weaken the re-randomisation:
+    the fresh ``Enc(0)`` multiplied into every response always uses a uniform ``r^n`` (:data:`RERANDOMISATION`),
+    because its job is to hide the product's randomness from the key holder, who holds the factorisation.
     """
 
     def __init__(self, B: np.ndarray, *, precision_bits: int, value_bound: float = 1.0,
                  randomness: str = "short-exponent", workers: int | None = None, progress: bool = False) -> None:
         warn_if_slow_backend()
+        if randomness not in RANDOMNESS_MODES:
+            raise ConfigurationError(f"randomness must be one of {RANDOMNESS_MODES}, got {randomness!r}")
         self.B = _as_matrix(B, "B")
         self.precision_bits = precision_bits
         self.value_bound = float(value_bound)
@@ -348,7 +357,11 @@ class ProductResponder:
         d_a, d_b, G = request.n_cols, self.B.shape[1], request.n_groups
         N, O, n = lay.noise_offset, lay.offset, lay.n_rows
         noise_int = _check_noise(noise, (d_a, d_b), N)
-        enc = cached_encrypter(request.public_key.n, randomness=self.randomness)
+        # The re-randomiser must hide the product's randomness from the key holder, who knows the factorisation
+        # and can extract it: only a uniform n-th residue (full-size r^n) does that unconditionally. A short-exponent
+        # h_s^alpha keeps the extracted randomness in a small structured set (e.g. always a quadratic residue mod p
+        # when p = q = 1 mod 4) and would rest on short-exponent discrete logs modulo the key holder's own primes.
+        enc = cached_encrypter(request.public_key.n, randomness=RERANDOMISATION)
         self._answered.add(request.session)
 
         bases = [[mpz(request.ciphertexts[i * G + g]) for i in range(n)] for g in range(G)]
@@ -389,6 +402,7 @@ def combine_shares(*shares: np.ndarray, precision_bits: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- who encrypts
 _ENC_COST = {"short-exponent": 40, "standard": 530}  # per encryption, in mulmods modulo n^2 (measured)
+_RERAND_COST = 1900  # responder's full-size r^n mod n^2 without the factors (~15 ms / ~8 us per mulmod, 2048 bits)
 _DEC_COST = 500
 
 
@@ -399,7 +413,7 @@ def product_cost(n: int, d_enc: int, d_resp: int, *, key_bits: int = 2048,
     lay = SlotLayout(key_bits, n, precision_bits, float(value_bound),
                      default_noise_bits(precision_bits) if noise_bits is None else noise_bits)
     G = lay.n_groups(d_enc)
-    per_column = multiexp_cost(n, lay.exponent_bits) + _ENC_COST["short-exponent"] + _DEC_COST
+    per_column = multiexp_cost(n, lay.exponent_bits) + _RERAND_COST + _DEC_COST
     return G * n * _ENC_COST[randomness] + d_resp * G * per_column
 
 
