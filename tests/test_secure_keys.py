@@ -86,3 +86,15 @@ def test_ciphertext_frames_roundtrip_and_refuse_wrong_length_or_other_key(insecu
     other, _ = generate_keypair(512, allow_insecure=True)
     with pytest.raises(ProtocolError):
         ciphertexts_from_bytes(other, frame, 3)  # width differs for a 512-bit key
+
+
+def test_oversized_public_key_is_refused():
+    """A peer's key bounds the responder's work (ciphertexts are n^2-sized): moduli above MAX_KEY_BITS are refused."""
+    from vfl.secure.keys import _SMALL_PRIMES
+
+    n = (1 << (16384 + 8)) + 1  # MAX_KEY_BITS = 16384
+    while any(n % p == 0 for p in _SMALL_PRIMES):  # passes every other check: odd, no small factor, not a square
+        n += 2
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    with pytest.raises(KeyValidationError, match="more than"):
+        public_key_from_bytes(b"VFLPK1" + len(body).to_bytes(4, "big") + body)

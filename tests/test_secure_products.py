@@ -351,3 +351,30 @@ def test_response_randomness_extracted_by_the_key_holder_is_uniform(monkeypatch,
     symbols = {int(gmpy2.legendre(c % sk.p, sk.p)) for c in seen}
     assert symbols == {1, -1}
 
+
+def test_responder_refuses_a_request_with_other_noise_bits_and_never_quotes_its_noise(insecure_test_keypair):
+    """noise_bits is an agreed public parameter: a key holder that shrinks it (to make the responder fail, or
+    to squeeze the slot) is refused; an over-bound noise entry raises without printing the secret value."""
+    pk, sk = insecure_test_keypair
+    A, B = np.full((4, 2), 0.5), np.full((4, 1), -0.5)
+    shrunk = ProductEncryptor(sk, A, precision_bits=P, noise_bits=8, workers=1).request()
+    with pytest.raises(ProtocolError, match="noise_bits"):
+        ProductResponder(B, precision_bits=P, workers=1).respond(shrunk, np.array([[300], [-7]]))
+    agreed = ProductResponder(B, precision_bits=P, noise_bits=8, workers=1)
+    with pytest.raises(EncodingOverflowError, match="noise") as info:
+        agreed.respond(shrunk, np.array([[123457], [-7]]))
+    assert "123457" not in str(info.value)
+
+
+@pytest.mark.parametrize("frame", ["abc", None, 3.5, [b"x"]])
+def test_malformed_frames_raise_protocol_errors_not_tracebacks(insecure_test_keypair, frame):
+    pk, sk = insecure_test_keypair
+    holder = ProductEncryptor(sk, np.eye(2), precision_bits=P, workers=1)
+    header, frames = holder.request().to_wire()
+    with pytest.raises(ProtocolError):
+        EncryptedBlock.from_wire(header, [frame], pk)
+    response, _ = ProductResponder(np.eye(2), precision_bits=P, workers=1).respond(
+        EncryptedBlock.from_wire(header, frames, pk))
+    r_header, _ = response.to_wire()
+    with pytest.raises(ProtocolError):
+        MaskedResponse.from_wire(r_header, [frame], pk)

@@ -21,6 +21,8 @@ from vfl.exceptions import KeyValidationError, ProtocolError
 from vfl.secure.fastmath import gcd, mpz
 
 MIN_KEY_BITS = 2048
+MAX_KEY_BITS = 16384
+"""Largest modulus accepted from a peer: bounds the work a received key can make a responder do."""
 """Smallest modulus accepted without ``allow_insecure`` (NIST SP 800-57: 2048-bit RSA-equivalent ~ 112 bits)."""
 
 _PK_MAGIC = b"VFLPK1"
@@ -55,8 +57,9 @@ def public_key_to_bytes(public_key: paillier.PaillierPublicKey) -> bytes:
 def public_key_from_bytes(data: bytes, *, min_bits: int = MIN_KEY_BITS) -> paillier.PaillierPublicKey:
     """Parse and validate bytes from :func:`public_key_to_bytes`.
 
-    Checks: magic and length, ``n`` odd, at least ``min_bits`` bits, no small prime factor, not a
-    perfect square (``n = p q`` with ``p != q``). Raises :class:`KeyValidationError`.
+    Checks: magic and length, ``n`` odd, between ``min_bits`` and :data:`MAX_KEY_BITS` bits, no small
+    prime factor, not a perfect square (``n = p q`` with ``p != q``). Raises :class:`KeyValidationError`.
+    ``g = n + 1`` is implied (phe's convention; nothing else is accepted on the wire).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise KeyValidationError("public key must be bytes")
@@ -67,6 +70,8 @@ def public_key_from_bytes(data: bytes, *, min_bits: int = MIN_KEY_BITS) -> paill
     length = int.from_bytes(data[len(_PK_MAGIC) : head], "big")
     if length != len(data) - head or length == 0:
         raise KeyValidationError("public key length field does not match the payload")
+    if length * 8 > MAX_KEY_BITS:
+        raise KeyValidationError(f"public key has more than {MAX_KEY_BITS} bits")
     n = int.from_bytes(data[head:], "big")
     if n.bit_length() < min_bits:
         raise KeyValidationError(f"public key has {n.bit_length()} bits, at least {min_bits} required")
@@ -108,6 +113,8 @@ def ciphertexts_to_bytes(public_key: paillier.PaillierPublicKey, ciphertexts: li
 def ciphertexts_from_bytes(public_key: paillier.PaillierPublicKey, frame: bytes, count: int) -> list[int]:
     """Inverse of :func:`ciphertexts_to_bytes`, validating the length and every ciphertext."""
     width = ciphertext_byte_length(public_key)
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"ciphertext frame must be bytes, got {type(frame).__name__}")
     frame = bytes(frame)
     if len(frame) != count * width:
         raise ProtocolError(f"ciphertext frame has {len(frame)} bytes, expected {count} x {width}")

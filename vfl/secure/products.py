@@ -315,8 +315,10 @@ def _check_noise(noise: Any, shape: tuple[int, int], bound: int) -> np.ndarray:
     for idx, v in np.ndenumerate(arr):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
             raise DataValidationError("noise entries must be integers")
-        if abs(int(v)) >= bound:
-            raise EncodingOverflowError(f"noise {int(v)} exceeds the agreed bound 2**noise_bits = {bound}")
+        if abs(int(v)) >= bound:  # the message never quotes the (secret) noise value
+            raise EncodingOverflowError(
+                f"a noise entry exceeds the agreed bound 2**noise_bits = 2**{bound.bit_length() - 1}"
+            )
         out[idx] = int(v)
     return out
 
@@ -324,20 +326,23 @@ def _check_noise(noise: Any, shape: tuple[int, int], bound: int) -> np.ndarray:
 class ProductResponder:
     """Responder role: multiplies its column exponents into the encrypted rows, adds mask and noise.
 
-    ``precision_bits`` and ``value_bound`` are the agreed public parameters and must match the request.
-    ``randomness`` is validated for symmetry with the key holder but does not weaken the re-randomisation:
-    the fresh ``Enc(0)`` multiplied into every response always uses a uniform ``r^n`` (:data:`RERANDOMISATION`),
-    because its job is to hide the product's randomness from the key holder, who holds the factorisation.
+    ``precision_bits``, ``value_bound`` and ``noise_bits`` (default ``2p + 32``, as at the key holder) are the
+    agreed public parameters; a request that differs is refused. ``randomness`` is validated for symmetry
+    with the key holder but does not weaken the re-randomisation: the fresh ``Enc(0)`` multiplied into every
+    response always uses a uniform ``r^n`` (:data:`RERANDOMISATION`), because its job is to hide the
+    product's randomness from the key holder, who holds the factorisation.
     """
 
     def __init__(self, B: np.ndarray, *, precision_bits: int, value_bound: float = 1.0,
-                 randomness: str = "short-exponent", workers: int | None = None, progress: bool = False) -> None:
+                 noise_bits: int | None = None, randomness: str = "short-exponent", workers: int | None = None,
+                 progress: bool = False) -> None:
         warn_if_slow_backend()
         if randomness not in RANDOMNESS_MODES:
             raise ConfigurationError(f"randomness must be one of {RANDOMNESS_MODES}, got {randomness!r}")
         self.B = _as_matrix(B, "B")
         self.precision_bits = precision_bits
         self.value_bound = float(value_bound)
+        self.noise_bits = default_noise_bits(precision_bits) if noise_bits is None else noise_bits
         self.randomness = randomness
         self.workers = workers
         self.progress = progress
@@ -348,8 +353,10 @@ class ProductResponder:
     def respond(self, request: EncryptedBlock, noise: np.ndarray | None = None) -> tuple[MaskedResponse, np.ndarray]:
         """Step 2: return the masked, re-randomised response and the responder's share (``d_a x d_b`` ints)."""
         lay = request.layout
-        if (lay.precision_bits, lay.value_bound) != (self.precision_bits, self.value_bound):
-            raise ProtocolError("request precision_bits/value_bound differ from the agreed parameters")
+        if (lay.precision_bits, lay.value_bound, lay.noise_bits) != (
+            self.precision_bits, self.value_bound, self.noise_bits
+        ):
+            raise ProtocolError("request precision_bits/value_bound/noise_bits differ from the agreed parameters")
         if lay.n_rows != self.B.shape[0]:
             raise DataValidationError(f"request has {lay.n_rows} rows, the responder holds {self.B.shape[0]}")
         if request.session in self._answered:
@@ -476,7 +483,7 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
                               noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress,
                               on_decrypt=on_decrypt)
     responder = ProductResponder(X_resp, precision_bits=precision_bits, value_bound=value_bound,
-                                 randomness=randomness, workers=workers, progress=progress)
+                                 noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress)
     if precompute:
         holder.precompute_randomness()
     header, frames = holder.request().to_wire()
