@@ -198,3 +198,17 @@ def test_pairwise_secrets_agree_and_keys_are_fresh():
     sites, _ = _setup(2, 3)
     assert sites[0]._pair_keys[1] == sites[1]._pair_keys[0]
     assert sites[0].public_key() != SecAggSite(0, 2, 3).public_key()
+
+
+def test_overflow_message_does_not_quote_the_secret_input_and_string_ids_are_protocol_errors():
+    """capeFM's inputs are secret noise draws: an overflow error must not print them. Site ids arriving as
+    strings (JSON object keys) are refused with ProtocolError rather than a KeyError traceback."""
+    with pytest.raises(EncodingOverflowError) as info:
+        encode_fixed_point(np.array([0.0, 9876543.21]), 40, 3)  # limit ~2.8e6
+    assert "9876543" not in str(info.value) and "9.87654" not in str(info.value)
+    site, other = SecAggSite(0, 2, 1), SecAggSite(1, 2, 1)
+    with pytest.raises(ProtocolError, match="integers"):
+        site.receive_public_keys({"1": other.public_key()})
+    with pytest.raises(ProtocolError, match="mapping"):
+        site.receive_public_keys([other.public_key()])
+    site.receive_public_keys({np.int64(1): other.public_key()})  # numpy integer ids are fine

@@ -123,10 +123,9 @@ def encode_fixed_point(x: np.ndarray, precision_bits: int, n_sites: int) -> np.n
     scaled = np.rint(np.ldexp(arr, precision_bits))
     limit = _max_abs_encoded(n_sites)
     if scaled.size and int(np.max(np.abs(scaled))) > limit:  # exact: an integral double converts exactly
-        worst = float(np.max(np.abs(arr)))
         bound = limit / 2.0**precision_bits
-        raise EncodingOverflowError(
-            f"value {worst:.6g} exceeds the fixed-point range +-{bound:.6g} for {n_sites} sites at "
+        raise EncodingOverflowError(  # never quotes the (secret) input value
+            f"an entry exceeds the fixed-point range +-{bound:.6g} for {n_sites} sites at "
             f"{precision_bits} fractional bits"
         )
     return scaled.astype(np.int64).view(np.uint64)
@@ -210,8 +209,14 @@ class SecAggSite:
         """
         if self._pair_keys is not None:
             raise ProtocolError(f"site {self.site_id} already received the public keys of round {self.round_id}")
+        if not isinstance(public_keys, Mapping):
+            raise ProtocolError(f"site {self.site_id}: public keys must be a mapping site id -> value")
+        bad_ids = [k for k in public_keys if isinstance(k, bool) or not isinstance(k, (int, np.integer))]
+        if bad_ids:  # e.g. JSON object keys are strings: convert them explicitly before calling
+            raise ProtocolError(f"site {self.site_id}: site ids must be integers, got {bad_ids[:3]!r}")
+        public_keys = {int(k): v for k, v in public_keys.items()}
         expected = set(range(self.n_sites))
-        got = {int(k) for k in public_keys}
+        got = set(public_keys)
         missing = sorted(expected - {self.site_id} - got)
         unknown = sorted(got - expected)
         if missing:
