@@ -40,13 +40,21 @@ def test_uniform_below_handles_big_moduli():
     assert {uniform_below(rng, 3) for _ in range(100)} == {0, 1, 2}
 
 
-@pytest.mark.parametrize("gamma", [Fraction(1, 2), Fraction(5, 2)])
+@pytest.mark.parametrize("gamma", [Fraction(1, 2), Fraction(1), Fraction(2), Fraction(5, 2)])
 def test_bernoulli_exp_frequency(gamma):
+    """Fractional and integer gamma (the floor(gamma) loop of CKS Alg. 1 and its boundary gamma = 1)."""
     rng = np.random.default_rng(1)
     n = 6000
     hits = sum(bernoulli_exp(rng, gamma) for _ in range(n))
     p = math.exp(-float(gamma))
     assert abs(hits / n - p) < 4 * math.sqrt(p * (1 - p) / n)
+
+
+def test_bernoulli_exp_of_zero_is_always_one():
+    rng = np.random.default_rng(0)
+    assert all(bernoulli_exp(rng, Fraction(0)) for _ in range(200))
+    with pytest.raises(ValueError):
+        bernoulli_exp(rng, Fraction(-1, 3))
 
 
 def test_discrete_laplace_matches_its_pmf():
