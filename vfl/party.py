@@ -50,8 +50,8 @@ from vfl.transport import ClientTransport, CurveClientKeys
 __all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient", "wire_reason"]
 
 HEARTBEAT_SECONDS = 1.0
-# vfl.secure.fastmath keeps per-call state in a module global (its worker payload), so two parties in one
-# process (vfl.fit runs them as threads) must not run secure-product steps at the same time.
+# Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
+# only compete for the same cores, and it keeps the process-pool start-up simple.
 _SECURE_LOCK = threading.Lock()
 #: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
 #: these are sent to the coordinator verbatim (which forwards the reason to every other party in its ABORT)
@@ -419,8 +419,7 @@ class _Session:
         from vfl.secure.keys import public_key_from_bytes
         from vfl.secure.products import EncryptedBlock, ProductResponder
 
-        min_bits = 2048 if not self.allow_insecure else 512
-        pub = public_key_from_bytes(msg.blob(0), min_bits=min_bits)
+        pub = public_key_from_bytes(msg.blob(0), min_bits=self.key_bits)   # the plan's key size, no smaller
         request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
         B = self._matrix_for(block, self.index)
         shape = (request.n_cols, B.shape[1])
