@@ -227,6 +227,12 @@ def test_abort_publishes_nothing():
     assert result.aborted and result.coefficients is None and result.coef is None and result.r2 is None
     assert "no model is published" in result.abort_reason
     assert len(result.privacy.ledger) < 15
+    # regression: the reason quoted xi = gamma ||(I - P) v_in|| and ||v_out||, un-noised functions of the data;
+    # like the networked abort message it may name only the round and the party (the numbers stay in trace)
+    failed = next(t for t in result.trace if t["check_failed"])
+    for value in (failed["xi"], failed["norm_v_out"]):
+        assert f"{value:.6g}" not in result.abort_reason and f"{value:.3g}" not in result.abort_reason
+    assert "xi =" not in result.abort_reason and "||v_out|| =" not in result.abort_reason
     with pytest.raises(DPBCDAbort, match="aborted in round"):
         run_dp_bcd(blocks, y, epsilon=0.01, gamma=1.05, rounds=5, random_state=2, raise_on_abort=True)
 

@@ -450,7 +450,8 @@ class DPBCDPrivacyReport:
 class DPBCDResult:
     """Outcome of :func:`run_dp_bcd`. On abort ``coefficients`` and ``r2`` are None (nothing published).
 
-    ``trace`` holds per-step local diagnostics (xi, norms, attempts); it is not a publishable output.
+    ``abort_reason`` names only the round and the party. ``trace`` holds per-step local diagnostics
+    (xi, norms, attempts): un-noised functions of the data, never a publishable output.
     """
 
     status: str  # "completed" or "aborted"
@@ -531,9 +532,11 @@ def run_dp_bcd(
                           "norm_residual": step.norm_residual, "attempts": step.attempts,
                           "check_failed": step.check_failed})
             if step.aborted:
+                # Only the round and the party: xi and ||v_out|| are un-noised functions of the data and stay
+                # in ``trace`` (local diagnostics), as in the networked runtime's abort message.
                 abort_reason = (
-                    f"DP-BCD aborted in round {t} at party {i}: ||v_out|| = {step.norm_v_out:.6g} > "
-                    f"xi = {step.xi:.6g}; no model is published"
+                    f"DP-BCD aborted in round {t} at party {i}: the utility check ||v_out|| <= xi failed; "
+                    "no model is published"
                 )
                 break
             coefficients[i] += step.beta_tilde
