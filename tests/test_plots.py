@@ -144,6 +144,7 @@ def test_example_outputs_state_formal_dp_false_and_bounds_provenance(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert "formal_dp = false" in table and FORMAL_DP_REASON in table
     assert BOUNDS_PROVENANCE["forestfires"] in table and "Why DP-BCD numbers can differ" in table
+    assert "1 - 1.2^20 (1 - 0.0723) = -34.6" in table  # the utility bound with R*^2 of 5-round BCD
     assert round(results["bcd5_r2"], 13) == 0.0723196328281
     for name in ["r2_vs_epsilon.png"] + [f"coefficients_eps{e}.png" for e in results["by_epsilon"]]:
         assert png_size(tmp_path / name)[0] > 100
