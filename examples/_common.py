@@ -231,7 +231,8 @@ def write_figures(data: Dataset, results: dict, out: Path) -> None:
 
     eps_keys = list(results["by_epsilon"])
     series = {}
-    for method, label in (("dp-bcd", "DP-BCD (paper abort)"), ("dp-bcd-resample", "DP-BCD (resample)"),
+    for method, label in (("dp-bcd", "DP-BCD (paper abort; not formally DP)"),
+                          ("dp-bcd-resample", "DP-BCD (resample; not formally DP)"),
                           ("laplace-fm", "Laplace FM"), ("gaussian-fm", "Gaussian FM")):
         cells = [results["by_epsilon"][e][method] for e in eps_keys]
         series[label] = tuple([c[k] for c in cells] for k in ("r2_median", "r2_low", "r2_high"))
@@ -243,7 +244,7 @@ def write_figures(data: Dataset, results: dict, out: Path) -> None:
     for eps in eps_keys:
         row = results["by_epsilon"][eps]
         coef_series = {label: (row[m]["coef_mean"], row[m]["coef_low"], row[m]["coef_high"])
-                       for m, label in (("dp-bcd", "DP-BCD"), ("gaussian-fm", "Gaussian FM"))
+                       for m, label in (("dp-bcd", "DP-BCD (not formally DP)"), ("gaussian-fm", "Gaussian FM"))
                        if row[m]["coef_mean"]}
         plot_coefficient_intervals(out / f"coefficients_eps{eps}.png", data.feature_names,
                                    [party_of[f] for f in data.feature_names], results["ols_coef"], coef_series,
