@@ -177,3 +177,21 @@ def test_out_of_bounds_option_validated_even_when_data_in_bounds() -> None:
     with pytest.raises(DataValidationError, match="out_of_bounds"):
         vfl.LinearRegression(mechanism="none", bounds=(-3.0, 5.0), y_bounds=(-40.0, 40.0),
                              out_of_bounds="clamp").fit(X, y)
+
+
+def test_bounds_from_data_void_formal_dp_in_every_report():
+    """Spec pitfall 2: inferred bounds warn AND the report drops its formal guarantee."""
+    import warnings
+
+    from vfl.baselines import NoisyGradientDescent
+
+    rng = np.random.default_rng(3)
+    X, y = rng.uniform(-1, 1, (200, 3)), rng.uniform(-1, 1, 200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataBoundsWarning)
+        inferred = vfl.LinearRegression(mechanism="gaussian-fm", random_state=0).fit(X, y)
+        gd = NoisyGradientDescent(model="linear", steps=5, random_state=0).fit(X, y)
+    declared = vfl.LinearRegression(mechanism="gaussian-fm", bounds=(-1, 1), y_bounds=(-1, 1), random_state=0).fit(X, y)
+    assert not inferred.privacy_report_.formal_dp and not gd.privacy_report_.formal_dp
+    assert any("NOT differentially private" in n for n in inferred.privacy_report_.notes)
+    assert declared.privacy_report_.formal_dp

@@ -103,6 +103,7 @@ def test_bounds_from_data_warn_and_are_reported():
         model = fit([Party("a", blocks[0], y, label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
                     mechanism="gaussian-fm", epsilon=1.0, **FAST)
     assert any("party a's feature bounds were taken from its data" in n for n in model.privacy_report["notes"])
+    assert model.privacy_report["formal_dp"] is False
 
 
 def test_api_errors_are_specific():

@@ -65,6 +65,11 @@ class PrivacyReport:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def mark_data_dependent(self, what: str) -> None:
+        """Bounds taken from the private data (spec pitfall 2): no formal guarantee; say what leaked."""
+        self.formal_dp = False
+        self.notes.append(f"{what} were taken from the private data: NOT differentially private")
+
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), **kwargs)
 

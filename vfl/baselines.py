@@ -112,6 +112,14 @@ class _L2DomainEstimator:
             setattr(self, k, v)
         return self
 
+    def _flag_data_bounds(self) -> None:
+        """Bounds inferred from the data void the guarantee (spec pitfall 2): the report says so."""
+        if self.bounds_.from_data:
+            self.privacy_report_.mark_data_dependent("the feature bounds")
+        y_bounds = getattr(self, "y_bounds_", None)
+        if y_bounds is not None and y_bounds.from_data:
+            self.privacy_report_.mark_data_dependent("the label bounds")
+
     def _prepare(self, X, y, feature_names: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray]:
         if feature_names is None and hasattr(X, "columns"):
             feature_names = [str(c) for c in X.columns]
@@ -256,6 +264,7 @@ class NoisyGradientDescent(_L2DomainEstimator):
             extra={"steps": steps, "learning_rate": eta, "clip": self.clip, "epsilon_exact": eps_exact,
                    "epsilon_rdp": eps_rdp},
         )
+        self._flag_data_bounds()
         return self
 
 
@@ -341,4 +350,5 @@ class ObjectivePerturbation(_L2DomainEstimator):
                    "labels {0,1} mapped to {-1,+1} internally"],
             extra={"regularization": lam, "Delta_r": delta_r, "tol": self.tol},
         )
+        self._flag_data_bounds()
         return self

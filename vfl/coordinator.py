@@ -479,12 +479,14 @@ class Coordinator:
         for r in regs:
             if r.bounds_from_data:
                 notes.append(f"party {r.name}'s feature bounds were taken from its data: NOT differentially private")
+                report["formal_dp"] = False
         if any(r.get("seeded") for r in ready.values()):
             report["seeded"] = True
         label_info = ready.get(L, {})
         label_bounds = self._label_bounds(regs[L], label_info) if s.model == "linear" else None
         if label_info.get("label_bounds_from_data"):
             notes.append("the label bounds were taken from the data: NOT differentially private")
+            report["formal_dp"] = False
         scale = (1.0 / math.sqrt(plan.n_features)) if mech.domain == "l2" else 1.0
         columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner, intercept=(i == icpt))
                    for i, r in enumerate(regs)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import http.client
 import io
 import math
 import os
@@ -161,7 +162,7 @@ def _download(spec: DataFileSpec, urls: Sequence[str], opener: Opener) -> bytes:
     for url in urls:
         try:
             payload = opener(url)
-        except OSError as exc:  # URLError is an OSError
+        except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError; a broken reply is not
             failures.append(f"{url}: {exc}")
             continue
         if url.endswith(".zip"):

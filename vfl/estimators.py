@@ -123,6 +123,11 @@ class _FMRegression:
         self.solve_result_ = result
         self.coef_unit_ = result.w
         self.privacy_report_ = mech.privacy_report()
+        if self.bounds_.from_data:
+            self.privacy_report_.mark_data_dependent("the feature bounds")
+        y_bounds = getattr(self, "y_bounds_", None)
+        if y_bounds is not None and y_bounds.from_data:
+            self.privacy_report_.mark_data_dependent("the label bounds")
         self.n_features_in_ = X.shape[1]
         w_x = result.w[: X.shape[1]]
         coef, icpt = from_unit_interval_coefficients(w_x, self.bounds_, col_scale)
