@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from vfl.dissection import Block, DissectionPlan
+from vfl.domain import fixed_point_shrink
 from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
@@ -487,7 +488,9 @@ class Coordinator:
         if label_info.get("label_bounds_from_data"):
             notes.append("the label bounds were taken from the data: NOT differentially private")
             report["formal_dp"] = False
-        scale = (1.0 / math.sqrt(plan.n_features)) if mech.domain == "l2" else 1.0
+        # the parties' prepared columns: u(x)/sqrt(d), shrunk by c so the 2^-p rounding keeps ||x|| <= 1
+        scale = (fixed_point_shrink(plan.n_features, p_bits) / math.sqrt(plan.n_features)
+                 if mech.domain == "l2" else 1.0)
         columns = [PartyColumns(r.name, r.features, r.bounds, scale, r.label_owner, intercept=(i == icpt))
                    for i, r in enumerate(regs)]
         model = FittedModel(s.model, s.mechanism, columns, sol.w, label_bounds, report, n,

@@ -37,6 +37,8 @@ __all__ = [
     "prepare_party_block",
     "prepare_labels",
     "validate_domain",
+    "fixed_point_shrink",
+    "quantize",
 ]
 
 
@@ -209,3 +211,15 @@ def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] |
         return y, None
     yb = resolve_bounds(None if y_bounds is None else [tuple(y_bounds)], y[:, None], what="label")
     return to_unit_interval(y[:, None], yb, out_of_bounds=out_of_bounds, feature_names=["label"])[:, 0], yb
+
+
+def fixed_point_shrink(n_features_total: int, precision_bits: int) -> float:
+    """c = 1 - sqrt(d) 2^-(p+1): scaling prepared rows by c before rounding every value to the 2^-p grid keeps
+    ||q(c x)|| <= c + sqrt(d) 2^-(p+1) = 1, so the D2 sensitivities hold for the quantized data exactly."""
+    return 1.0 - float(np.sqrt(n_features_total)) * 2.0 ** (-(precision_bits + 1))
+
+
+def quantize(values: np.ndarray, precision_bits: int) -> np.ndarray:
+    """Round every value to the public fixed-point grid 2^-p (values in [-1, 1] stay in [-1, 1])."""
+    scale = 2.0**precision_bits
+    return np.rint(np.asarray(values, dtype=float) * scale) / scale

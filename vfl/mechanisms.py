@@ -95,6 +95,12 @@ class Mechanism:
         return 0.0
 
     @property
+    def diagonal_layout(self) -> str:
+        """How a diagonal M block is noised: ``"iso"`` = (E + E^T)/2 with E i.i.d. of :meth:`diagonal_noise`;
+        ``"vech"`` = i.i.d. draws on a <= b mirrored (spec §0.4, §2.4)."""
+        return "vech"
+
+    @property
     def lambda_floor(self) -> float:
         """Default public eigenvalue floor sigma_M sqrt(d) (spec §2.5); 0 without noise."""
         return self.diagonal_std * math.sqrt(self.plan.n_features)
@@ -248,6 +254,10 @@ class GaussianFM(Mechanism):
     def diagonal_std(self) -> float:
         return self.taus["M"]
 
+    @property
+    def diagonal_layout(self) -> str:
+        return "iso" if self.sym == "iso" else "vech"
+
     def true_mu(self) -> float:
         return gaussian_mu_of_blocks(self.sens, self.taus)
 
@@ -302,6 +312,10 @@ class RelaxedFM(Mechanism):
     @property
     def diagonal_std(self) -> float:
         return self.tau
+
+    @property
+    def diagonal_layout(self) -> str:
+        return "iso"
 
     def privacy_report(self) -> PrivacyReport:
         return PrivacyReport(

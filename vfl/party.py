@@ -33,7 +33,15 @@ from typing import Any
 import numpy as np
 
 from vfl.dissection import Block, DissectionPlan
-from vfl.domain import ColumnBounds, prepare_labels, prepare_party_block, resolve_bounds, to_unit_interval
+from vfl.domain import (
+    ColumnBounds,
+    fixed_point_shrink,
+    prepare_labels,
+    prepare_party_block,
+    quantize,
+    resolve_bounds,
+    to_unit_interval,
+)
 from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
@@ -42,6 +50,7 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
+from vfl.mechanisms import NoiseSpec
 from vfl.messages import IntArray, Message, MessageType, validate_name
 from vfl.modelio import FittedModel
 from vfl.rng import RandomState, make_rng, spawn
@@ -134,6 +143,29 @@ class LocalData:
     @property
     def n_rows(self) -> int:
         return int(self.X.shape[0])
+
+
+def exact_integer_gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A^T B for int64 matrices, exactly, as Python ints (object array).
+
+    Each matrix is split into two base-2^h digits so every partial product sum fits in int64; for inputs too
+    large even for that, an object-dtype product is used.
+    """
+    A = np.asarray(A, dtype=np.int64)
+    B = np.asarray(B, dtype=np.int64)
+    n = max(A.shape[0], 1)
+    bits = int(max(int(np.abs(A).max(initial=0)), int(np.abs(B).max(initial=0)), 1)).bit_length()
+    h = (bits + 1) // 2
+    if 2 * h + n.bit_length() > 60:   # margin: |hi digit| <= 2^h + 1 and the middle term sums two products
+        return A.astype(object).T @ B.astype(object)
+    base = 1 << h
+    a_hi, a_lo = np.divmod(A, base)
+    b_hi, b_lo = np.divmod(B, base)
+    parts = [(a_hi.T @ b_hi, base * base), (a_hi.T @ b_lo + a_lo.T @ b_hi, base), (a_lo.T @ b_lo, 1)]
+    out = np.zeros((A.shape[1], B.shape[1]), dtype=object)
+    for mat, weight in parts:
+        out = out + mat.astype(object) * weight
+    return out
 
 
 def to_fixed_point(values: np.ndarray, precision_bits: int) -> np.ndarray:
@@ -353,31 +385,74 @@ class _Session:
             # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
             constant = 1.0 / np.sqrt(total) if self.domain == "l2" else 1.0
             self.Xp = np.hstack([self.Xp, np.full((self.n, 1), constant)])
+        # Every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
+        # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; spec pitfall 1).
+        p = self.precision_bits
+        if self.domain == "l2":
+            self.Xp = self.Xp * fixed_point_shrink(total, p)
+        self.Xp = quantize(self.Xp, p)
         out: list[Message] = []
         if me == self.plan.label_owner:
             assert d.y is not None
-            self.yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
+            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
+            self.yp = quantize(yp, p)
             if yb is not None:
                 self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
                 ready["label_bounds"] = list(self.label_bounds)
                 ready["label_bounds_from_data"] = bool(yb.from_data)
         out.append(Message(MessageType.READY, ready))
         for block in self.plan.single_party_blocks(me):
-            value = self._single_value(block) + self.node_noise(block)
+            value = self._single_value(block)
             out.append(Message(MessageType.BLOCK, {"block": block.name}, [np.asarray(value, dtype=float)]))
         for block in self.plan.cross_blocks():
             if block.encryptor == me:
                 out.append(self._request(block))
         return out
 
-    def node_noise(self, block: Block) -> np.ndarray:
-        return np.asarray(self.mech.block_noise(block, self.block_rngs[block.name]), dtype=float).reshape(block.shape)
+    def _integer_noise(self, spec: NoiseSpec, shape: tuple[int, ...], block: Block) -> np.ndarray:
+        """Exact discrete noise (Canonne, Kamath & Steinke 2020) in raw fixed-point units 2^-2p of ``block``."""
+        from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
+
+        s = abs(self.plan.scale(block, self.n))
+        rng = self.block_rngs[block.name]
+        if spec.kind == "gaussian" and spec.scale > 0:
+            return discrete_gaussian_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
+        if spec.kind == "laplace" and spec.scale > 0:
+            return discrete_laplace_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
+        return np.zeros(shape, dtype=object)
 
     def _single_value(self, block: Block) -> np.ndarray:
-        parts = [self.Xp if k == self.index else np.zeros((self.n, c))
-                 for k, c in enumerate(self.plan.feature_counts)]
-        y = self.yp if self.yp is not None else np.zeros(self.n)
-        return np.asarray(self.plan.block_value(block, parts, y), dtype=float).reshape(block.shape)
+        """A single-party block released exactly: integer statistic of the quantized data + integer noise.
+
+        ``coef = scale * (raw + noise) 2^-2p`` with the block's noise layout (iso: (E + E^T)/2, kept exact
+        by working in half units; vech: upper triangle mirrored). The float conversion is post-processing.
+        """
+        p = self.precision_bits
+        X_int = np.rint(self.Xp * 2.0**p).astype(np.int64)
+        y_int = None if self.yp is None else np.rint(self.yp * 2.0**p).astype(np.int64).reshape(-1, 1)
+        if block.kind == "beta":
+            raw = exact_integer_gram(y_int, y_int).reshape(())
+        elif block.kind == "alpha":
+            raw = exact_integer_gram(X_int, y_int).reshape(-1)
+            if self.plan.model == "logistic":   # offset (1/(2N)) sum_i x_i in raw units: -sum_i x_int 2^(p-1)
+                raw = raw - np.array([int(v) for v in X_int.sum(axis=0)], dtype=object) * 2 ** (p - 1)
+        else:
+            raw = exact_integer_gram(X_int, X_int)
+        halves = 1
+        if block.kind == "M" and self.mech.diagonal_layout == "iso":
+            E = self._integer_noise(self.mech.diagonal_noise(block), block.shape, block)
+            noisy, halves = 2 * raw + E + E.T, 2
+        elif block.kind == "M":
+            d = block.shape[0]
+            U = np.zeros(block.shape, dtype=object)
+            iu = np.triu_indices(d)
+            U[iu] = self._integer_noise(self.mech.diagonal_noise(block), (iu[0].size,), block)
+            noisy = raw + U + np.triu(U, 1).T
+        else:
+            noisy = raw + self._integer_noise(self.mech.entry_noise(block), block.shape, block)
+        denominator = float(halves) * 2.0 ** (2 * p)
+        out = np.array([float(int(v)) for v in np.asarray(noisy, dtype=object).reshape(-1)])
+        return (self.plan.scale(block, self.n) * out / denominator).reshape(block.shape)
 
     def _matrix_for(self, block: Block, party: int) -> np.ndarray:
         """This party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
