@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vfl.domain import fixed_point_shrink, quantize
-from vfl.party import exact_integer_gram
+from vfl.fixed_point import exact_integer_gram
 
 
 @pytest.mark.parametrize("bits,n", [(24, 2000), (33, 5000), (48, 300), (60, 4)])

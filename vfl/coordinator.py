@@ -459,7 +459,7 @@ class Coordinator:
                         raw = np.array([np.inf])
                     if not np.all(np.isfinite(raw)):
                         raise ProtocolError(f"the shares of {block.name} do not add up to finite numbers")
-                    from vfl.party import orient
+                    from vfl.fixed_point import orient
 
                     values[block.name] = plan.scale(block, n) * orient(block, raw)
                     self.log(f"  block {block.name} complete")

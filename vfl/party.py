@@ -35,10 +35,8 @@ import numpy as np
 from vfl.dissection import Block, DissectionPlan
 from vfl.domain import (
     ColumnBounds,
-    fixed_point_shrink,
     prepare_labels,
     prepare_party_block,
-    quantize,
     resolve_bounds,
     to_unit_interval,
 )
@@ -50,10 +48,18 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
-from vfl.mechanisms import NoiseSpec
+from vfl.fixed_point import (
+    block_generators,
+    cross_block_noise,
+    cross_block_offset,
+    orient,
+    prepare_fixed_point,
+    single_party_block,
+    to_fixed_point,
+)
 from vfl.messages import IntArray, Message, MessageType, validate_name
 from vfl.modelio import FittedModel
-from vfl.rng import RandomState, make_rng, spawn
+from vfl.rng import RandomState, make_rng
 from vfl.transport import ClientTransport, CurveClientKeys
 
 __all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient", "wire_reason"]
@@ -143,45 +149,6 @@ class LocalData:
     @property
     def n_rows(self) -> int:
         return int(self.X.shape[0])
-
-
-def exact_integer_gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A^T B for int64 matrices, exactly, as Python ints (object array).
-
-    Each matrix is split into two base-2^h digits so every partial product sum fits in int64; for inputs too
-    large even for that, an object-dtype product is used.
-    """
-    A = np.asarray(A, dtype=np.int64)
-    B = np.asarray(B, dtype=np.int64)
-    n = max(A.shape[0], 1)
-    bits = int(max(int(np.abs(A).max(initial=0)), int(np.abs(B).max(initial=0)), 1)).bit_length()
-    h = (bits + 1) // 2
-    if 2 * h + n.bit_length() > 60:   # margin: |hi digit| <= 2^h + 1 and the middle term sums two products
-        return A.astype(object).T @ B.astype(object)
-    base = 1 << h
-    a_hi, a_lo = np.divmod(A, base)
-    b_hi, b_lo = np.divmod(B, base)
-    parts = [(a_hi.T @ b_hi, base * base), (a_hi.T @ b_lo + a_lo.T @ b_hi, base), (a_lo.T @ b_lo, 1)]
-    out = np.zeros((A.shape[1], B.shape[1]), dtype=object)
-    for mat, weight in parts:
-        out = out + mat.astype(object) * weight
-    return out
-
-
-def to_fixed_point(values: np.ndarray, precision_bits: int) -> np.ndarray:
-    """round(values * 2^(2p)) as an object array of Python ints (the fixed-point units of secure shares)."""
-    scale = 2 ** (2 * precision_bits)
-    out = np.empty(np.shape(values), dtype=object)
-    for idx, v in np.ndenumerate(np.asarray(values, dtype=float)):
-        out[idx] = int(round(float(v) * scale))
-    return out
-
-
-def orient(block: Block, product: np.ndarray) -> np.ndarray:
-    """Map a secure product ``A_enc^T B_resp`` (shape d_enc x d_resp) to the block's own shape."""
-    k = block.parties[0]
-    arr = product if block.encryptor == k else product.T
-    return arr.reshape(block.shape)
 
 
 def product_sides(block: Block, plan: DissectionPlan) -> tuple[int, int]:
@@ -360,8 +327,7 @@ class _Session:
         self.names = names
         # one independent generator per block (in plan order): the noise does not depend on the order in which
         # requests from different parties arrive, and no draw is ever reused across blocks
-        self.block_rngs = dict(zip([b.name for b in self.plan.blocks], spawn(node.rng, len(self.plan.blocks)),
-                                   strict=True))
+        self.block_rngs = block_generators(node.rng, self.plan)
         self.encryptors: dict[str, Any] = {}
         self.handled: set[tuple[str, MessageType]] = set()
         self.keypair: tuple | None = None
@@ -388,14 +354,12 @@ class _Session:
         # Every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
         # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; spec pitfall 1).
         p = self.precision_bits
-        if self.domain == "l2":
-            self.Xp = self.Xp * fixed_point_shrink(total, p)
-        self.Xp = quantize(self.Xp, p)
+        self.Xp = prepare_fixed_point(self.Xp, precision_bits=p, domain=self.domain, n_features_total=total)
         out: list[Message] = []
         if me == self.plan.label_owner:
             assert d.y is not None
             yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
-            self.yp = quantize(yp, p)
+            self.yp = prepare_fixed_point(yp, precision_bits=p, domain="linf", n_features_total=total)
             if yb is not None:
                 self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
                 ready["label_bounds"] = list(self.label_bounds)
@@ -409,50 +373,10 @@ class _Session:
                 out.append(self._request(block))
         return out
 
-    def _integer_noise(self, spec: NoiseSpec, shape: tuple[int, ...], block: Block) -> np.ndarray:
-        """Exact discrete noise (Canonne, Kamath & Steinke 2020) in raw fixed-point units 2^-2p of ``block``."""
-        from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
-
-        s = abs(self.plan.scale(block, self.n))
-        rng = self.block_rngs[block.name]
-        if spec.kind == "gaussian" and spec.scale > 0:
-            return discrete_gaussian_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
-        if spec.kind == "laplace" and spec.scale > 0:
-            return discrete_laplace_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
-        return np.zeros(shape, dtype=object)
-
     def _single_value(self, block: Block) -> np.ndarray:
-        """A single-party block released exactly: integer statistic of the quantized data + integer noise.
-
-        ``coef = scale * (raw + noise) 2^-2p`` with the block's noise layout (iso: (E + E^T)/2, kept exact
-        by working in half units; vech: upper triangle mirrored). The float conversion is post-processing.
-        """
-        p = self.precision_bits
-        X_int = np.rint(self.Xp * 2.0**p).astype(np.int64)
-        y_int = None if self.yp is None else np.rint(self.yp * 2.0**p).astype(np.int64).reshape(-1, 1)
-        if block.kind == "beta":
-            raw = exact_integer_gram(y_int, y_int).reshape(())
-        elif block.kind == "alpha":
-            raw = exact_integer_gram(X_int, y_int).reshape(-1)
-            if self.plan.model == "logistic":   # offset (1/(2N)) sum_i x_i in raw units: -sum_i x_int 2^(p-1)
-                raw = raw - np.array([int(v) for v in X_int.sum(axis=0)], dtype=object) * 2 ** (p - 1)
-        else:
-            raw = exact_integer_gram(X_int, X_int)
-        halves = 1
-        if block.kind == "M" and self.mech.diagonal_layout == "iso":
-            E = self._integer_noise(self.mech.diagonal_noise(block), block.shape, block)
-            noisy, halves = 2 * raw + E + E.T, 2
-        elif block.kind == "M":
-            d = block.shape[0]
-            U = np.zeros(block.shape, dtype=object)
-            iu = np.triu_indices(d)
-            U[iu] = self._integer_noise(self.mech.diagonal_noise(block), (iu[0].size,), block)
-            noisy = raw + U + np.triu(U, 1).T
-        else:
-            noisy = raw + self._integer_noise(self.mech.entry_noise(block), block.shape, block)
-        denominator = float(halves) * 2.0 ** (2 * p)
-        out = np.array([float(int(v)) for v in np.asarray(noisy, dtype=object).reshape(-1)])
-        return (self.plan.scale(block, self.n) * out / denominator).reshape(block.shape)
+        """A single-party block: exact integer statistic + exact discrete noise (:mod:`vfl.fixed_point`)."""
+        return single_party_block(self.plan, self.mech, block, self.Xp, self.yp, n_samples=self.n,
+                                  precision_bits=self.precision_bits, rng=self.block_rngs[block.name])
 
     def _matrix_for(self, block: Block, party: int) -> np.ndarray:
         """This party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
@@ -480,17 +404,10 @@ class _Session:
 
     def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
         """This party's local offset of the block in raw fixed-point units, oriented like the product."""
-        if block.parties[0] != self.index:
-            return np.zeros(shape, dtype=object)
-        off = np.asarray(self.plan.local_offset(block, self.Xp, self.n), dtype=float)
-        if not np.any(off):
-            return np.zeros(shape, dtype=object)
-        raw = off / self.plan.scale(block, self.n)
-        oriented = raw.reshape(-1, 1) if block.encryptor == self.index else raw.reshape(1, -1)
-        return to_fixed_point(oriented.reshape(shape), self.precision_bits)
+        return cross_block_offset(self.plan, block, self.index, self.Xp, shape, n_samples=self.n,
+                                  precision_bits=self.precision_bits)
 
     def respond(self, block: Block, msg: Message) -> list[Message]:
-        from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
         from vfl.secure.keys import public_key_from_bytes
         from vfl.secure.products import EncryptedBlock, ProductResponder
 
@@ -498,15 +415,8 @@ class _Session:
         request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
         B = self._matrix_for(block, self.index)
         shape = (request.n_cols, B.shape[1])
-        spec = self.mech.entry_noise(block)
-        s = abs(self.plan.scale(block, self.n))
-        rng = self.block_rngs[block.name]
-        if spec.kind == "gaussian" and spec.scale > 0:
-            noise = discrete_gaussian_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
-        elif spec.kind == "laplace" and spec.scale > 0:
-            noise = discrete_laplace_array(spec.scale / s, shape, rng, scale_bits=2 * self.precision_bits)
-        else:
-            noise = np.zeros(shape, dtype=object)
+        noise = cross_block_noise(self.plan, self.mech, block, shape, n_samples=self.n,
+                                  precision_bits=self.precision_bits, rng=self.block_rngs[block.name])
         responder = ProductResponder(B, precision_bits=self.precision_bits, randomness=self.randomness,
                                      progress=self.node.progress,
                                      workers=self.node.workers)
