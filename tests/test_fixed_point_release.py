@@ -33,3 +33,48 @@ def test_shrink_then_round_keeps_rows_in_the_unit_ball(d, p, seed):
     c = fixed_point_shrink(d, p)
     for row in (x, nudged):
         assert np.linalg.norm(quantize(c * row, p)) <= 1.0 + 1e-15
+
+
+def test_cross_block_logistic_offset_is_exact_integer_arithmetic():
+    """The logistic alpha offset (1/(2N)) sum_i x_i folded into a cross block's share must be exactly
+    -sum_i x_int 2^(p-1) raw units. It used to go through floats ((sum x / 2N) / scale * 2^2p), which is off by
+    up to 2^24 raw units once n 2^(2p) passes 2^53 (p = 32, n ~ 1e5): a data-dependent rounding error in the
+    release, which the fixed-point path is meant to rule out."""
+    from vfl.dissection import DissectionPlan
+    from vfl.fixed_point import cross_block_offset
+
+    plan = DissectionPlan([1, 1], 0, model="logistic")
+    block = plan.block("alpha[1]")
+    rng = np.random.default_rng(0)
+    wrong_before = 0
+    cases = [(32, 100726), (24, 100885), (32, 16082), (32, 67225)]
+    cases += [(32, int(v)) for v in rng.integers(10**4, 10**5, 12)]
+    for p, n in cases:
+        s_int = int(rng.integers(-(n * 2**p) // 3, (n * 2**p) // 3))
+        q, r = divmod(abs(s_int), n)
+        X = np.full((n, 1), q / 2.0**p)
+        X[:r, 0] += 1 / 2.0**p
+        X *= 1 if s_int >= 0 else -1
+        assert int(np.rint(X * 2.0**p).astype(np.int64).astype(object).sum()) == s_int
+        exact = -s_int * 2 ** (p - 1)
+        got = cross_block_offset(plan, block, 1, X, (1, 1), n_samples=n, precision_bits=p)
+        assert int(got[0, 0]) == exact
+        old = int(round(float(X.sum(axis=0)[0] / (2.0 * n) / plan.scale(block, n)) * 2.0 ** (2 * p)))
+        wrong_before += old != exact
+    assert wrong_before > 0   # the cases do exercise the float error of the old computation
+
+
+def test_logistic_single_party_alpha_offset_does_not_overflow_int64():
+    """p = 52 and n = 4096: sum_i x_int reaches n 2^52 > 2^63, which wrapped around in int64."""
+    from vfl.dissection import DissectionPlan
+    from vfl.fixed_point import single_party_block
+    from vfl.mechanisms import make_mechanism
+
+    p, n = 52, 4096
+    plan = DissectionPlan([1, 1], 0, model="logistic")
+    block = plan.block("alpha[0]")
+    X = np.ones((n, 1))
+    y = np.zeros(n)
+    got = single_party_block(plan, make_mechanism("none", plan=plan, n_samples=n), block, X, y, n_samples=n,
+                             precision_bits=p, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(got, [0.5], rtol=1e-15)   # alpha = (1/N) sum (1/2 - y) x = 1/2

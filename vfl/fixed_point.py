@@ -24,7 +24,8 @@ from vfl.rng import spawn
 from vfl.secure.encoding import decode_products
 
 __all__ = ["exact_integer_gram", "to_fixed_point", "orient", "prepare_fixed_point", "integer_noise",
-           "single_party_block", "cross_block_noise", "cross_block_offset", "block_generators", "simulate_release"]
+           "single_party_block", "logistic_offset_raw", "cross_block_noise", "cross_block_offset", "block_generators",
+           "simulate_release"]
 
 
 def exact_integer_gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -79,6 +80,20 @@ def _ints(values: np.ndarray, precision_bits: int) -> np.ndarray:
     return np.rint(np.asarray(values, dtype=float) * 2.0**precision_bits).astype(np.int64)
 
 
+def logistic_offset_raw(plan: DissectionPlan, block: Block, X_int: np.ndarray, precision_bits: int) -> np.ndarray:
+    """The logistic alpha offset (1/(2N)) sum_i x_i (spec §1.1) in the block's raw units 2^-2p, exactly.
+
+    With ``coef = scale * raw 2^-2p`` and scale = -1/N the offset is ``-sum_i x_int 2^(p-1)`` for the integer
+    grid values ``x_int = x 2^p``; it is computed in Python integers, so it never picks up the float rounding
+    of ``(sum x / 2N) / scale * 2^2p`` (which is not exact once n 2^(2p) exceeds 2^53). Zero for other blocks.
+    """
+    if block.kind != "alpha" or plan.model != "logistic":
+        return np.zeros(np.shape(X_int)[1:], dtype=object)
+    assert plan.scale(block, 1) == -1.0, "the raw-unit offset below assumes scale = -1/N"
+    sums = np.asarray(X_int, dtype=np.int64).astype(object).sum(axis=0)
+    return np.array([-int(v) * 2 ** (precision_bits - 1) for v in sums], dtype=object)   # p >= 1 (validated)
+
+
 def integer_noise(spec: NoiseSpec, shape: tuple[int, ...], *, block_scale: float, precision_bits: int,
                   rng: np.random.Generator) -> np.ndarray:
     """Exact discrete noise in a block's raw units 2^-2p: coefficient noise ``spec`` divided by |scale|."""
@@ -107,8 +122,7 @@ def single_party_block(plan: DissectionPlan, mech: Mechanism, block: Block, X_q:
         raw = exact_integer_gram(y_int, y_int).reshape(())
     elif block.kind == "alpha":
         raw = exact_integer_gram(X_int, y_int).reshape(-1)
-        if plan.model == "logistic":   # offset (1/(2N)) sum_i x_i in raw units: -sum_i x_int 2^(p-1)
-            raw = raw - np.array([int(v) for v in X_int.sum(axis=0)], dtype=object) * 2 ** (p - 1)
+        raw = raw + logistic_offset_raw(plan, block, X_int, p)
     else:
         raw = exact_integer_gram(X_int, X_int)
 
@@ -140,14 +154,11 @@ def cross_block_noise(plan: DissectionPlan, mech: Mechanism, block: Block, shape
 def cross_block_offset(plan: DissectionPlan, block: Block, party: int, X_q: np.ndarray, shape: tuple[int, int], *,
                        n_samples: int, precision_bits: int) -> np.ndarray:
     """``party``'s local offset of a cross block (logistic alpha: (1/(2N)) sum_i x_i), folded into its share."""
-    if block.parties[0] != party:
+    if block.parties[0] != party or block.kind != "alpha" or plan.model != "logistic":
         return np.zeros(shape, dtype=object)
-    off = np.asarray(plan.local_offset(block, X_q, n_samples), dtype=float)
-    if not np.any(off):
-        return np.zeros(shape, dtype=object)
-    raw = off / plan.scale(block, n_samples)
+    raw = logistic_offset_raw(plan, block, _ints(X_q, precision_bits), precision_bits)
     oriented = raw.reshape(-1, 1) if block.encryptor == party else raw.reshape(1, -1)
-    return to_fixed_point(oriented.reshape(shape), precision_bits)
+    return oriented.reshape(shape)
 
 
 def block_generators(party_rng: np.random.Generator, plan: DissectionPlan) -> dict[str, np.random.Generator]:
