@@ -78,3 +78,30 @@ def test_logistic_single_party_alpha_offset_does_not_overflow_int64():
     got = single_party_block(plan, make_mechanism("none", plan=plan, n_samples=n), block, X, y, n_samples=n,
                              precision_bits=p, rng=np.random.default_rng(0))
     np.testing.assert_allclose(got, [0.5], rtol=1e-15)   # alpha = (1/N) sum (1/2 - y) x = 1/2
+
+
+@pytest.mark.parametrize("p", [16, 24, 32, 44, 48, 52])
+def test_quantized_rows_are_in_the_unit_ball_in_exact_integer_arithmetic(p):
+    """sum_j k_j^2 <= 2^(2p) for the grid integers k_j of every prepared row (corners of the cube, the
+    intercept column, random rows), through the parties' own preparation. Without a margin for the float
+    rounding of u/sqrt(d) and c*x, c = 1 - sqrt(d) 2^-(p+1) let the corner row of d = 37 leave the ball at p = 52."""
+    from vfl.domain import prepare_party_block, resolve_bounds
+    from vfl.fixed_point import prepare_fixed_point
+
+    rng = np.random.default_rng(p)
+    for d in [*range(1, 41), 64, 100, 257]:
+        rows = [np.ones(d), rng.choice([-1.0, 1.0], d), *(rng.uniform(-1, 1, (5, d)))]
+        U = np.array(rows)
+        P, _ = prepare_party_block(U, bounds=resolve_bounds((-1, 1), U), domain="l2", n_features_total=d + 1)
+        P = np.hstack([P, np.full((len(rows), 1), 1 / np.sqrt(d + 1))])   # the intercept column
+        Q = prepare_fixed_point(P, precision_bits=p, domain="l2", n_features_total=d + 1)
+        K = np.rint(Q * 2.0**p).astype(np.int64).astype(object)
+        assert (K * K).sum(axis=1).max() <= 2 ** (2 * p)
+
+
+def test_a_grid_too_coarse_for_d_is_refused():
+    from vfl.exceptions import ConfigurationError
+
+    assert 0 < fixed_point_shrink(15, 1) < 1
+    with pytest.raises(ConfigurationError, match="too coarse"):
+        fixed_point_shrink(16, 1)   # c = 1 - 4/4 = 0 would erase the data (and c < 0 breaks ||x|| <= 1)

@@ -410,6 +410,8 @@ class Coordinator:
         mech = make_mechanism(s.mechanism, plan=plan, n_samples=n, epsilon=s.epsilon, delta=s.delta,
                               domain=s.domain, party_names=names, **opts)
         p_bits = s.precision_bits or DEFAULT_PRECISION_BITS
+        if mech.domain == "l2":
+            fixed_point_shrink(plan.n_features, p_bits)   # refuses a grid too coarse for d before any party works
         params = {"epsilon": s.epsilon, "delta": s.delta, "precision_bits": p_bits, "key_bits": s.key_bits,
                   "allow_insecure_keys": s.allow_insecure_keys, "domain": mech.domain, "mechanism_options": opts,
                   "randomness": s.randomness}

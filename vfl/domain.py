@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from vfl.exceptions import DataBoundsWarning, DataValidationError
+from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError
 
 Domain = Literal["linf", "l2"]
 BoundsLike = None | tuple[float, float] | Sequence[tuple[float, float]] | Mapping[str, tuple[float, float]]
@@ -213,10 +213,21 @@ def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] |
     return to_unit_interval(y[:, None], yb, out_of_bounds=out_of_bounds, feature_names=["label"])[:, 0], yb
 
 
+FLOAT_MARGIN = 2.0**-48   # absorbs the float rounding of u/sqrt(d) and c*x (relative error <= 2^-50 per value)
+
+
 def fixed_point_shrink(n_features_total: int, precision_bits: int) -> float:
-    """c = 1 - sqrt(d) 2^-(p+1): scaling prepared rows by c before rounding every value to the 2^-p grid keeps
-    ||q(c x)|| <= c + sqrt(d) 2^-(p+1) = 1, so the D2 sensitivities hold for the quantized data exactly."""
-    return 1.0 - float(np.sqrt(n_features_total)) * 2.0 ** (-(precision_bits + 1))
+    """c = 1 - sqrt(d) 2^-(p+1) - 2^-48: scaling prepared rows by c before rounding every value to the 2^-p grid
+    keeps ||q(c x)|| <= c ||x|| (1 + 2^-50) + sqrt(d) 2^-(p+1) <= 1, so the D2 sensitivities hold for the
+    quantized data exactly, float rounding of the prepared values included (the margin matters for p >~ 45).
+
+    Raises :class:`ConfigurationError` when the grid is too coarse for d (c <= 0, i.e. sqrt(d) >= 2^(p+1)).
+    """
+    c = 1.0 - float(np.sqrt(n_features_total)) * 2.0 ** (-(precision_bits + 1)) - FLOAT_MARGIN
+    if not c > 0.0:
+        raise ConfigurationError(f"precision_bits={precision_bits} is too coarse for {n_features_total} features in "
+                                 "the l2 domain (needs sqrt(d) < 2^(p+1)); use more precision bits")
+    return c
 
 
 def quantize(values: np.ndarray, precision_bits: int) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The networked FM release on the public fixed-point grid, as pure numeric code (no sockets, no keys).
 
 Every party rounds its prepared values to the grid 2^-p that the secure products use (l2 domain: after
-the public shrink c = 1 - sqrt(d) 2^-(p+1), so rounded rows keep ||x|| <= 1). Each released block is then
+the public shrink c = 1 - sqrt(d) 2^-(p+1) - 2^-48 of :func:`vfl.domain.fixed_point_shrink`, so rounded rows
+keep ||x|| <= 1). Each released block is then
 ``coef = scale * (raw + noise) 2^-2p`` with ``raw`` an exact integer statistic and ``noise`` exact
 discrete Gaussian/Laplace noise (Canonne, Kamath & Steinke 2020): single-party blocks by their owner,
 cross blocks inside the ciphertext by the responder (vfl.secure). The float conversion is post-processing,
