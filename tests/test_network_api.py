@@ -170,8 +170,9 @@ def test_release_depends_on_the_data_only_through_its_fixed_point_statistics(mec
     assert np.array_equal(w0, w1)
 
 
-@pytest.mark.parametrize("model_name,mechanism", [("linear", "gaussian-fm"), ("logistic", "laplace-fm")])
-def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism):
+@pytest.mark.parametrize("model_name,mechanism,options", [("linear", "gaussian-fm", {}), ("logistic", "laplace-fm", {}),
+                                                           ("logistic", "gaussian-fm", {"sym": "mirror"})])
+def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options):
     """Spec §1 test (v): with common seeds the networked protocol and the in-process release
     (vfl.fixed_point.simulate_release) give the identical w: the secure products reveal exactly the integer
     products plus the responder's noise, and every party draws its noise from the same generators."""
@@ -187,10 +188,10 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism)
     parties = [Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=None if logistic else (-1, 1)),
                Party("b", blocks[1], bounds=(-1, 1))]
     net = fit(parties, model=model_name, mechanism=mechanism, epsilon=2.0, random_state=seed, precision_bits=p,
-              **FAST)
+              **FAST, **options)
 
     plan = DissectionPlan([blocks[0].shape[1] + 1, blocks[1].shape[1]], 0, model=model_name)  # + intercept at a
-    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5)
+    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, **options)
     total = plan.n_features
     parts = []
     for k, X in enumerate(blocks):
