@@ -57,7 +57,7 @@ def test_cross_block_logistic_offset_is_exact_integer_arithmetic():
         X *= 1 if s_int >= 0 else -1
         assert int(np.rint(X * 2.0**p).astype(np.int64).astype(object).sum()) == s_int
         exact = -s_int * 2 ** (p - 1)
-        got = cross_block_offset(plan, block, 1, X, (1, 1), n_samples=n, precision_bits=p)
+        got = cross_block_offset(plan, block, 1, X, (1, 1), precision_bits=p)
         assert int(got[0, 0]) == exact
         old = int(round(float(X.sum(axis=0)[0] / (2.0 * n) / plan.scale(block, n)) * 2.0 ** (2 * p)))
         wrong_before += old != exact

@@ -24,7 +24,7 @@ from vfl.mechanisms import Mechanism, NoiseSpec
 from vfl.rng import spawn
 from vfl.secure.encoding import decode_products
 
-__all__ = ["exact_integer_gram", "to_fixed_point", "orient", "prepare_fixed_point", "integer_noise",
+__all__ = ["exact_integer_gram", "orient", "prepare_fixed_point", "integer_noise",
            "single_party_block", "logistic_offset_raw", "cross_block_noise", "cross_block_offset", "block_generators",
            "simulate_release"]
 
@@ -49,15 +49,6 @@ def exact_integer_gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     out = np.zeros((A.shape[1], B.shape[1]), dtype=object)
     for mat, weight in parts:
         out = out + mat.astype(object) * weight
-    return out
-
-
-def to_fixed_point(values: np.ndarray, precision_bits: int) -> np.ndarray:
-    """round(values * 2^(2p)) as an object array of Python ints (the fixed-point units of secure shares)."""
-    scale = 2 ** (2 * precision_bits)
-    out = np.empty(np.shape(values), dtype=object)
-    for idx, v in np.ndenumerate(np.asarray(values, dtype=float)):
-        out[idx] = int(round(float(v) * scale))
     return out
 
 
@@ -153,7 +144,7 @@ def cross_block_noise(plan: DissectionPlan, mech: Mechanism, block: Block, shape
 
 
 def cross_block_offset(plan: DissectionPlan, block: Block, party: int, X_q: np.ndarray, shape: tuple[int, int], *,
-                       n_samples: int, precision_bits: int) -> np.ndarray:
+                       precision_bits: int) -> np.ndarray:
     """``party``'s local offset of a cross block (logistic alpha: (1/(2N)) sum_i x_i), folded into its share."""
     if block.parties[0] != party or block.kind != "alpha" or plan.model != "logistic":
         return np.zeros(shape, dtype=object)
@@ -200,6 +191,6 @@ def simulate_release(plan: DissectionPlan, mech: Mechanism, parts_q: Sequence[np
         raw = raw + cross_block_noise(plan, mech, block, shape, n_samples=n, precision_bits=p,
                                       rng=rngs[resp][block.name])
         for party in (enc, resp):
-            raw = raw + cross_block_offset(plan, block, party, parts_q[party], shape, n_samples=n, precision_bits=p)
+            raw = raw + cross_block_offset(plan, block, party, parts_q[party], shape, precision_bits=p)
         values[block.name] = plan.scale(block, n) * orient(block, decode_products(raw, p))   # = combine_shares
     return values

@@ -52,17 +52,15 @@ from vfl.fixed_point import (
     block_generators,
     cross_block_noise,
     cross_block_offset,
-    orient,
     prepare_fixed_point,
     single_party_block,
-    to_fixed_point,
 )
 from vfl.messages import IntArray, Message, MessageType, validate_name
 from vfl.modelio import FittedModel
 from vfl.rng import RandomState, make_rng
 from vfl.transport import ClientTransport, CurveClientKeys
 
-__all__ = ["PartyNode", "LocalData", "to_fixed_point", "orient", "wire_reason"]
+__all__ = ["PartyNode", "LocalData", "wire_reason"]
 
 HEARTBEAT_SECONDS = 1.0
 # Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
@@ -404,7 +402,7 @@ class _Session:
 
     def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
         """This party's local offset of the block in raw fixed-point units, oriented like the product."""
-        return cross_block_offset(self.plan, block, self.index, self.Xp, shape, n_samples=self.n,
+        return cross_block_offset(self.plan, block, self.index, self.Xp, shape,
                                   precision_bits=self.precision_bits)
 
     def respond(self, block: Block, msg: Message) -> list[Message]:
