@@ -208,9 +208,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)  # type: ignore[arg-type]
     declared = load_bounds_file(cfg.bounds) if cfg.bounds else table.bounds
     label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
-    feature_bounds = declared if cfg.bounds else table.feature_bounds()
+    fm_view = {} if cfg.bounds else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
     local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore[arg-type]
-                            bounds=feature_bounds, label_bounds=label_bounds, id_digest=table.id_digest)
+                            bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest, **fm_view)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed)

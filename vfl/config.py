@@ -72,16 +72,11 @@ class LocalTable:
     label_name: str | None = None
     id_digest: str | None = None
     bounds: dict[str, tuple[float, float]] | None = None
-    bounds_data_dependent: bool = False  # the declared feature bounds were derived with private statistics
-
-    def feature_bounds(self) -> Any:
-        """The features' declared bounds; a ColumnBounds flagged ``from_data`` when they depend on the data."""
-        if self.bounds is None or not self.bounds_data_dependent:
-            return self.bounds
-        from vfl.domain import ColumnBounds
-
-        pairs = [self.bounds[n] for n in self.feature_names]
-        return ColumnBounds(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), from_data=True)
+    #: FM runs: the same columns in raw units with their documented bounds. The paper's z-scoring (for BCD) uses
+    #: the data's own mean and sd; z-space bounds would reveal them, while the unit-interval map, and hence the
+    #: FM release, is the same for (z, z-bounds) and (raw, raw bounds).
+    fm_columns: np.ndarray | None = None
+    fm_bounds: dict[str, tuple[float, float]] | None = None
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -258,14 +253,18 @@ def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | 
             raise DataValidationError(f"dataset {dataset} has label {data.target_name!r}, not {label!r}")
         y = np.asarray(data.y, dtype=float)
     bounds = datasets.public_bounds(dataset, dataset=data)
-    scaled = [n for n in names if n in getattr(data, "scaling", {})]
+    scaled = [n for n in names if n in data.scaling]
+    fm_columns, fm_bounds = None, None
     if scaled:
-        import warnings
-
-        from vfl.exceptions import DataBoundsWarning
-
-        warnings.warn(f"dataset {dataset}: {', '.join(scaled)} were z-scored with the data's own mean and sd (the "
-                      "paper's preprocessing), so their bounds depend on the private data: the FM guarantee does "
-                      "not cover that step (the privacy report says so)", DataBoundsWarning, stacklevel=2)
+        raw_bounds = datasets.public_bounds(dataset, space="raw")
+        fm_columns = X.copy()
+        fm_bounds = {k: tuple(v) for k, v in bounds.items()}
+        for j, col in enumerate(names):
+            if col in data.scaling:
+                mean, sd = data.scaling[col]
+                lo, hi = raw_bounds[col]
+                # undo the z-scoring; the clip only absorbs float round-off (the raw values lie in [lo, hi])
+                fm_columns[:, j] = np.clip(X[:, j] * sd + mean, lo, hi)
+                fm_bounds[col] = (float(lo), float(hi))
     digest = row_id_digest([str(i) for i in range(X.shape[0])])
-    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()}, bool(scaled))
+    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()}, fm_columns, fm_bounds)

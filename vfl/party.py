@@ -97,11 +97,13 @@ class LocalData:
     bounds: ColumnBounds | None
     label_bounds: tuple[float, float] | None
     id_digest: str | None
+    #: optional FM view of the same features (raw units and bounds; see vfl.config.LocalTable.fm_columns)
+    fm_view: tuple[np.ndarray, ColumnBounds] | None = None
 
     @classmethod
     def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
               bounds: Any = None, label_bounds: Sequence[float] | None = None, id_digest: str | None = None,
-              use_bounds: bool = True) -> LocalData:
+              use_bounds: bool = True, fm_columns: Any = None, fm_bounds: Any = None) -> LocalData:
         """Validate the party's table and its declared bounds (``bounds=None``: none declared)."""
         try:
             validate_name(name)
@@ -142,7 +144,15 @@ class LocalData:
             lb = (lo, hi)
             if use_bounds and yv is not None:
                 to_unit_interval(yv[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
-        return cls(name, X, names, yv, cb, lb, id_digest)
+        fm_view = None
+        if fm_columns is not None:
+            Xf = np.asarray(fm_columns, dtype=float)
+            if Xf.shape != X.shape or not np.all(np.isfinite(Xf)):
+                raise DataValidationError(f"party {name}: the FM view must be finite with the shape of X")
+            cf = resolve_bounds(fm_bounds, Xf, names, what=f"features of party {name}")
+            to_unit_interval(Xf, cf, feature_names=names)
+            fm_view = (Xf, cf)
+        return cls(name, X, names, yv, cb, lb, id_digest, fm_view)
 
     @property
     def n_rows(self) -> int:
@@ -339,9 +349,10 @@ class _Session:
         d, me = self.node.data, self.index
         total = self.plan.n_features
         ready: dict[str, Any] = {"seeded": self.node.seeded}
-        if d.X.shape[1]:
-            bounds = d.bounds or resolve_bounds(None, d.X, d.feature_names, what=f"features of party {d.name}")
-            self.Xp, _ = prepare_party_block(d.X, bounds=bounds, domain=self.domain, n_features_total=total,
+        X_fm, declared = d.fm_view if d.fm_view is not None else (d.X, d.bounds)
+        if X_fm.shape[1]:
+            bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
+            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=self.domain, n_features_total=total,
                                              feature_names=d.feature_names)
             ready["bounds"] = {"pairs": bounds.to_list()}
             ready["bounds_from_data"] = bool(bounds.from_data)
