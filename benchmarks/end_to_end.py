@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _prepared_blocks():
-    from vfl.datasets import forest_fires, public_bounds
-    from vfl.domain import prepare_labels, prepare_party_block, resolve_bounds
+    from vfl.data.datasets import forest_fires, public_bounds
+    from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
 
     data = forest_fires()
     bounds = public_bounds("forestfires", dataset=data)
@@ -46,7 +46,7 @@ def _prepared_blocks():
 
 
 def in_process_seconds(key_bits: int) -> float:
-    from vfl.dissection import DissectionPlan
+    from vfl.fm.dissection import DissectionPlan
     from vfl.secure.keys import generate_keypair
     from vfl.secure.products import run_secure_product
 

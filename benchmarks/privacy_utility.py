@@ -1,6 +1,6 @@
 """Synthetic privacy-utility benchmark: every mechanism side by side against the non-private fit.
 
-Data: de Jong et al. (2022, Sec. 3.2) synthetic regression data (`vfl.datasets.synthetic`), D = 20
+Data: de Jong et al. (2022, Sec. 3.2) synthetic regression data (`vfl.data.datasets.synthetic`), D = 20
 equicorrelated standard-normal features, population R^2 = 0.5. One sample of N_max + 10^4 rows is drawn
 once (seed ``--seed``); the training sets are its first N rows (N = 10^3, 10^4, 10^5, nested, same
 population), the last 10^4 rows are the test set. Linear: y itself. Logistic: labels 1[y > 0] in {0, 1}.
@@ -52,13 +52,13 @@ import numpy as np
 from tqdm import tqdm
 
 import vfl
-from vfl.baselines import NoisyGradientDescent, ObjectivePerturbation
-from vfl.datasets import synthetic
-from vfl.dissection import DissectionPlan
-from vfl.domain import from_unit_interval_coefficients, prepare_labels, prepare_party_block, resolve_bounds
+from vfl.data.datasets import synthetic
 from vfl.exceptions import VFLError
-from vfl.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
-from vfl.solver import solve_details
+from vfl.fm.dissection import DissectionPlan
+from vfl.fm.domain import from_unit_interval_coefficients, prepare_labels, prepare_party_block, resolve_bounds
+from vfl.fm.solver import solve_details
+from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
+from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 SIZES = (1_000, 10_000, 100_000)
@@ -101,7 +101,7 @@ METHODS = (
     Method("relaxed-fm", "relaxed FM", "fm", {"mechanism": "relaxed-fm"}),
     Method("noisy-gd", "noisy GD (T=100)", "noisy-gd", {"steps": 100}),
     # Newton converges in < 15 iterations when it converges at all; when the objective value is large the
-    # Armijo test of vfl.baselines stalls above tol (reported as a failed fit), so cap the wasted iterations
+    # Armijo test of vfl.models.baselines stalls above tol (reported as a failed fit), so cap the wasted iterations
     Method("objective-perturbation", "objective perturbation", "objective-perturbation",
            {"regularization": 1e-3, "max_iter": 40}, models=("logistic",)),
 )
@@ -150,7 +150,7 @@ class PreparedFM:
     """Exact FM statistics of one training set, prepared exactly as ``vfl.*Regression.fit`` does.
 
     ``fit(mechanism, rng)`` adds one fresh noise draw per block (same order as
-    :func:`vfl.estimators.release_objective`), solves with the projected eigendecomposition (spec §2.5,
+    :func:`vfl.models.estimators.release_objective`), solves with the projected eigendecomposition (spec §2.5,
     ``fallback="ridge"``) and returns (coef, intercept) in original units plus whether the fallback was used.
     """
 

@@ -3,8 +3,8 @@
 For one data set: centralized OLS and 5-round BCD R^2; DP-BCD (gamma, T) over a grid of nominal
 epsilons with many repetitions (median and 2.5/97.5 % R^2, abort rate, mean coefficients with 95 %
 intervals); Laplace FM and Gaussian FM at the same nominal epsilon with public column bounds from the
-data documentation (vfl.datasets.public_bounds; which of them are data-derived is stated in
-vfl.datasets.BOUNDS_PROVENANCE and in every table). Writes results.json, results.md and PNG figures;
+data documentation (vfl.data.datasets.public_bounds; which of them are data-derived is stated in
+vfl.data.datasets.BOUNDS_PROVENANCE and in every table). Writes results.json, results.md and PNG figures;
 both files carry DP-BCD's ``formal_dp: false`` and its reason.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 import vfl
-from vfl.bcd import FORMAL_DP_REASON, QRLeastSquares, completion_probability, r_squared, run_bcd, run_dp_bcd
-from vfl.datasets import BOUNDS_PROVENANCE, Dataset, public_bounds
+from vfl.data.datasets import BOUNDS_PROVENANCE, Dataset, public_bounds
+from vfl.models.bcd import FORMAL_DP_REASON, QRLeastSquares, completion_probability, r_squared, run_bcd, run_dp_bcd
 
 EPSILONS = (0.2, 1.0, 2.0, 5.0, 10.0)
 FM_DELTA = 1e-5
@@ -53,7 +53,7 @@ def parse_args(description: str, default_out: str) -> argparse.Namespace:
     parser.add_argument("--gamma", type=float, default=1.2, help="DP-BCD utility factor (default 1.2)")
     parser.add_argument("--rounds", type=int, default=5, help="DP-BCD rounds T (default 5)")
     parser.add_argument("--seed", type=int, default=2022, help="master seed of the repetitions")
-    parser.add_argument("--data", type=Path, default=None, help="raw CSV (default: vfl.datasets resolution)")
+    parser.add_argument("--data", type=Path, default=None, help="raw CSV (default: vfl.data.datasets resolution)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     args = parser.parse_args()
     if args.quick:

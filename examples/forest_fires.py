@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import parse_args, run_benchmark  # noqa: E402
 
-from vfl.datasets import forest_fires  # noqa: E402
+from vfl.data.datasets import forest_fires  # noqa: E402
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import parse_args, run_benchmark  # noqa: E402
 
-from vfl.datasets import garment  # noqa: E402
+from vfl.data.datasets import garment  # noqa: E402
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from vfl.cli import cli, main
-from vfl.config import load_bounds_file, load_party_config, read_party_csv, select_columns
 from vfl.exceptions import ConfigurationError, DataValidationError
-from vfl.modelio import FittedModel, PartyColumns, load_model
+from vfl.net.config import load_bounds_file, load_party_config, read_party_csv, select_columns
+from vfl.net.modelio import FittedModel, PartyColumns, load_model
 
 
 def _run(capsys, *argv):

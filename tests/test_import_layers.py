@@ -1,17 +1,19 @@
 """Import direction: no module of a lower layer imports a module of a higher one (docs/architecture.md).
 
-Layers, bottom to top:
+Layers, bottom to top (a subpackage is one layer):
 
-0. ``base``      – exceptions, seeding (``vfl.exceptions``, ``vfl.rng``)
-1. ``secure``    – cryptography (``vfl.secure.*``): Paillier products, discrete noise, secure aggregation, PSI
-2. ``core``      – privacy mathematics and models: objectives, mechanisms, accounting, solvers, estimators
-3. ``protocols`` – socket-free protocol phases (``vfl.protocols.*``): both sides of each protocol, message in/out
-4. ``net``       – wire format, transport, local data, model files and the networked roles
-5. ``faces``     – what users call: ``vfl`` itself, ``vfl.api``, ``vfl.cli``, ``vfl.demo``
+0. ``base``      – exceptions, seeding, data sets (``vfl.exceptions``, ``vfl.rng``, ``vfl.data``)
+1. ``secure``    – cryptography (``vfl.secure``): Paillier products, discrete noise, secure aggregation, PSI
+2. ``fm``        – the FM objective, its domain, dissection and solver (``vfl.fm``)
+3. ``privacy``   – calibration, sensitivities, mechanisms, fixed-point release, accounting, audit (``vfl.privacy``)
+4. ``models``    – estimators, baselines, BCD, capeFM, CAPE ICA, plots (``vfl.models``, ``vfl.plots``)
+5. ``protocols`` – socket-free protocol phases (``vfl.protocols``): both sides of each protocol, message in/out
+6. ``net``       – wire format, transport, party configuration, model files and the roles (``vfl.net``)
+7. ``faces``     – what users call: ``vfl`` itself, ``vfl.api``, ``vfl.cli``, ``vfl.demo``
 
 A module may import modules of its own or a lower layer only. ZeroMQ is imported only by ``net`` and
-``faces``; click only by ``faces``. Every module must be classified: a new module fails this test until
-it is given a layer here (directories ``vfl/secure`` and ``vfl/protocols`` are classified by path).
+``faces``; click only by ``faces``. Every module must be classified: a new top-level module fails this
+test until it is given a layer here; modules inside a subpackage take the subpackage's layer.
 """
 
 from __future__ import annotations
@@ -23,34 +25,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vfl"
 
-LAYER_NUMBER = {"base": 0, "secure": 1, "core": 2, "protocols": 3, "net": 4, "faces": 5}
+LAYER_NUMBER = {"base": 0, "secure": 1, "fm": 2, "privacy": 3, "models": 4, "protocols": 5, "net": 6, "faces": 7}
+
+SUBPACKAGE_LAYER = {"data": "base", "secure": "secure", "fm": "fm", "privacy": "privacy", "models": "models",
+                    "protocols": "protocols", "net": "net"}
 
 TOP_LEVEL_LAYER = {
     "exceptions": "base",
     "rng": "base",
-    "calibration": "core",
-    "objective": "core",
-    "domain": "core",
-    "dissection": "core",
-    "sensitivity": "core",
-    "mechanisms": "core",
-    "accounting": "core",
-    "cape_accounting": "core",
-    "solver": "core",
-    "fixed_point": "core",
-    "estimators": "core",
-    "baselines": "core",
-    "audit": "core",
-    "bcd": "core",
-    "capefm": "core",
-    "datasets": "core",
-    "plots": "core",
-    "messages": "net",
-    "transport": "net",
-    "config": "net",
-    "modelio": "net",
-    "coordinator": "net",
-    "party": "net",
+    "plots": "models",
     "__init__": "faces",
     "api": "faces",
     "cli": "faces",
@@ -71,8 +54,8 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return TOP_LEVEL_LAYER["__init__"]
-    if parts[1] in ("secure", "protocols"):
-        return parts[1]
+    if parts[1] in SUBPACKAGE_LAYER:
+        return SUBPACKAGE_LAYER[parts[1]]
     return TOP_LEVEL_LAYER[parts[1]]
 
 
@@ -90,7 +73,7 @@ def imported_modules(source: str, me: str, is_package: bool = False) -> set[str]
             else:
                 prefix = node.module or ""
             for alias in node.names:
-                # ``from vfl import datasets`` imports the submodule vfl.datasets, not the package face
+                # ``from vfl import datasets`` imports the submodule vfl.data.datasets, not the package face
                 submodule = f"{prefix}.{alias.name}"
                 names.add(submodule if prefix.startswith("vfl") and _is_module(submodule) else prefix)
     return names
@@ -142,12 +125,14 @@ def test_imports_point_down(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("source", "me", "expected"), [
-    ("from vfl.transport import Endpoint\n", "vfl.solver", ["vfl.transport (net)"]),
-    ("def f():\n    import zmq\n", "vfl.mechanisms", ["zmq (only from layer net up)"]),
-    ("from ..estimators import LinearRegression\n", "vfl.secure.products", ["vfl.estimators (core)"]),
-    ("from vfl import party\n", "vfl.protocols.alignment", ["vfl.party (net)"]),
-    ("import click\n", "vfl.coordinator", ["click (only from layer faces up)"]),
-    ("from vfl.objective import linear_objective\nimport numpy\n", "vfl.solver", []),
+    ("from vfl.net.transport import Endpoint\n", "vfl.fm.solver", ["vfl.net.transport (net)"]),
+    ("from vfl.privacy.mechanisms import release\n", "vfl.fm.domain", ["vfl.privacy.mechanisms (privacy)"]),
+    ("from vfl.models.bcd import run_bcd\n", "vfl.privacy.accounting", ["vfl.models.bcd (models)"]),
+    ("def f():\n    import zmq\n", "vfl.privacy.mechanisms", ["zmq (only from layer net up)"]),
+    ("from ..models.estimators import LinearRegression\n", "vfl.secure.products", ["vfl.models.estimators (models)"]),
+    ("from vfl.net import party\n", "vfl.protocols.alignment", ["vfl.net.party (net)"]),
+    ("import click\n", "vfl.net.coordinator", ["click (only from layer faces up)"]),
+    ("from vfl.fm.objective import linear_objective\nimport numpy\n", "vfl.fm.solver", []),
 ])
 def test_the_checker_catches_upward_imports(source: str, me: str, expected: list[str]) -> None:
     """The rule can fail: each planted upward import is reported, a downward one is not."""

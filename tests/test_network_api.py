@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from vfl.api import Party, fit
-from vfl.dissection import DissectionPlan
-from vfl.estimators import release_objective
 from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError
-from vfl.mechanisms import make_mechanism
-from vfl.objective import logistic_objective
-from vfl.solver import solve
+from vfl.fm.dissection import DissectionPlan
+from vfl.fm.objective import logistic_objective
+from vfl.fm.solver import solve
+from vfl.models.estimators import release_objective
+from vfl.privacy.mechanisms import make_mechanism
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
 FAST = {"key_bits": 1024, "allow_insecure_keys": True, "timeout": 30}
@@ -174,13 +174,13 @@ def test_release_depends_on_the_data_only_through_its_fixed_point_statistics(mec
                                                            ("logistic", "gaussian-fm", {"sym": "mirror"})])
 def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options):
     """Spec §1 test (v): with common seeds the networked protocol and the in-process release
-    (vfl.fixed_point.simulate_release) give the identical w: the secure products reveal exactly the integer
+    (vfl.privacy.fixed_point.simulate_release) give the identical w: the secure products reveal exactly the integer
     products plus the responder's noise, and every party draws its noise from the same generators."""
-    from vfl.dissection import DissectionPlan
-    from vfl.domain import prepare_labels, prepare_party_block, resolve_bounds
-    from vfl.fixed_point import prepare_fixed_point, simulate_release
-    from vfl.mechanisms import make_mechanism
-    from vfl.solver import solve
+    from vfl.fm.dissection import DissectionPlan
+    from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
+    from vfl.fm.solver import solve
+    from vfl.privacy.fixed_point import prepare_fixed_point, simulate_release
+    from vfl.privacy.mechanisms import make_mechanism
 
     logistic = model_name == "logistic"
     blocks, y = _split(n=120, seed=8, logistic=logistic)

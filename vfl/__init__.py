@@ -1,15 +1,11 @@
 """vfl: differentially private regression on vertically partitioned data.
 
-Numeric core (no sockets): :mod:`vfl.objective`, :mod:`vfl.dissection`, :mod:`vfl.mechanisms`,
-:mod:`vfl.accounting`, :mod:`vfl.solver`, :mod:`vfl.estimators`. Secure computation: :mod:`vfl.secure`.
-Networked runtime and API: :mod:`vfl.api`, :mod:`vfl.coordinator`, :mod:`vfl.party`, :mod:`vfl.cli`.
+Layers, bottom to top (docs/architecture.md): :mod:`vfl.data`, :mod:`vfl.secure` (Paillier products, discrete
+noise, secure aggregation), :mod:`vfl.fm` (objective, domain, dissection, solver), :mod:`vfl.privacy` (mechanisms,
+calibration, accounting), :mod:`vfl.models` (estimators, baselines, BCD, capeFM), :mod:`vfl.protocols` (socket-free
+protocol phases), :mod:`vfl.net` (wire, transport, roles), and the faces :mod:`vfl.api` and :mod:`vfl.cli`.
 """
 
-from vfl.accounting import PrivacyReport
-from vfl.baselines import NoisyGradientDescent, ObjectivePerturbation
-from vfl.capefm import CapeFM
-from vfl.dissection import DissectionPlan
-from vfl.estimators import LinearRegression, LogisticRegression
 from vfl.exceptions import (
     DataBoundsWarning,
     DataValidationError,
@@ -18,8 +14,13 @@ from vfl.exceptions import (
     PrivacyParameterError,
     VFLError,
 )
-from vfl.mechanisms import make_mechanism
-from vfl.objective import QuadraticObjective
+from vfl.fm.dissection import DissectionPlan
+from vfl.fm.objective import QuadraticObjective
+from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
+from vfl.models.capefm import CapeFM
+from vfl.models.estimators import LinearRegression, LogisticRegression
+from vfl.privacy.accounting import PrivacyReport
+from vfl.privacy.mechanisms import make_mechanism
 
 __version__ = "0.1.0"
 
@@ -43,8 +44,8 @@ __all__ = [
 ]
 
 from vfl.api import Party, fit  # noqa: E402  (networked API, issue 4)
-from vfl.coordinator import Coordinator, RunSettings  # noqa: E402
-from vfl.modelio import FittedModel, load_model  # noqa: E402
-from vfl.party import LocalData, PartyNode  # noqa: E402
+from vfl.net.coordinator import Coordinator, RunSettings  # noqa: E402
+from vfl.net.modelio import FittedModel, load_model  # noqa: E402
+from vfl.net.party import LocalData, PartyNode  # noqa: E402
 
 __all__ += ["Coordinator", "FittedModel", "LocalData", "Party", "PartyNode", "RunSettings", "fit", "load_model"]

@@ -1,7 +1,7 @@
 """Python API: describe each party's columns, call :func:`fit`, get a model trained by the real protocol.
 
-``fit`` starts a :class:`~vfl.coordinator.Coordinator` on a free loopback port and one
-:class:`~vfl.party.PartyNode` thread per party; they talk over real ZeroMQ sockets with real Paillier
+``fit`` starts a :class:`~vfl.net.coordinator.Coordinator` on a free loopback port and one
+:class:`~vfl.net.party.PartyNode` thread per party; they talk over real ZeroMQ sockets with real Paillier
 keys exactly as separate processes would (the CLI runs the same classes in separate processes). For
 roles in separate scripts use ``Coordinator`` and ``PartyNode`` directly.
 
@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from vfl.config import row_id_digest
-from vfl.coordinator import Coordinator, RunSettings
 from vfl.exceptions import ConfigurationError, PartyFailure
-from vfl.modelio import FittedModel
-from vfl.party import LocalData, PartyNode
+from vfl.net.config import row_id_digest
+from vfl.net.coordinator import Coordinator, RunSettings
+from vfl.net.modelio import FittedModel
+from vfl.net.party import LocalData, PartyNode
 from vfl.rng import RandomState
 
 __all__ = ["Party", "fit"]
@@ -77,7 +77,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     constant column, which counts against its row-norm radius. ``randomness="standard"`` uses textbook
     Paillier encryption randomness instead of the faster short-exponent variant. ``mechanism_options`` go to the
     mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
-    maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.bcd.run_bcd`.
+    maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.models.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run.
     """
     if not parties:
@@ -91,9 +91,9 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     if random_state is None:
         seeds: list[Any] = [None] * len(parties)
     elif not fm:
-        from vfl.bcd import party_generators
+        from vfl.models.bcd import party_generators
 
-        # party i uses item i, exactly as vfl.bcd.run_dp_bcd(..., random_state=random_state) does
+        # party i uses item i, exactly as vfl.models.bcd.run_dp_bcd(..., random_state=random_state) does
         seeds = [*party_generators(random_state, len(parties)), np.random.default_rng(0)]
     else:
         seq = np.random.SeedSequence(random_state if isinstance(random_state, int) else

@@ -31,7 +31,7 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
-from vfl.messages import MAX_MESSAGE_BYTES
+from vfl.net.messages import MAX_MESSAGE_BYTES
 
 __all__ = ["cli", "main", "exit_code_for"]
 
@@ -124,8 +124,8 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, quiet: bool) -> None:
     """Run the coordinator: wait for K parties, drive the protocol, write the model."""
-    from vfl.coordinator import Coordinator, RunSettings
-    from vfl.transport import load_server_keys
+    from vfl.net.coordinator import Coordinator, RunSettings
+    from vfl.net.transport import load_server_keys
 
     options = {}
     if calibration:
@@ -144,7 +144,7 @@ def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None,
                         max_message_bytes=max_message_bytes)
     model_ = coord.run()
     if quiet:
-        from vfl.modelio import report_text
+        from vfl.net.modelio import report_text
 
         _echo(report_text(model_))
     _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients)")
@@ -180,9 +180,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides."""
-    from vfl.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
-    from vfl.party import LocalData, PartyNode
-    from vfl.transport import load_client_keys
+    from vfl.net.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
+    from vfl.net.party import LocalData, PartyNode
+    from vfl.net.transport import load_client_keys
 
     cfg = load_party_config(config) if config else PartyConfig()
     cfg.name = name or cfg.name
@@ -230,8 +230,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
 @click.option("--proba", is_flag=True, help="Logistic models: print P(y = 1) instead of the 0/1 label.")
 def predict(model_path: str, data: str, out: str | None, proba: bool) -> None:
     """Predict with a released model on a joined CSV."""
-    from vfl.config import read_party_csv
-    from vfl.modelio import atomic_write_text, load_model
+    from vfl.net.config import read_party_csv
+    from vfl.net.modelio import atomic_write_text, load_model
 
     m = load_model(model_path)
     table = read_party_csv(data, m.feature_names_)
@@ -251,7 +251,7 @@ def predict(model_path: str, data: str, out: str | None, proba: bool) -> None:
               help="Party names (comma separated or repeated); coordinator keys are always written.")
 def keys(out: str, names: tuple[str, ...]) -> None:
     """Write CURVE certificates (zmq.auth) for the coordinator and each party."""
-    from vfl.transport import write_certificates
+    from vfl.net.transport import write_certificates
 
     flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
     written = write_certificates(out, flat)

@@ -1,0 +1,344 @@
+"""End-to-end runs of `vfl coordinator` and `vfl party` as real processes on loopback ZeroMQ sockets.
+
+Fast keys: 1024-bit Paillier (--insecure-test-keys), INSECURE and used only to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from vfl.demo import free_port, make_demo_data
+from vfl.fm.domain import ColumnBounds, to_unit_interval
+from vfl.net.messages import Message, MessageType
+from vfl.net.transport import ClientTransport
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+
+VFL = [sys.executable, "-m", "vfl.cli"]
+TEST_KEYS = ["--insecure-test-keys"]  # 1024-bit keys: fast tests only
+
+
+class Procs:
+    """Child processes of one test; all killed at teardown."""
+
+    def __init__(self) -> None:
+        self.items: list[subprocess.Popen] = []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.items.append(p)
+        return p
+
+    @staticmethod
+    def finish(p: subprocess.Popen, timeout: float = 90) -> tuple[int, str, str]:
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out, err
+
+    def kill_all(self) -> None:
+        for p in self.items:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    yield ps
+    ps.kill_all()
+
+
+@pytest.fixture
+def data(tmp_path):
+    return make_demo_data(tmp_path / "data", 300, seed=1)
+
+
+def _coordinator(procs, url, out, *extra, parties=2, timeout=20):
+    return procs.start("coordinator", "--parties", str(parties), "--bind", url, "--out", str(out),
+                       "--key-bits", "1024", "--timeout", str(timeout), *TEST_KEYS, *extra)
+
+
+def _alice(procs, url, data, *extra, name="alice"):
+    return procs.start("party", "--connect", url, "--name", name, "--data", str(data["alice"]), "--features",
+                       "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]),
+                       "--no-progress", "--timeout", "20", *TEST_KEYS, *extra)
+
+
+def _bob(procs, url, data, *extra, name="bob", data_file=None):
+    return procs.start("party", "--connect", url, "--name", name, "--data", str(data_file or data["bob"]),
+                       "--features", "visits,spend", "--id", "id", "--bounds", str(data["bounds"]),
+                       "--no-progress", "--timeout", "20", *TEST_KEYS, *extra)
+
+
+def _wait_listening(url: str, timeout: float = 60.0) -> None:
+    """Block until the coordinator process accepts TCP connections on ``url`` (a slow, loaded CI machine may
+    need several seconds to start Python); fails the test after ``timeout`` seconds."""
+    port = int(url.rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nothing listens on {url} after {timeout:g} s") from None
+            time.sleep(0.1)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("vfl: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err, err
+    return lines[0]
+
+
+def _prepared(data):
+    """Joined prepared data (linf domain: unit interval, no row scaling) as the parties compute it."""
+    from vfl.net.config import load_bounds_file, read_party_csv
+
+    b = load_bounds_file(data["bounds"])
+    a = read_party_csv(data["alice"], "age,income,tenure", label="score")
+    c = read_party_csv(data["bob"], "visits,spend")
+    X = np.hstack([a.X, c.X])
+    names = a.feature_names + c.feature_names
+    cb = ColumnBounds(np.array([b[n][0] for n in names]), np.array([b[n][1] for n in names]))
+    yb = ColumnBounds(np.array([b["score"][0]]), np.array([b["score"][1]]))
+    return X, to_unit_interval(X, cb), a.y, to_unit_interval(a.y[:, None], yb)[:, 0]
+
+
+def test_mechanism_none_reproduces_least_squares_and_predict(procs, data, tmp_path):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", "--no-fit-intercept")
+    a, b = _alice(procs, url, data), _bob(procs, url, data)
+    code, stdout, err = procs.finish(c)
+    assert code == 0, err
+    assert procs.finish(a)[0] == 0 and procs.finish(b)[0] == 0
+    assert "Privacy report: none" in stdout
+    doc = json.loads(out.read_text())
+    X, U, y, y_unit = _prepared(data)
+    ref = np.linalg.lstsq(U, y_unit, rcond=None)[0]
+    np.testing.assert_allclose(doc["w"], ref, atol=1e-6)
+    # original units: coef/intercept reproduce the least-squares prediction
+    pred_ref = (U @ ref + 1) / 2 * 100.0
+    res = subprocess.run([*VFL, "predict", "--model", str(out), "--data", str(data["alice"]).replace(
+        "alice", "joined")], capture_output=True, text=True)
+    assert res.returncode == 2 and "not found" in _one_error_line(res.stderr)
+    joined = tmp_path / "joined.csv"
+    joined.write_text("age,income,tenure,visits,spend\n" + "".join(",".join(f"{v:.6f}" for v in row) + "\n"
+                                                                   for row in X))
+    res = subprocess.run([*VFL, "predict", "--model", str(out), "--data", str(joined)], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    pred = np.array([float(v) for v in res.stdout.split()[1:]])
+    np.testing.assert_allclose(pred, pred_ref, atol=1e-3)
+
+
+def _three_party_data(tmp_path, rows=200, seed=3):
+    rng = np.random.default_rng(seed)
+    U = rng.uniform(-1, 1, (rows, 5))
+    y = np.clip(U @ np.array([0.4, -0.3, 0.2, 0.1, -0.2]) + 0.05 * rng.normal(size=rows), -1, 1)
+    files = {}
+    for name, header, cols in (("label", "id,y", [y[:, None]]), ("bob", "id,b1,b2,b3", [U[:, :3]]),
+                               ("carol", "id,c1,c2", [U[:, 3:]])):
+        body = np.hstack(cols)
+        path = tmp_path / f"{name}.csv"
+        path.write_text(header + "\n" + "".join(f"r{i}," + ",".join(f"{v:.8f}" for v in row) + "\n"
+                                                for i, row in enumerate(body)))
+        files[name] = path
+    bounds = tmp_path / "bounds.toml"
+    bounds.write_text("[bounds]\n" + "".join(f"{c} = [-1.0, 1.0]\n" for c in ["y", "b1", "b2", "b3", "c1", "c2"]))
+    return files, bounds, U, y
+
+
+def test_three_parties_label_owner_without_features(procs, tmp_path):
+    files, bounds, U, y = _three_party_data(tmp_path)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", "--no-fit-intercept",
+                     parties=3)
+    common = ["--id", "id", "--bounds", str(bounds), "--no-progress", *TEST_KEYS]
+    ps = [procs.start("party", "--connect", url, "--name", "alice", "--data", str(files["label"]), "--label", "y",
+                      *common),
+          procs.start("party", "--connect", url, "--name", "bob", "--data", str(files["bob"]), "--features", "0-2",
+                      *common),
+          procs.start("party", "--connect", url, "--name", "carol", "--data", str(files["carol"]), "--features",
+                      "c1:c2", *common)]
+    code, _, err = procs.finish(c)
+    assert code == 0, err
+    assert [procs.finish(p)[0] for p in ps] == [0, 0, 0]
+    doc = json.loads(out.read_text())
+    assert [p["name"] for p in doc["parties"]] == ["alice", "bob", "carol"]
+    assert doc["parties"][0]["features"] == []
+    ref = np.linalg.lstsq(U, y, rcond=None)[0]
+    np.testing.assert_allclose(doc["w"], ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["rows", "ids", "duplicate", "two_labels"])
+def test_registration_errors(procs, data, tmp_path, case):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    c = _coordinator(procs, url, out, "--mechanism", "none")
+    a = _alice(procs, url, data)
+    time.sleep(0.3)  # alice registers first, so the second party is the offender
+    if case == "rows":
+        short = tmp_path / "short.csv"
+        short.write_text("".join(data["bob"].read_text().splitlines(keepends=True)[:-5]))
+        b = _bob(procs, url, data, data_file=short)
+        expected = "rows"
+    elif case == "ids":
+        lines = data["bob"].read_text().splitlines(keepends=True)
+        swapped = tmp_path / "swapped.csv"
+        swapped.write_text("".join([lines[0], lines[2], lines[1], *lines[3:]]))
+        b = _bob(procs, url, data, data_file=swapped)
+        expected = "row IDs"
+    elif case == "duplicate":
+        b = _bob(procs, url, data, name="alice")
+        expected = "two parties registered with the name 'alice'"
+    else:
+        b = _alice(procs, url, data, name="bob")
+        expected = "two label owners"
+    code, _, err = procs.finish(c)
+    assert code == 2, err
+    assert expected in _one_error_line(err)
+    for p in (a, b):
+        pcode, _, perr = procs.finish(p)
+        assert pcode == 3 and "aborted" in _one_error_line(perr)
+    assert not out.exists()
+
+
+def test_unknown_feature_and_never_connecting_party(procs, data, tmp_path):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    a = _alice(procs, url, data)  # started first: her Python start-up must not eat the coordinator's 8 s window
+    c = _coordinator(procs, url, out, "--mechanism", "none", timeout=8)
+    b = procs.start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",
+                    "visits,nonexistent", "--bounds", str(data["bounds"]), *TEST_KEYS)
+    bcode, _, berr = procs.finish(b)
+    assert bcode == 2 and "unknown feature(s) 'nonexistent'" in _one_error_line(berr)
+    t0 = time.monotonic()
+    code, _, err = procs.finish(c)
+    assert code == 3 and "only 1 of 2 parties registered within 8 s" in _one_error_line(err)
+    assert time.monotonic() - t0 < 30
+    assert procs.finish(a)[0] == 3
+    assert not out.exists()
+
+
+class FakeParty(threading.Thread):
+    """A protocol-speaking party that registers, heartbeats, and never answers a secure product."""
+
+    def __init__(self, url: str, name: str, n_rows: int, features: list[str], bounds: list[list[float]],
+                 id_digest: str | None) -> None:
+        super().__init__(daemon=True)
+        self.t = ClientTransport(url, name=name)
+        self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False,
+                     "id_digest": id_digest}
+        self.seen: list[MessageType] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.t.send(Message(MessageType.REGISTER, self.body))
+        while not self.stop.is_set():
+            msg = self.t.recv(0.3)
+            if msg is not None:
+                self.seen.append(msg.type)
+                if msg.type is MessageType.ABORT:
+                    break
+            if self.t.run_id:
+                self.t.send(Message(MessageType.HEARTBEAT))
+        self.t.close()
+
+
+def test_party_killed_mid_run(procs, data, tmp_path):
+    """Alice is SIGKILLed while waiting for bob's product: the coordinator names her within the timeout."""
+    from vfl.net.config import read_party_csv
+
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    a = _alice(procs, url, data)  # started first (see test_unknown_feature_and_never_connecting_party)
+    c = _coordinator(procs, url, out, "--mechanism", "none", timeout=5)
+    _wait_listening(url)
+    table = read_party_csv(data["bob"], "visits,spend", id_column="id")
+    fake = FakeParty(url, "bob", 300, ["visits", "spend"], [[0.0, 50.0], [0.0, 10.0]], table.id_digest)
+    fake.start()
+    deadline = time.monotonic() + 30
+    while MessageType.PLAN not in fake.seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert MessageType.PLAN in fake.seen
+    time.sleep(0.5)
+    a.kill()
+    t_kill = time.monotonic()
+    code, _, err = procs.finish(c)
+    elapsed = time.monotonic() - t_kill
+    fake.stop.set()
+    fake.join(5)
+    assert code == 3, err
+    assert "party alice sent nothing for 5 s" in _one_error_line(err)
+    assert elapsed < 5 + 10
+    assert MessageType.ABORT in fake.seen
+    assert not out.exists()
+
+
+def test_garbage_and_oversized_frames_do_not_disturb_a_run(procs, data, tmp_path):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    c = _coordinator(procs, url, out, "--mechanism", "gaussian-fm", "--epsilon", "1",
+                     "--max-message-bytes", str(1 << 20))
+    _wait_listening(url)  # was a fixed 1 s sleep: connection refused when the coordinator started slowly
+    ctx = zmq.Context.instance()
+    junk = ctx.socket(zmq.DEALER)
+    junk.connect(url)
+    junk.send_multipart([b"\xff" * 64, b"garbage"])
+    junk.send_multipart([b'{"v":1,"type":"register","run":"","from":"x","seq":1,"body":{},"frames":[]}'])
+    big = ctx.socket(zmq.DEALER)
+    big.connect(url)
+    big.send(b"x" * (2 << 20))
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"\x00" * 10 + bytes(range(256)) * 50)
+    a, b = _alice(procs, url, data), _bob(procs, url, data)
+    code, stdout, err = procs.finish(c)
+    junk.close(0)
+    big.close(0)
+    assert code == 0, err
+    assert procs.finish(a)[0] == 0 and procs.finish(b)[0] == 0
+    assert "Privacy report: gaussian-fm" in stdout and out.exists()
+
+
+def test_curve_run_and_unauthorised_party(procs, data, tmp_path):
+    keys = tmp_path / "keys"
+    res = subprocess.run([*VFL, "keys", "--out", str(keys), "--names", "alice,bob"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rogue = tmp_path / "rogue"
+    assert subprocess.run([*VFL, "keys", "--out", str(rogue), "--names", "bob"], capture_output=True).returncode == 0
+    (rogue / "coordinator.key").write_bytes((keys / "coordinator.key").read_bytes())
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    c = _coordinator(procs, url, out, "--mechanism", "none", "--curve-dir", str(keys))
+    intruder = _bob(procs, url, data, "--curve-dir", str(rogue), name="bob")
+    icode, _, ierr = procs.finish(intruder)
+    assert icode == 4 and "refused the CURVE handshake" in _one_error_line(ierr)
+    a = _alice(procs, url, data, "--curve-dir", str(keys))
+    b = _bob(procs, url, data, "--curve-dir", str(keys))
+    code, _, err = procs.finish(c)
+    assert code == 0, err
+    assert procs.finish(a)[0] == 0 and procs.finish(b)[0] == 0
+    assert out.exists()
+
+
+def test_model_file_is_written_atomically(tmp_path):
+    from vfl.net.modelio import atomic_write_text
+
+    target = tmp_path / "m.json"
+    atomic_write_text(target, "{}")
+    assert target.read_text() == "{}" and [p.name for p in Path(tmp_path).iterdir()] == ["m.json"]

@@ -1,0 +1,354 @@
+"""Comparison baselines (spec §5): noisy gradient descent and objective perturbation.
+
+Both are centralized, scikit-learn style estimators working on the public ``l2`` domain ||x||_2 <= 1
+(declared ``bounds`` map every column to [-1, 1], then the public factor 1/sqrt(d) bounds the row norm;
+an intercept is the public constant column 1/sqrt(d)). Both expose ``privacy_report_``
+(:class:`vfl.privacy.accounting.PrivacyReport`).
+
+* :class:`NoisyGradientDescent` (Song, Chaudhuri & Sarwate 2013, as run by Tasnim et al. 2023; spec §5.1)::
+
+      g_t = (1/N) sum_i clip_C(grad l(w_t; x_i, y_i)) + N(0, tau^2 I),   w_{t+1} = w_t - eta g_t,   w_0 = 0.
+
+  Replace-one sensitivity of one step Delta = 2C/N. Logistic (y in {0, 1}) under D2 has
+  ||grad|| = |sigmoid(w.x) - y| ||x|| <= 1, so C = 1 needs no clipping; the linear gradient
+  2 (x.w - y) x is unbounded and is clipped at the public C. Accounting ``"exact"`` (default): T steps are
+  one Gaussian mechanism with mu = sqrt(T) Delta / tau (Dong, Roth & Su 2022), tau = sqrt(T) Delta / mu*(eps,
+  delta). ``"rdp"`` (paper-faithful, Mironov 2017): eps = rho + 2 sqrt(rho ln(1/delta)), rho = T Delta^2/(2 tau^2),
+  solved for tau (more noise for the same eps); the report gives both values.
+
+* :class:`ObjectivePerturbation` (Chaudhuri, Monteleoni & Sarwate 2011, Alg. 2; spec §5.2), logistic only.
+  Labels are {0, 1} at the API and y_pm = 2y - 1 internally; l(z) = ln(1 + e^{-z}), c = 1/4, public Lambda > 0::
+
+      eps'' = eps - 2 ln(1 + c/(N Lambda));  if eps'' > 0: Delta_r = 0
+      else: Delta_r = c/(N (e^{eps/4} - 1)) - Lambda, eps'' = eps/2
+      b ~ density prop. to exp(-(eps''/2) ||b||):  ||b|| ~ Gamma(d, 2/eps''), uniform direction
+      w = argmin (1/N) sum l(y_i w.x_i) + (Lambda/2)||w||^2 + (1/N) b.w + (Delta_r/2)||w||^2
+
+  Pure eps-DP only for the exact minimiser: Newton's method to gradient norm <= ``tol`` (1e-10).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DataValidationError, VFLError
+from vfl.fm.domain import (
+    BoundsLike,
+    ColumnBounds,
+    from_unit_interval_coefficients,
+    prepare_labels,
+    prepare_party_block,
+    resolve_bounds,
+)
+from vfl.fm.objective import validate_labels, validate_model, validate_xy
+from vfl.privacy.accounting import (
+    PrivacyReport,
+    noisy_gd_epsilon_exact,
+    noisy_gd_epsilon_rdp,
+    noisy_gd_sigma_for,
+)
+from vfl.privacy.calibration import validate_delta, validate_epsilon
+from vfl.rng import RandomState, is_seeded, make_rng
+
+__all__ = [
+    "NoisyGradientDescent",
+    "ObjectivePerturbation",
+    "noisy_gd_sigma_rdp",
+    "objective_perturbation_budget",
+    "sample_objective_perturbation_noise",
+]
+
+LOGISTIC_C = 0.25   # Chaudhuri et al. 2011: |l''(z)| <= c = 1/4 for the logistic loss
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def noisy_gd_sigma_rdp(epsilon: float, delta: float, steps: int, sensitivity: float) -> float:
+    """tau such that the RDP bound rho + 2 sqrt(rho ln(1/delta)) equals eps (spec §5.1), rho = T Delta^2/(2 tau^2)."""
+    eps = validate_epsilon(epsilon)
+    log_inv = math.log(1.0 / validate_delta(delta))
+    sqrt_rho = math.sqrt(log_inv + eps) - math.sqrt(log_inv)
+    return sensitivity * math.sqrt(steps / 2.0) / sqrt_rho
+
+
+def objective_perturbation_budget(epsilon: float, n_samples: int, regularization: float) -> tuple[float, float]:
+    """(eps'', Delta_r) of Chaudhuri et al. 2011, Alg. 2, with c = 1/4 (spec §5.2)."""
+    eps = validate_epsilon(epsilon)
+    n = float(n_samples)
+    eps_pp = eps - 2.0 * math.log1p(LOGISTIC_C / (n * regularization))
+    if eps_pp > 0:
+        return eps_pp, 0.0
+    return eps / 2.0, LOGISTIC_C / (n * math.expm1(eps / 4.0)) - regularization
+
+
+def sample_objective_perturbation_noise(n_features: int, eps_pp: float, rng: np.random.Generator) -> np.ndarray:
+    """b with density prop. to exp(-(eps''/2)||b||): norm ~ Gamma(shape d, scale 2/eps''), uniform direction."""
+    direction = rng.normal(size=n_features)
+    direction /= np.linalg.norm(direction)
+    return rng.gamma(shape=n_features, scale=2.0 / eps_pp) * direction
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+class _L2DomainEstimator:
+    """Shared plumbing: public bounds -> l2 domain, intercept column, coefficients back in original units."""
+
+    _model = "logistic"
+
+    def get_params(self, deep: bool = True) -> dict:
+        import inspect
+
+        return {p: getattr(self, p) for p in inspect.signature(type(self).__init__).parameters if p != "self"}
+
+    def set_params(self, **params) -> _L2DomainEstimator:
+        valid = self.get_params()
+        for k, v in params.items():
+            if k not in valid:
+                raise ConfigurationError(f"unknown parameter {k!r}")
+            setattr(self, k, v)
+        return self
+
+    def _flag_data_bounds(self) -> None:
+        """Bounds inferred from the data void the guarantee (spec pitfall 2): the report says so."""
+        if self.bounds_.from_data:
+            self.privacy_report_.mark_data_dependent("the feature bounds")
+        y_bounds = getattr(self, "y_bounds_", None)
+        if y_bounds is not None and y_bounds.from_data:
+            self.privacy_report_.mark_data_dependent("the label bounds")
+
+    def _prepare(self, X, y, feature_names: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray]:
+        if feature_names is None and hasattr(X, "columns"):
+            feature_names = [str(c) for c in X.columns]
+        X, y = validate_xy(X, y)
+        self.bounds_: ColumnBounds = resolve_bounds(self.bounds, X, feature_names)
+        d = X.shape[1] + (1 if self.fit_intercept else 0)
+        U, scale = prepare_party_block(X, bounds=self.bounds_, domain="l2", n_features_total=d, row_norm="scale",
+                                       out_of_bounds=self.out_of_bounds, feature_names=feature_names)
+        self._col_scale = scale
+        self._icpt_value = 1.0 / math.sqrt(d)
+        if self.fit_intercept:
+            U = np.hstack([U, np.full((U.shape[0], 1), self._icpt_value)])
+        self.n_features_in_ = X.shape[1]
+        if self._model == "logistic":
+            validate_labels(y, "logistic")
+            self.classes_ = np.array([0, 1])
+            return U, y
+        y_unit, self.y_bounds_ = prepare_labels(y, "linear", y_bounds=self.y_bounds, out_of_bounds=self.out_of_bounds)
+        return U, y_unit
+
+    def _set_coefficients(self, w: np.ndarray) -> None:
+        self.coef_unit_ = w
+        p = self.n_features_in_
+        coef, icpt = from_unit_interval_coefficients(w[:p], self.bounds_, self._col_scale)
+        if self.fit_intercept:
+            icpt += float(w[-1] * self._icpt_value)
+        if self._model == "linear":
+            lo, hi = float(self.y_bounds_.lower[0]), float(self.y_bounds_.upper[0])
+            half = (hi - lo) / 2.0
+            coef, icpt = half * coef, lo + half * (1.0 + icpt)
+        self.coef_ = coef
+        self.intercept_ = float(icpt)
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "coef_"):
+            raise ConfigurationError("this estimator is not fitted yet: call fit(X, y) first")
+        X, _ = validate_xy(X)
+        if X.shape[1] != self.n_features_in_:
+            raise DataValidationError(f"X has {X.shape[1]} columns, the model was fitted on {self.n_features_in_}")
+        return X @ self.coef_ + self.intercept_
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        if self._model != "logistic":
+            raise ConfigurationError("predict_proba is only defined for logistic regression")
+        p1 = _sigmoid(self.decision_function(X))
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        z = self.decision_function(X)
+        return (z >= 0.0).astype(int) if self._model == "logistic" else z
+
+    def score(self, X: np.ndarray, y: np.ndarray) -> float:
+        """Accuracy (logistic) or R^2 (linear)."""
+        X, y = validate_xy(X, y)
+        if self._model == "logistic":
+            return float(np.mean(self.predict(X) == y))
+        r = y - self.predict(X)
+        tss = float(((y - y.mean()) ** 2).sum())
+        return 1.0 - float(r @ r) / tss if tss > 0 else float("nan")
+
+
+# ------------------------------------------------------------------------------ noisy gradient descent
+class NoisyGradientDescent(_L2DomainEstimator):
+    """Full-batch noisy gradient descent (Song et al. 2013; spec §5.1), linear or logistic.
+
+    Parameters: ``model`` ("linear" | "logistic"), ``epsilon``, ``delta``, ``steps`` T, ``learning_rate`` eta
+    (default 1/L: 0.5 linear, 4 logistic, the smoothness bounds on D2), ``clip`` C (public; must be 1 for
+    logistic, which needs no clipping), ``accounting`` ("exact" | "rdp"), ``bounds``, ``y_bounds`` (linear),
+    ``fit_intercept``, ``out_of_bounds``, ``random_state``.
+    """
+
+    def __init__(self, *, model: str = "logistic", epsilon: float = 1.0, delta: float = 1e-5, steps: int = 100,
+                 learning_rate: float | None = None, clip: float = 1.0, accounting: str = "exact",
+                 bounds: BoundsLike | ColumnBounds = None, y_bounds: tuple[float, float] | None = None,
+                 fit_intercept: bool = True, out_of_bounds: str = "raise", random_state: RandomState = None) -> None:
+        self.model = model
+        self.epsilon = epsilon
+        self.delta = delta
+        self.steps = steps
+        self.learning_rate = learning_rate
+        self.clip = clip
+        self.accounting = accounting
+        self.bounds = bounds
+        self.y_bounds = y_bounds
+        self.fit_intercept = fit_intercept
+        self.out_of_bounds = out_of_bounds
+        self.random_state = random_state
+
+    def _per_row_gradients(self, U: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        z = U @ w
+        if self._model == "logistic":
+            return (_sigmoid(z) - y)[:, None] * U          # norm <= 1 on D2: never clipped
+        G = (2.0 * (z - y))[:, None] * U
+        norms = np.linalg.norm(G, axis=1)
+        return G * np.minimum(1.0, self.clip / np.maximum(norms, np.finfo(float).tiny))[:, None]
+
+    def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None) -> NoisyGradientDescent:
+        """Run T noisy full-batch gradient steps from w_0 = 0. Returns self."""
+        self._model = validate_model(self.model)
+        eps = validate_epsilon(self.epsilon)
+        delta = validate_delta(self.delta)
+        steps = int(self.steps)
+        if steps < 1:
+            raise ConfigurationError(f"steps must be >= 1, got {self.steps}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ConfigurationError(f"clip must be a finite number > 0, got {self.clip}")
+        if self._model == "logistic" and self.clip != 1.0:
+            raise ConfigurationError("logistic noisy GD on ||x|| <= 1 has gradient norm <= 1: use clip=1.0")
+        if self.accounting not in ("exact", "rdp"):
+            raise ConfigurationError(f"accounting must be 'exact' or 'rdp', got {self.accounting!r}")
+        U, y_in = self._prepare(X, y, feature_names)
+        n, d = U.shape
+        sensitivity = 2.0 * self.clip / n
+        if self.accounting == "exact":
+            tau = noisy_gd_sigma_for(eps, delta, steps, sensitivity)
+        else:
+            tau = noisy_gd_sigma_rdp(eps, delta, steps, sensitivity)
+        eta = self.learning_rate if self.learning_rate is not None else (0.5 if self._model == "linear" else 4.0)
+        if not (math.isfinite(eta) and eta > 0):
+            raise ConfigurationError(f"learning_rate must be a finite number > 0, got {eta}")
+        rng = make_rng(self.random_state)
+        w = np.zeros(d)
+        for _ in range(steps):
+            if self._model == "logistic":   # ||grad|| <= 1 on D2: no clipping, no per-row gradient matrix
+                mean_grad = U.T @ (_sigmoid(U @ w) - y_in) / n
+            else:
+                mean_grad = self._per_row_gradients(U, y_in, w).mean(axis=0)
+            g = mean_grad + rng.normal(0.0, tau, size=d)
+            w = w - eta * g
+        self.noise_std_ = tau
+        self.sensitivity_ = sensitivity
+        self._set_coefficients(w)
+        eps_exact = noisy_gd_epsilon_exact(steps, sensitivity, tau, delta)
+        eps_rdp = noisy_gd_epsilon_rdp(steps, sensitivity, tau, delta)
+        self.privacy_report_ = PrivacyReport(
+            "noisy-gd", self._model, eps, eps_exact, delta, domain="l2 (||x||_2 <= 1)",
+            calibration=f"{self.accounting} accounting over T={steps} Gaussian steps",
+            sensitivities={"L2 per step (2C/N)": sensitivity}, noise_scales={"tau": tau},
+            seeded=is_seeded(self.random_state),
+            notes=["T-fold composition is one Gaussian mechanism with mu = sqrt(T) Delta/tau (exact epsilon)",
+                   f"RDP bound (Mironov 2017, optimal order) for the same noise: epsilon = {eps_rdp:.4g}"],
+            extra={"steps": steps, "learning_rate": eta, "clip": self.clip, "epsilon_exact": eps_exact,
+                   "epsilon_rdp": eps_rdp},
+        )
+        self._flag_data_bounds()
+        return self
+
+
+# --------------------------------------------------------------------------- objective perturbation
+class ObjectivePerturbation(_L2DomainEstimator):
+    """Objective perturbation for logistic regression (Chaudhuri et al. 2011, Alg. 2; spec §5.2), pure eps-DP.
+
+    Parameters: ``epsilon``, ``regularization`` Lambda > 0 (public), ``bounds``, ``fit_intercept``,
+    ``out_of_bounds``, ``tol`` (gradient norm of the exact minimiser, default 1e-10), ``max_iter``,
+    ``random_state``. Labels in {0, 1}.
+    """
+
+    _model = "logistic"
+
+    def __init__(self, *, epsilon: float = 1.0, regularization: float = 1e-3, bounds: BoundsLike | ColumnBounds = None,
+                 fit_intercept: bool = True, out_of_bounds: str = "raise", tol: float = 1e-10, max_iter: int = 200,
+                 random_state: RandomState = None) -> None:
+        self.epsilon = epsilon
+        self.regularization = regularization
+        self.bounds = bounds
+        self.fit_intercept = fit_intercept
+        self.out_of_bounds = out_of_bounds
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    @staticmethod
+    def _objective_parts(U: np.ndarray, y_pm: np.ndarray, w: np.ndarray, ridge: float, b: np.ndarray
+                         ) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient and Hessian of (1/N) sum ln(1 + e^{-y w.x}) + (ridge/2)||w||^2 + (1/N) b.w."""
+        n = U.shape[0]
+        m = y_pm * (U @ w)
+        value = float(np.mean(np.logaddexp(0.0, -m)) + 0.5 * ridge * (w @ w) + (b @ w) / n)
+        s = _sigmoid(-m)                               # -l'(m)
+        grad = -(U.T @ (y_pm * s)) / n + ridge * w + b / n
+        curv = s * (1.0 - s)
+        hess = (U.T * curv) @ U / n + ridge * np.eye(w.size)
+        return value, grad, hess
+
+    def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None) -> ObjectivePerturbation:
+        """Draw b, then minimise the perturbed objective exactly (Newton with backtracking). Returns self."""
+        eps = validate_epsilon(self.epsilon)
+        lam = float(self.regularization)
+        if not (math.isfinite(lam) and lam > 0):
+            raise ConfigurationError(f"regularization (Lambda) must be a finite number > 0, got {self.regularization}")
+        U, y01 = self._prepare(X, y, feature_names)
+        y_pm = 2.0 * y01 - 1.0                          # spec pitfall 5: {0,1} at the API, {-1,+1} inside
+        n, d = U.shape
+        eps_pp, delta_r = objective_perturbation_budget(eps, n, lam)
+        rng = make_rng(self.random_state)
+        b = sample_objective_perturbation_noise(d, eps_pp, rng)
+        ridge = lam + delta_r
+        w = np.zeros(d)
+        value, grad, hess = self._objective_parts(U, y_pm, w, ridge, b)
+        it = 0
+        for it in range(int(self.max_iter)):  # noqa: B007 (it is read after the loop)
+            if np.linalg.norm(grad) <= self.tol:
+                break
+            step = np.linalg.solve(hess, grad)
+            t = 1.0
+            while True:
+                w_new = w - t * step
+                v_new, g_new, h_new = self._objective_parts(U, y_pm, w_new, ridge, b)
+                # Armijo on the value, or (near the optimum, where value decreases fall below float resolution)
+                # a decrease of the gradient norm: the objective is strictly convex (ridge > 0), so both are safe.
+                armijo = v_new <= value - 1e-4 * t * (grad @ step)
+                if armijo or np.linalg.norm(g_new) < np.linalg.norm(grad) or t < 1e-12:
+                    break
+                t *= 0.5
+            w, value, grad, hess = w_new, v_new, g_new, h_new
+        else:
+            it = int(self.max_iter)
+        if np.linalg.norm(grad) > self.tol:
+            raise VFLError(f"objective perturbation: Newton did not reach gradient norm {self.tol:g} in "
+                           f"{self.max_iter} iterations; the guarantee needs the exact minimiser")
+        self.n_iter_ = it
+        self._set_coefficients(w)
+        self.privacy_report_ = PrivacyReport(
+            "objective-perturbation", "logistic", eps, eps, None, domain="l2 (||x||_2 <= 1)",
+            calibration="Chaudhuri et al. 2011 Alg. 2 (c = 1/4)",
+            noise_scales={"epsilon_pp": eps_pp, "gamma_scale": 2.0 / eps_pp}, seeded=is_seeded(self.random_state),
+            notes=["pure epsilon-DP for the exact minimiser (solved to gradient norm <= tol)",
+                   "labels {0,1} mapped to {-1,+1} internally"],
+            extra={"regularization": lam, "Delta_r": delta_r, "tol": self.tol},
+        )
+        self._flag_data_bounds()
+        return self

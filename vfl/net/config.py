@@ -1,0 +1,270 @@
+"""A party's local configuration: which file, which columns, which label, which public bounds.
+
+Sources of a party's data, in the order the CLI resolves them:
+
+* a CSV file (``--data FILE.csv``) with a header row; ``--features`` selects columns by name, by
+  name range ``first:last`` (inclusive, header order) or by 0-based index / index range ``2-5``;
+  ``--label`` names the label column (label owner only); ``--id`` names a row-ID column whose digest
+  is sent at registration so misaligned rows are detected (the IDs themselves never leave);
+* a built-in data set (``dataset = "forestfires" | "garment"`` in a config file), preprocessed as in
+  :mod:`vfl.data.datasets`, with its documented public bounds;
+* a party config file (TOML)::
+
+      [party]
+      name = "A"
+      connect = "tcp://127.0.0.1:5555"
+      dataset = "forestfires"          # or: data = "file.csv"
+      features = ["X", "Y", "temp"]
+      label = "log_area"               # label owner only
+      id = "row_id"                    # optional
+      bounds = "bounds.toml"           # optional, relative to the config file
+
+* a bounds file (TOML) ``[bounds] col = [lo, hi]`` declaring the public domain of each column (and of
+  the label). Without bounds they are taken from the data with a loud
+  :class:`vfl.exceptions.DataBoundsWarning` (spec pitfall 2).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DataValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["PartyConfig", "LocalTable", "load_party_config", "load_bounds_file", "select_columns",
+           "read_party_csv", "row_id_digest", "load_dataset_table"]
+
+
+@dataclass
+class PartyConfig:
+    """Everything `vfl party` needs; CLI options override the config file's values."""
+
+    name: str | None = None
+    connect: str | None = None
+    data: str | None = None
+    dataset: str | None = None
+    features: list[str] = field(default_factory=list)
+    label: str | None = None
+    id: str | None = None
+    bounds: str | None = None
+    curve_dir: str | None = None
+
+
+@dataclass
+class LocalTable:
+    """A party's selected columns (raw units), optional label and row-ID digest, and declared bounds."""
+
+    X: np.ndarray
+    feature_names: list[str]
+    y: np.ndarray | None = None
+    label_name: str | None = None
+    id_digest: str | None = None
+    bounds: dict[str, tuple[float, float]] | None = None
+    #: FM runs: the same columns in raw units with their documented bounds. The paper's z-scoring (for BCD) uses
+    #: the data's own mean and sd; z-space bounds would reveal them, while the unit-interval map, and hence the
+    #: FM release, is the same for (z, z-bounds) and (raw, raw bounds).
+    fm_columns: np.ndarray | None = None
+    fm_bounds: dict[str, tuple[float, float]] | None = None
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} {path} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{what} {path} is not valid TOML: {exc}") from None
+
+
+def load_party_config(path: str | Path) -> PartyConfig:
+    """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir`` paths resolve against its folder."""
+    p = Path(path)
+    doc = _read_toml(p, "party config")
+    section = doc.get("party")
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{p}: missing [party] section")
+    allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir"}
+    unknown = set(section) - allowed
+    if unknown:
+        raise ConfigurationError(f"{p}: unknown key(s) in [party]: {', '.join(sorted(unknown))}")
+    cfg = PartyConfig(**{k: section.get(k) for k in allowed if k != "features"})
+    feats = section.get("features", [])
+    if isinstance(feats, str):
+        feats = [feats]
+    if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
+        raise ConfigurationError(f"{p}: features must be a list of column names")
+    cfg.features = feats
+    for key in ("data", "bounds", "curve_dir"):
+        value = getattr(cfg, key)
+        if value is not None and not Path(value).is_absolute():
+            setattr(cfg, key, str((p.parent / value).resolve()))
+    if cfg.data and cfg.dataset:
+        raise ConfigurationError(f"{p}: give either data or dataset, not both")
+    return cfg
+
+
+def load_bounds_file(path: str | Path) -> dict[str, tuple[float, float]]:
+    """``[bounds] column = [lo, hi]`` -> {column: (lo, hi)}; every pair finite with lo < hi."""
+    p = Path(path)
+    doc = _read_toml(p, "bounds file")
+    section = doc.get("bounds")
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{p}: missing [bounds] section")
+    out: dict[str, tuple[float, float]] = {}
+    for col, pair in section.items():
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
+            raise ConfigurationError(f"{p}: bounds for {col!r} must be [lo, hi]")
+        lo, hi = float(pair[0]), float(pair[1])
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ConfigurationError(f"{p}: bounds for {col!r} must be finite with lo < hi, got {pair}")
+        out[str(col)] = (lo, hi)
+    return out
+
+
+def select_columns(spec: list[str] | str, header: list[str], *, source: str = "data") -> list[str]:
+    """Resolve a feature selection to column names (see module docstring); unknown names raise."""
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    items = [s for s in items if s]
+    if not items:
+        raise DataValidationError("no features selected (use --features NAMES, RANGES or INDICES)")
+    position = {name: i for i, name in enumerate(header)}
+    chosen: list[str] = []
+    unknown: list[str] = []
+    for item in items:
+        if item in position:
+            chosen.append(item)
+        elif ":" in item and all(part.strip() in position for part in item.split(":", 1)):
+            a, b = (position[part.strip()] for part in item.split(":", 1))
+            chosen += header[min(a, b):max(a, b) + 1]
+        elif item.replace("-", "", 1).isdigit():
+            parts = item.split("-", 1)
+            a, b = int(parts[0]), int(parts[-1])
+            if not (0 <= a < len(header) and 0 <= b < len(header)):
+                unknown.append(item)
+                continue
+            chosen += header[min(a, b):max(a, b) + 1]
+        else:
+            unknown.append(item)
+    if unknown:
+        raise DataValidationError(f"unknown feature(s) {', '.join(map(repr, unknown))} in {source}; "
+                                  f"columns are: {', '.join(header)}")
+    dupes = sorted({c for c in chosen if chosen.count(c) > 1})
+    if dupes:
+        raise DataValidationError(f"feature(s) selected twice: {', '.join(dupes)}")
+    return chosen
+
+
+def row_id_digest(ids: list[str]) -> str:
+    """SHA-256 over the row-ID column in row order: equal digests <=> identical, equally ordered IDs."""
+    h = hashlib.sha256()
+    for value in ids:
+        blob = value.strip().encode()
+        h.update(len(blob).to_bytes(4, "big") + blob)
+    return h.hexdigest()
+
+
+def _to_float(column: str, cells: list[str], source: str) -> np.ndarray:
+    out = np.empty(len(cells))
+    for i, cell in enumerate(cells):
+        try:
+            out[i] = float(cell)
+        except ValueError:
+            raise DataValidationError(f"{source}: column {column!r}, data row {i + 1}: {cell!r} is not a number"
+                                      ) from None
+        if not math.isfinite(out[i]):
+            raise DataValidationError(f"{source}: column {column!r}, data row {i + 1}: {cell!r} is not finite")
+    return out
+
+
+def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | None = None,
+                   id_column: str | None = None) -> LocalTable:
+    """Read a CSV with a header; select features (names/ranges/indices), label and ID columns.
+
+    Only the selected columns must be numeric (the ID column may hold any text). A label owner may
+    select no features (empty ``features``).
+    """
+    p = Path(path)
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        raise ConfigurationError(f"data file {p} not found") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataValidationError(f"cannot read {p}: {exc}") from None
+    rows = [r for r in rows if r]
+    if not rows:
+        raise DataValidationError(f"{p}: empty file, expected a header row")
+    header = [h.strip() for h in rows[0]]
+    body = rows[1:]
+    if not body:
+        raise DataValidationError(f"{p}: no data rows")
+    if len(set(header)) != len(header):
+        raise DataValidationError(f"{p}: column names must be unique")
+    for i, r in enumerate(body, start=1):
+        if len(r) != len(header):
+            raise DataValidationError(f"{p}: data row {i} has {len(r)} cells, the header has {len(header)}")
+    pos = {h: i for i, h in enumerate(header)}
+    for what, col in (("label", label), ("id", id_column)):
+        if col is not None and col not in pos:
+            raise DataValidationError(f"unknown {what} column {col!r} in {p}; columns are: {', '.join(header)}")
+    candidates = [h for h in header if h not in (label, id_column)]
+    requested = [s.strip() for s in (features.split(",") if isinstance(features, str) else features)]
+    for what, col in (("label", label), ("row-ID", id_column)):
+        if col is not None and col in requested:
+            raise ConfigurationError(f"the {what} column {col!r} is also selected as a feature in {p}")
+    if label is not None and not features:
+        names: list[str] = []  # a label owner without features
+    else:
+        names = select_columns(features, candidates, source=str(p))
+    X = (np.column_stack([_to_float(n, [r[pos[n]] for r in body], str(p)) for n in names]) if names
+         else np.zeros((len(body), 0)))
+    y = _to_float(label, [r[pos[label]] for r in body], str(p)) if label is not None else None
+    digest = row_id_digest([r[pos[id_column]] for r in body]) if id_column is not None else None
+    return LocalTable(X, names, y, label, digest)
+
+
+def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | None = None) -> LocalTable:
+    """Columns of a built-in data set (:mod:`vfl.data.datasets`) with its documented public bounds."""
+    from vfl.data import datasets
+
+    loaders = {"forestfires": datasets.forest_fires, "garment": datasets.garment}
+    if dataset not in loaders:
+        raise ConfigurationError(f"unknown dataset {dataset!r}; known: {', '.join(loaders)}")
+    data = loaders[dataset]()
+    names = select_columns(features, list(data.feature_names), source=f"dataset {dataset}")
+    X = data.X[:, data.column_indices(names)]
+    y = None
+    if label is not None:
+        if label != data.target_name:
+            raise DataValidationError(f"dataset {dataset} has label {data.target_name!r}, not {label!r}")
+        y = np.asarray(data.y, dtype=float)
+    bounds = datasets.public_bounds(dataset, dataset=data)
+    scaled = [n for n in names if n in data.scaling]
+    fm_columns, fm_bounds = None, None
+    if scaled:
+        raw_bounds = datasets.public_bounds(dataset, space="raw")
+        fm_columns = X.copy()
+        fm_bounds = {k: tuple(v) for k, v in bounds.items()}
+        for j, col in enumerate(names):
+            if col in data.scaling:
+                mean, sd = data.scaling[col]
+                lo, hi = raw_bounds[col]
+                # undo the z-scoring; the clip only absorbs float round-off (the raw values lie in [lo, hi])
+                fm_columns[:, j] = np.clip(X[:, j] * sd + mean, lo, hi)
+                fm_bounds[col] = (float(lo), float(hi))
+    digest = row_id_digest([str(i) for i in range(X.shape[0])])
+    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()}, fm_columns, fm_bounds)

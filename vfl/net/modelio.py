@@ -1,0 +1,232 @@
+"""The released model: coefficients in original units, JSON export/import, atomic file writes.
+
+A vertically trained model is ``w`` on the *prepared* features: each party maps its raw columns
+with its public bounds to [-1, 1] and multiplies by a public column scale s (``vfl.fm.domain``), and a
+linear model's label is mapped from its bounds [lo_y, hi_y] to [-1, 1]. Because those maps are
+affine and public, the model is also an affine function of the raw columns::
+
+    z(x) = sum_j w_j s_j (2 (x_j - lo_j)/(hi_j - lo_j) - 1)          (prepared scale)
+    linear:   y_hat = lo_y + (hi_y - lo_y) (z(x) + 1) / 2  = coef_ . x + intercept_
+    logistic: P(y = 1 | x) = sigmoid(z(x)),  z(x) = coef_ . x + intercept_
+
+(BCD/DP-BCD use the data as given: no maps, coef_ = w.) The JSON file holds both ``w`` and
+(``coef_``, ``intercept_``), each party's feature names and bounds, and the privacy report. Files are
+written to a temporary name in the target folder, flushed, fsynced and renamed, so a crash never leaves
+a partial model file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DataValidationError
+
+__all__ = ["PartyColumns", "FittedModel", "atomic_write_text", "load_model", "report_text", "MODEL_FORMAT"]
+
+MODEL_FORMAT = "vfl-model/1"
+
+
+@dataclass
+class PartyColumns:
+    """One party's columns in the released model (all public)."""
+
+    name: str
+    features: list[str]
+    bounds: list[list[float]] | None = None  # per column [lo, hi]; None = data used as given
+    column_scale: float = 1.0
+    label_owner: bool = False
+    intercept: bool = False  # this party carried the public constant column (its last prepared column)
+
+    @property
+    def n_columns(self) -> int:
+        """Prepared columns in the protocol: the features plus the constant column if any."""
+        return len(self.features) + (1 if self.intercept else 0)
+
+    def affine(self, w_k: np.ndarray) -> tuple[np.ndarray, float]:
+        """(coef, intercept) with  w_k . prepared(x_k) = coef . x_k + intercept."""
+        w_k = np.asarray(w_k, dtype=float)
+        if self.intercept:   # the constant column is column_scale in the prepared domain
+            coef, icpt = PartyColumns(self.name, self.features, self.bounds, self.column_scale).affine(w_k[:-1])
+            return coef, icpt + float(w_k[-1] * self.column_scale)
+        if self.bounds is None:
+            return w_k * self.column_scale, 0.0
+        b = np.asarray(self.bounds, dtype=float).reshape(-1, 2)
+        width = b[:, 1] - b[:, 0]
+        ws = w_k * self.column_scale
+        return 2.0 * ws / width, float(np.sum(ws * (-1.0 - 2.0 * b[:, 0] / width)))
+
+
+@dataclass
+class FittedModel:
+    """A model trained by the vfl protocol (or loaded from JSON)."""
+
+    model: str
+    mechanism: str
+    parties: list[PartyColumns]
+    w: np.ndarray
+    label_bounds: list[float] | None = None
+    privacy_report: dict[str, Any] = field(default_factory=dict)
+    n_samples: int = 0
+    run_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.w = np.asarray(self.w, dtype=float)
+        d = sum(p.n_columns for p in self.parties)
+        if self.w.shape != (d,):
+            raise ConfigurationError(f"model has {self.w.size} coefficients for {d} features")
+        coefs, icpt = [], 0.0
+        start = 0
+        for p in self.parties:
+            c, i = p.affine(self.w[start:start + p.n_columns])
+            coefs.append(c)
+            icpt += i
+            start += p.n_columns
+        coef = np.concatenate(coefs) if coefs else np.zeros(0)
+        if self.model == "linear" and self.label_bounds is not None:
+            lo, hi = self.label_bounds
+            half = (hi - lo) / 2.0
+            coef, icpt = coef * half, lo + half * (icpt + 1.0)
+        self.coef_ = coef
+        self.intercept_ = float(icpt)
+
+    # ------------------------------------------------------------ sklearn-like
+    @property
+    def feature_names_(self) -> list[str]:
+        return [f for p in self.parties for f in p.features]
+
+    @property
+    def privacy_report_(self) -> Any:
+        """The privacy report (a :class:`vfl.privacy.accounting.PrivacyReport`; its dict if it cannot be rebuilt)."""
+        report = self.privacy_report_object()
+        return report if report is not None else self.privacy_report
+
+    def privacy_report_object(self) -> Any:
+        from vfl.privacy.accounting import PartyPrivacy, PrivacyReport
+
+        try:
+            doc = dict(self.privacy_report)
+            doc["parties"] = [PartyPrivacy(**p) for p in doc.get("parties", [])]
+            return PrivacyReport(**doc)
+        except (TypeError, ValueError):
+            return None
+
+    def _stack(self, blocks: Any) -> np.ndarray:
+        if isinstance(blocks, (list, tuple)):
+            if len(blocks) != len(self.parties):
+                raise DataValidationError(f"expected {len(self.parties)} party blocks, got {len(blocks)}")
+            parts = [np.asarray(b, dtype=float).reshape(np.asarray(b).shape[0], -1) for b in blocks]
+            for p, b in zip(self.parties, parts, strict=True):
+                if b.shape[1] != len(p.features):
+                    raise DataValidationError(f"party {p.name}: {b.shape[1]} columns, expected {len(p.features)}")
+            X = np.hstack(parts) if parts else np.zeros((0, 0))
+        else:
+            X = np.asarray(blocks, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.coef_.size:
+            raise DataValidationError(f"expected {self.coef_.size} columns, got shape {X.shape}")
+        if not np.all(np.isfinite(X)):
+            raise DataValidationError("data contain NaN or infinity")
+        return X
+
+    def decision_function(self, blocks: Any) -> np.ndarray:
+        """coef_ . x + intercept_ for raw rows (a joined array or one block per party, in party order)."""
+        return self._stack(blocks) @ self.coef_ + self.intercept_
+
+    def predict_proba(self, blocks: Any) -> np.ndarray:
+        if self.model != "logistic":
+            raise ConfigurationError("predict_proba is for logistic models")
+        return 0.5 * (1.0 + np.tanh(0.5 * self.decision_function(blocks)))
+
+    def predict(self, blocks: Any) -> np.ndarray:
+        """Linear: predicted y. Logistic: labels in {0, 1}."""
+        z = self.decision_function(blocks)
+        return (z >= 0).astype(float) if self.model == "logistic" else z
+
+    def score(self, blocks: Any, y: np.ndarray) -> float:
+        """R^2 (linear) or accuracy (logistic)."""
+        y = np.asarray(y, dtype=float)
+        pred = self.predict(blocks)
+        if self.model == "logistic":
+            return float(np.mean(pred == y))
+        ss_res = float(np.sum((y - pred) ** 2))
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+        return 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+
+    # ------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": MODEL_FORMAT, "model": self.model, "mechanism": self.mechanism, "run_id": self.run_id,
+            "n_samples": self.n_samples,
+            "parties": [{"name": p.name, "features": p.features, "bounds": p.bounds,
+                         "column_scale": p.column_scale, "label_owner": p.label_owner,
+                         "intercept": p.intercept} for p in self.parties],
+            "label_bounds": self.label_bounds, "w": self.w.tolist(),
+            "coef": self.coef_.tolist(), "intercept": self.intercept_,
+            "privacy_report": self.privacy_report, "extra": self.extra,
+        }
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The model as JSON text; written atomically to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        if path is not None:
+            atomic_write_text(path, text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> FittedModel:
+        if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+            raise ConfigurationError(f"not a {MODEL_FORMAT} model file")
+        try:
+            parties = [PartyColumns(str(p["name"]), [str(f) for f in p["features"]], p.get("bounds"),
+                                    float(p.get("column_scale", 1.0)), bool(p.get("label_owner", False)),
+                                    bool(p.get("intercept", False)))
+                       for p in doc["parties"]]
+            return cls(doc["model"], doc["mechanism"], parties, np.asarray(doc["w"], dtype=float),
+                       doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
+                       str(doc.get("run_id", "")), doc.get("extra") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"malformed model file: {exc}") from None
+
+
+def load_model(path: str | Path) -> FittedModel:
+    """Read a model JSON file written by :meth:`FittedModel.to_json`."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"model file {path} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"model file {path} is not valid JSON: {exc}") from None
+    return FittedModel.from_dict(doc)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def report_text(model: FittedModel) -> str:
+    """The model's privacy report as text (rebuilt from its JSON form)."""
+    report = model.privacy_report_object()
+    return report.to_text() if report is not None else json.dumps(model.privacy_report, indent=2)

@@ -1,0 +1,353 @@
+"""Privacy mechanisms for FM coefficient releases, usable centrally and block-wise.
+
+Every mechanism assigns each released *entry* a noise distribution (:class:`NoiseSpec`) that depends
+only on the block kind, so drawing noise block by block over any :class:`~vfl.fm.dissection.DissectionPlan`
+gives exactly the centralized mechanism's distribution (Xu et al. 2021's "same utility" claim, spec §2.6).
+
+* ``none``       - no noise, no privacy (reference).
+* ``laplace-fm`` - Zhang et al. 2012 / Xu et al. 2021: i.i.d. Lap(Delta_f/eps) on alpha, vech(M) (and beta),
+  ``fm_sensitivity="paper"|"xu"|"zhang"|"tight"`` (spec §1.2); pure eps-DP.
+* ``gaussian-fm``- Tasnim et al. 2023 with the spec's corrections: Delta_2 = sqrt(2)/N, joint calibration
+  tau_j = Delta_j sqrt(J')/mu*(eps, delta) (spec §2.3), ``sym="iso"`` noise (E + E^T)/2 (spec §2.4);
+  ``calibration="classical"`` (eps < 1 only) and ``"paper"`` (their per-block classical noise, true eps reported).
+* ``relaxed-fm`` - Ding et al. 2020: one common Gaussian std for all coefficients, calibrated with
+  ``calibrate_mu`` to the L2 sensitivity of the whole vector (spec §5.3).
+
+All noise is in average-form coefficient units.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, PrivacyLeakWarning, PrivacyParameterError
+from vfl.fm.dissection import Block, DissectionPlan
+from vfl.fm.domain import party_radii
+from vfl.privacy.accounting import PartyPrivacy, PrivacyReport, gaussian_mu_of_blocks
+from vfl.privacy.calibration import calibrate_mu, epsilon_of, validate_delta, validate_epsilon
+from vfl.privacy.sensitivity import (
+    gaussian_party_sensitivities,
+    gaussian_sensitivities,
+    laplace_block_table_sum,
+    laplace_party_sensitivity_sum,
+    laplace_sensitivity_sum,
+    relaxed_sensitivity,
+    xu_party_sensitivity_sum,
+)
+
+MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
+DEFAULT_DOMAIN = {"none": "linf", "laplace-fm": "linf", "gaussian-fm": "l2", "relaxed-fm": "l2"}
+
+__all__ = ["NoiseSpec", "Mechanism", "NoMechanism", "LaplaceFM", "GaussianFM", "RelaxedFM", "make_mechanism",
+           "MECHANISMS", "DEFAULT_DOMAIN", "draw_noise"]
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """Distribution of the noise on every entry of a block: std for Gaussian, scale b for Laplace."""
+
+    kind: Literal["none", "gaussian", "laplace"]
+    scale: float
+
+    @property
+    def std(self) -> float:
+        return {"none": 0.0, "gaussian": self.scale, "laplace": math.sqrt(2.0) * self.scale}[self.kind]
+
+
+class Mechanism:
+    """Base class: per-block noise plus the privacy report of the whole release."""
+
+    name = "none"
+
+    def __init__(self, plan: DissectionPlan, n_samples: int, *, domain: str | None = None,
+                 party_names: Sequence[str] | None = None, seeded: bool = False) -> None:
+        if int(n_samples) < 1:
+            raise ConfigurationError(f"n_samples must be >= 1, got {n_samples}")
+        self.plan = plan
+        self.model = plan.model
+        self.n_samples = int(n_samples)
+        self.domain = domain or DEFAULT_DOMAIN[self.name]
+        self.party_names = list(party_names) if party_names else [f"party{k}" for k in range(plan.n_parties)]
+        self.seeded = seeded
+
+    # ---- noise ---------------------------------------------------------------------------------
+    def entry_noise(self, block: Block) -> NoiseSpec:
+        """Noise distribution of each entry of ``block`` (for a diagonal M block: of its off-diagonal entries)."""
+        return NoiseSpec("none", 0.0)
+
+    def diagonal_noise(self, block: Block) -> NoiseSpec:
+        """Noise of the diagonal entries of a diagonal M block (iso noise differs there)."""
+        return self.entry_noise(block)
+
+    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
+        """Draw the block's noise (symmetric for diagonal M blocks)."""
+        return np.zeros(block.shape)
+
+    @property
+    def diagonal_std(self) -> float:
+        """sigma_M: noise std of a diagonal entry of M (sets the default eigenvalue floor, spec §2.5)."""
+        return 0.0
+
+    @property
+    def diagonal_layout(self) -> str:
+        """How a diagonal M block is noised: ``"iso"`` = (E + E^T)/2 with E i.i.d. of :meth:`diagonal_noise`;
+        ``"vech"`` = i.i.d. draws on a <= b mirrored (spec §0.4, §2.4)."""
+        return "vech"
+
+    @property
+    def lambda_floor(self) -> float:
+        """Default public eigenvalue floor sigma_M sqrt(d) (spec §2.5); 0 without noise."""
+        return self.diagonal_std * math.sqrt(self.plan.n_features)
+
+    def privacy_report(self) -> PrivacyReport:
+        return PrivacyReport(self.name, self.model, None, None, None, formal_dp=False, domain=self.domain,
+                             notes=["mechanism 'none' adds no noise: the model reveals its training data"])
+
+
+class NoMechanism(Mechanism):
+    name = "none"
+
+
+def draw_noise(spec: NoiseSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """i.i.d. draws of one entry distribution (Gaussian std / Laplace scale b); zeros for no noise."""
+    if spec.kind == "gaussian":
+        return rng.normal(0.0, spec.scale, size=shape)
+    if spec.kind == "laplace":
+        return rng.laplace(0.0, spec.scale, size=shape)
+    return np.zeros(shape)
+
+
+def _upper_mirrored(spec: NoiseSpec, d: int, rng: np.random.Generator) -> np.ndarray:
+    """vech layout: d(d+1)/2 i.i.d. draws on a <= b, copied to the lower triangle."""
+    E = np.zeros((d, d))
+    iu = np.triu_indices(d)
+    E[iu] = draw_noise(spec, (iu[0].size,), rng)
+    return E + np.triu(E, 1).T
+
+
+class LaplaceFM(Mechanism):
+    """Laplace functional mechanism (Zhang et al. 2012, Alg. 1; Xu et al. 2021, Alg. 1; spec §1)."""
+
+    name = "laplace-fm"
+
+    def __init__(self, plan: DissectionPlan, n_samples: int, *, epsilon: float, fm_sensitivity: str = "paper",
+                 domain: str | None = None, **kw) -> None:
+        super().__init__(plan, n_samples, domain=domain, **kw)
+        self.epsilon = validate_epsilon(epsilon)
+        if plan.model == "logistic" and fm_sensitivity == "paper":
+            fm_sensitivity = "xu"
+        self.fm_sensitivity = fm_sensitivity
+        self.sensitivity_sum = laplace_sensitivity_sum(plan.model, plan.n_features, variant=fm_sensitivity,
+                                                       domain=self.domain, release_beta=plan.release_beta)
+        self.scale = self.sensitivity_sum / (self.n_samples * self.epsilon)   # b, average form
+
+    def entry_noise(self, block: Block) -> NoiseSpec:
+        return NoiseSpec("laplace", self.scale)
+
+    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
+        spec = self.entry_noise(block)
+        if block.kind == "M" and block.parties[0] == block.parties[1]:
+            return _upper_mirrored(spec, block.shape[0], rng)
+        return draw_noise(spec, block.shape, rng)
+
+    @property
+    def diagonal_std(self) -> float:
+        return math.sqrt(2.0) * self.scale
+
+    def _true_sensitivity_sum(self) -> float:
+        table = sum(laplace_block_table_sum(self.plan).values())
+        if self.domain == "l2":
+            table = min(table, laplace_sensitivity_sum(self.model, self.plan.n_features, variant="tight",
+                                                       domain="l2", release_beta=self.plan.release_beta))
+        return table
+
+    def privacy_report(self) -> PrivacyReport:
+        """Global eps from the tight block table; per-party eps^(k) = Delta^(k)/Delta_noise * eps (Xu Thm 2)."""
+        noise_sum = self.sensitivity_sum
+        eps_true = min(self.epsilon, self._true_sensitivity_sum() / noise_sum * self.epsilon)
+        blocks = laplace_block_table_sum(self.plan)
+        eps_block = {name: v / noise_sum * self.epsilon for name, v in blocks.items()}
+        parties = []
+        for k in range(self.plan.n_parties):
+            top = laplace_party_sensitivity_sum(self.plan, k) / noise_sum * self.epsilon
+            bottom = sum(eps_block[b.name] for b in self.plan.blocks if k in b.depends_on)
+            paper = xu_party_sensitivity_sum(self.plan, k) / noise_sum * self.epsilon
+            parties.append(PartyPrivacy(k, self.party_names[k], min(top, eps_true), bottom, paper,
+                                        laplace_party_sensitivity_sum(self.plan, k) / self.n_samples))
+        n_blocks = len(self.plan.blocks)
+        return PrivacyReport(
+            self.name, self.model, self.epsilon, eps_true, None, domain=self.domain,
+            calibration=f"Laplace, fm_sensitivity={self.fm_sensitivity}",
+            sensitivities={"L1 (noise)": noise_sum / self.n_samples,
+                           "L1 (tight block table)": sum(blocks.values()) / self.n_samples},
+            noise_scales={"laplace_b": self.scale}, parties=parties, seeded=self.seeded,
+            notes=["per-party epsilon by Xu et al. 2021 Thm. 2 (top-down) from the block table; bottom-up "
+                   "composition over blocks gives the same values"],
+            extra={"epsilon_per_block": eps_block,
+                   "xu_corollary1_epsilon": n_blocks * sum(eps_block.values()) if n_blocks else 0.0},
+        )
+
+
+class GaussianFM(Mechanism):
+    """Gaussian functional mechanism (Tasnim et al. 2023, Alg. 1) with the spec §2 corrections."""
+
+    name = "gaussian-fm"
+
+    def __init__(self, plan: DissectionPlan, n_samples: int, *, epsilon: float, delta: float,
+                 calibration: str = "analytic", sym: str = "iso", domain: str | None = None,
+                 radii: Sequence[float] | None = None, **kw) -> None:
+        super().__init__(plan, n_samples, domain=domain, **kw)
+        self.epsilon = validate_epsilon(epsilon)
+        self.delta = validate_delta(delta)
+        if sym not in ("iso", "mirror"):
+            raise ConfigurationError(f"sym must be 'iso' or 'mirror', got {sym!r}")
+        self.sym = sym
+        self.calibration = calibration
+        self.radii = np.asarray(party_radii(plan.feature_counts) if radii is None else radii, dtype=float)
+        self.sens = gaussian_sensitivities(plan.model, self.n_samples, release_beta=plan.release_beta)
+        jp = len(self.sens)
+        if calibration == "analytic":
+            mu = calibrate_mu(self.epsilon, self.delta)
+            self.taus = {k: v * math.sqrt(jp) / mu for k, v in self.sens.items()}
+        elif calibration == "classical":
+            if self.epsilon >= 1.0:
+                raise PrivacyParameterError(
+                    f"calibration='classical' is only proven for epsilon < 1 (got {self.epsilon}); use 'analytic'")
+            c = math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.epsilon
+            self.taus = {k: v * math.sqrt(jp) * c for k, v in self.sens.items()}
+        elif calibration == "paper":
+            warnings.warn("calibration='paper' reproduces Tasnim et al.'s per-block noise, whose real epsilon is "
+                          "larger than the requested one (see privacy_report_)", PrivacyLeakWarning, stacklevel=3)
+            c = math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.epsilon
+            paper = gaussian_sensitivities(plan.model, self.n_samples, paper=True, release_beta=plan.release_beta)
+            self.taus = {k: v * c for k, v in paper.items()}
+        else:
+            raise ConfigurationError(f"calibration must be 'analytic', 'classical' or 'paper', got {calibration!r}")
+        if self.domain != "l2":
+            raise ConfigurationError("gaussian-fm sensitivities hold on the l2 domain (||x|| <= 1) only")
+
+    def entry_noise(self, block: Block) -> NoiseSpec:
+        tau = self.taus[block.kind]
+        if block.kind == "M" and self.sym == "iso":
+            tau /= math.sqrt(2.0)   # off-diagonal entries of (E + E^T)/2
+        return NoiseSpec("gaussian", tau)
+
+    def diagonal_noise(self, block: Block) -> NoiseSpec:
+        return NoiseSpec("gaussian", self.taus[block.kind])
+
+    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
+        if block.kind == "M" and block.parties[0] == block.parties[1]:
+            d = block.shape[0]
+            if self.sym == "iso":
+                E = rng.normal(0.0, self.taus["M"], size=(d, d))
+                return (E + E.T) / 2.0
+            return _upper_mirrored(NoiseSpec("gaussian", self.taus["M"]), d, rng)
+        return draw_noise(self.entry_noise(block), block.shape, rng)
+
+    @property
+    def diagonal_std(self) -> float:
+        return self.taus["M"]
+
+    @property
+    def diagonal_layout(self) -> str:
+        return "iso" if self.sym == "iso" else "vech"
+
+    def true_mu(self) -> float:
+        return gaussian_mu_of_blocks(self.sens, self.taus)
+
+    def privacy_report(self) -> PrivacyReport:
+        mu = self.true_mu()
+        eps_true = epsilon_of(mu, self.delta)
+        parties = []
+        for k in range(self.plan.n_parties):
+            s_k = gaussian_party_sensitivities(self.plan, k, self.n_samples, self.radii,
+                                               release_beta=self.plan.release_beta)
+            parties.append(PartyPrivacy(k, self.party_names[k], epsilon_of(gaussian_mu_of_blocks(s_k, self.taus),
+                                                                           self.delta), sensitivity=s_k))
+        notes = ["joint calibration: sqrt(sum_j (Delta_j/tau_j)^2) = mu*(eps, delta) (spec §2.3)",
+                 "Delta_2 = sqrt(2)/N (Frobenius; Tasnim et al.'s spectral bound is too small by sqrt(2))"]
+        if self.calibration == "paper":
+            notes.append(f"paper calibration: claimed epsilon {self.epsilon:g} is really {eps_true:.4g}")
+        return PrivacyReport(
+            self.name, self.model, self.epsilon, eps_true, self.delta, domain="l2 (||x||_2 <= 1)",
+            calibration=f"{self.calibration}, sym={self.sym}", sensitivities=dict(self.sens),
+            noise_scales={f"tau_{k}": v for k, v in self.taus.items()}, parties=parties, seeded=self.seeded,
+            notes=notes, extra={"mu": mu, "radii": self.radii.tolist()},
+        )
+
+
+class RelaxedFM(Mechanism):
+    """Relaxed functional mechanism (Ding et al. 2020; spec §5.3): one Gaussian std for all coefficients."""
+
+    name = "relaxed-fm"
+
+    def __init__(self, plan: DissectionPlan, n_samples: int, *, epsilon: float, delta: float,
+                 domain: str | None = None, **kw) -> None:
+        super().__init__(plan, n_samples, domain=domain, **kw)
+        self.epsilon = validate_epsilon(epsilon)
+        self.delta = validate_delta(delta)
+        self.sensitivity = relaxed_sensitivity(plan.model, plan.n_features, self.n_samples, domain=self.domain)
+        self.tau = self.sensitivity / calibrate_mu(self.epsilon, self.delta)
+
+    def entry_noise(self, block: Block) -> NoiseSpec:
+        if block.kind == "M":
+            return NoiseSpec("gaussian", self.tau / math.sqrt(2.0))
+        return NoiseSpec("gaussian", self.tau)
+
+    def diagonal_noise(self, block: Block) -> NoiseSpec:
+        return NoiseSpec("gaussian", self.tau)
+
+    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
+        if block.kind == "M" and block.parties[0] == block.parties[1]:
+            E = rng.normal(0.0, self.tau, size=block.shape)
+            return (E + E.T) / 2.0
+        return draw_noise(self.entry_noise(block), block.shape, rng)
+
+    @property
+    def diagonal_std(self) -> float:
+        return self.tau
+
+    @property
+    def diagonal_layout(self) -> str:
+        return "iso"
+
+    def privacy_report(self) -> PrivacyReport:
+        return PrivacyReport(
+            self.name, self.model, self.epsilon, self.epsilon, self.delta, domain=self.domain,
+            calibration="analytic Gaussian (calibrate_mu) instead of the Extended Gaussian mechanism",
+            sensitivities={"L2 (whole vector)": self.sensitivity}, noise_scales={"tau": self.tau},
+            parties=[PartyPrivacy(k, self.party_names[k], self.epsilon) for k in range(self.plan.n_parties)],
+            seeded=self.seeded, notes=["per-party epsilon reported as the global one (no per-party analysis)"],
+        )
+
+
+def make_mechanism(name: str, *, plan: DissectionPlan, n_samples: int, epsilon: float | None = None,
+                   delta: float | None = None, **options) -> Mechanism:
+    """Build a mechanism by name (``none``, ``laplace-fm``, ``gaussian-fm``, ``relaxed-fm``)."""
+    if name not in MECHANISMS:
+        raise ConfigurationError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
+    common = {k: options.pop(k) for k in ("domain", "party_names", "seeded") if k in options}
+    if name == "none":
+        return NoMechanism(plan, n_samples, **common)
+    if epsilon is None:
+        raise PrivacyParameterError(f"mechanism {name} needs epsilon")
+    if name == "laplace-fm":
+        allowed = {"fm_sensitivity"}
+        cls = LaplaceFM
+        kwargs = {"epsilon": epsilon}
+    else:
+        if delta is None:
+            raise PrivacyParameterError(f"mechanism {name} needs delta")
+        allowed = {"calibration", "sym", "radii"} if name == "gaussian-fm" else set()
+        cls = GaussianFM if name == "gaussian-fm" else RelaxedFM
+        kwargs = {"epsilon": epsilon, "delta": delta}
+    unknown = set(options) - allowed
+    if unknown:
+        raise ConfigurationError(f"option(s) {sorted(unknown)} do not apply to mechanism {name}")
+    return cls(plan, n_samples, **kwargs, **options, **common)
