@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,11 +125,16 @@ class ServerTransport:
     outgoing messages with sender ``"coordinator"``, the run id and a sequence number, and checks that
     every peer's sequence numbers increase and that its messages carry this run's id (a REGISTER may
     carry an empty id).
+
+    ``audit``: optional callable ``audit(peer, frames)`` that sees the raw frames of every message received (valid
+    or not) before decoding -- exactly what the coordinator learns from the wire (privacy audits in the tests).
     """
 
     def __init__(self, bind: str, *, run_id: str, curve: CurveServerKeys | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, context: zmq.Context | None = None) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, context: zmq.Context | None = None,
+                 audit: Callable[[bytes, list[bytes]], None] | None = None) -> None:
         self.run_id = run_id
+        self.audit = audit
         self.max_message_bytes = int(max_message_bytes)
         self.rejected = 0
         self.last_rejection = ""
@@ -177,6 +183,8 @@ class ServerTransport:
             if not self.sock.poll(max(0, int(remaining * 1000)), zmq.POLLIN):
                 return None
             frames = self.sock.recv_multipart(copy=True)
+            if self.audit is not None and frames:
+                self.audit(frames[0], list(frames[1:]))
             if len(frames) < 2:
                 self._reject("message without identity or header")
                 continue
