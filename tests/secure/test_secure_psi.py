@@ -82,3 +82,13 @@ def _not_a_point(key: BlindingKey, candidate: bytes) -> bool:
     except ProtocolError:
         return True
     return False
+
+
+def test_chunked_library_calls_give_the_same_points(monkeypatch):
+    import vfl.secure.psi as psi_module
+
+    key = BlindingKey()
+    ids = [f"r{i}" for i in range(40)]
+    whole, again = key.blind(ids), key.reblind(key.blind(ids))
+    monkeypatch.setattr(psi_module, "CHUNK", 7)
+    assert key.blind(ids) == whole and key.reblind(whole) == again

@@ -40,6 +40,9 @@ __all__ = ["POINT_BYTES", "MAX_ID_CHARS", "normalise_id", "normalise_ids", "Blin
 POINT_BYTES = 33
 #: longest accepted ID after normalisation (guards the hash-to-curve input; real IDs are far shorter)
 MAX_ID_CHARS = 4096
+#: IDs/points per library call: the C++ holds the GIL for a whole call, so long lists are cut into ~1 s pieces and a
+#: party's heartbeat thread still runs while 10^6 IDs are blinded
+CHUNK = 8192
 
 
 def _library() -> Any:
@@ -119,23 +122,24 @@ class BlindingKey:
 
     def blind(self, ids: Sequence[str]) -> bytes:
         """``H(x)^k`` for every (already normalised) ID, concatenated in input order."""
-        if not ids:
-            return b""
-        return b"".join(self._client.CreateRequest(list(ids)).encrypted_elements)
+        ids = list(ids)
+        return b"".join(p for i in range(0, len(ids), CHUNK)
+                        for p in self._client.CreateRequest(ids[i:i + CHUNK]).encrypted_elements)
 
     def reblind(self, blob: bytes, count: int | None = None) -> bytes:
         """``P^k`` for every point of ``blob`` (validated: length, prefix, on the curve), in input order."""
         points = split_points(blob, count)
-        if not points:
-            return b""
-        request = self._lib.Request()
-        request.reveal_intersection = True   # order-preserving response (the library sorts it otherwise)
-        request.encrypted_elements.extend(points)
-        try:
-            response = self._server.ProcessRequest(request)
-        except RuntimeError:
-            raise ProtocolError("PSI point list contains a byte string that is not a P-256 point") from None
-        out = b"".join(response.encrypted_elements)
+        pieces: list[bytes] = []
+        for i in range(0, len(points), CHUNK):
+            request = self._lib.Request()
+            request.reveal_intersection = True   # order-preserving response (the library sorts it otherwise)
+            request.encrypted_elements.extend(points[i:i + CHUNK])
+            try:
+                response = self._server.ProcessRequest(request)
+            except RuntimeError:
+                raise ProtocolError("PSI point list contains a byte string that is not a P-256 point") from None
+            pieces.extend(response.encrypted_elements)
+        out = b"".join(pieces)
         if len(out) != len(blob):
             raise ProtocolError("PSI library returned an unexpected number of points")
         return out
