@@ -57,6 +57,10 @@ from vfl.secure.aggregation import secure_sum
 
 __all__ = [
     "NORM_TOLERANCE",
+    "calibrate_cape_fm",
+    "site_coefficients",
+    "combine_releases",
+    "cape_fm_report",
     "validate_site_data",
     "draw_block_noise",
     "quantize",
@@ -140,6 +144,114 @@ def aggregate_noise_std(taus: Sequence[float], weights: Sequence[float]) -> floa
     return float(math.sqrt(np.sum((w - 1.0 / S) ** 2 * t**2) + np.sum(w**2 * t**2) / S))
 
 
+def calibrate_cape_fm(model: str, epsilon: float, delta: float, n_rows: Sequence[int], *,
+                      n_colluders: int | None = None, calibration: str = "analytic", release_constant: bool = False
+                      ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """Per-block, per-site sensitivities Delta_j^s and noise stds tau_j^s, and the accounting facts (spec §3.4).
+
+    Depends only on public values (model, eps, delta, every site's N_s, S_C, calibration), so every site and the
+    aggregator compute the same taus independently (the networked sites never take their tau from the
+    aggregator). ``calibration="analytic"``: tau_j = Delta_j^s sqrt(J' kappa) / mu*(eps, delta) (kappa: closed
+    form for equal N_s, :func:`~vfl.privacy.cape_accounting.worst_case_q` otherwise). ``"paper"``: Tasnim et al.'s
+    classical per-block tau with Delta_2 = 1/N_s (emits :class:`PrivacyLeakWarning`).
+    """
+    n_rows = np.asarray(n_rows, dtype=int)
+    S = n_rows.size
+    C = default_colluders(S) if n_colluders is None else n_colluders
+    release_beta = release_constant and model == "linear"
+    sens = {k: np.array([gaussian_sensitivities(model, int(n), release_beta=release_beta)[k] for n in n_rows])
+            for k in gaussian_sensitivities(model, 1, release_beta=release_beta)}
+    j_prime = len(sens)
+    equal = bool(np.all(n_rows == n_rows[0]))
+    k_closed = kappa(S, C)
+    # kappa_eff: worst q per unit (Delta_s / tau_s); tau_s proportional to Delta_s = c/N_s in every block
+    k_eff = k_closed if equal else worst_case_q(1.0 / n_rows, 1.0 / n_rows, C)
+    if calibration == "analytic":
+        mu_star = calibrate_mu(epsilon, delta)
+        taus = {k: v * math.sqrt(j_prime * k_eff) / mu_star for k, v in sens.items()}
+    else:
+        warnings.warn("calibration='paper' reproduces Tasnim et al.'s per-block classical noise without kappa; "
+                      "its true epsilon is larger than the claimed one (see privacy_report_)",
+                      PrivacyLeakWarning, stacklevel=3)
+        mu_star = None
+        paper_sens = {k: np.array([gaussian_sensitivities(model, int(n), paper=True,
+                                                          release_beta=release_beta)[k] for n in n_rows])
+                      for k in sens}
+        taus = {k: np.array([classical_sigma(epsilon, delta, d) for d in v]) for k, v in paper_sens.items()}
+    # ratio Delta_j^s / tau_j^s is the same for every site, so site 0 represents all
+    ratios0 = [float(sens[k][0]) for k in sens], [float(taus[k][0]) for k in sens]
+    eps_true = cape_true_epsilon(*ratios0, delta, k_eff)
+    mu_site = math.sqrt(k_eff * sum((a / b) ** 2 for a, b in zip(*ratios0, strict=True)))
+    mu_z = mu_site**2 / 2.0
+    info: dict[str, Any] = {
+        "n_colluders": C, "kappa": k_eff, "kappa_closed_form": k_closed if equal else None,
+        "n_blocks": j_prime, "mu_star": mu_star, "mu_site": mu_site, "mu_z": mu_z,
+        "sigma_z": cape_sigma_z(mu_z), "true_epsilon": eps_true,
+        "delta_exact_at_claimed_epsilon": delta_gaussian(epsilon, mu_site),
+        "delta_paper_form_at_claimed_epsilon": paper_delta(epsilon, mu_z, mu_site) if epsilon > mu_z else None,
+    }
+    return sens, taus, info
+
+
+def site_coefficients(X: np.ndarray, y: np.ndarray, model: str, *, release_beta: bool = False
+                      ) -> dict[str, np.ndarray]:
+    """Site s's average-form FM coefficients Lambda_j^s over its N_s rows (alpha, M, and beta as a 1-vector)."""
+    obj = fm_objective(X, y, model)
+    blocks = {"alpha": obj.alpha, "M": obj.M}
+    if release_beta:
+        blocks["beta"] = np.array([obj.beta])
+    return blocks
+
+
+def combine_releases(releases: Sequence[dict[str, np.ndarray]], weights: Sequence[float],
+                     noise_std: dict[str, float], *, lambda_floor: float | None = None, beta: float = 0.0,
+                     min_pos: int = 1, fallback: str = "raise") -> tuple[QuadraticObjective, Any, float]:
+    """Aggregator side: Lambda^_j = sum_s w_s Lambda^_j^s, projection (spec §2.5) and w = -(1/2) M_+^{-1} alpha.
+
+    ``noise_std`` is the aggregate noise std per block (:func:`aggregate_noise_std`); the default floor is
+    noise_std["M"] sqrt(d) (public: it depends only on N_s, eps, delta, S, S_C). ``beta`` is used when the
+    releases carry none (it does not move the minimiser). Returns (objective, solve result, floor).
+    """
+    agg = {name: sum(w * r[name] for w, r in zip(weights, releases, strict=True)) for name in releases[0]}
+    b = float(agg["beta"][0]) if "beta" in agg else float(beta)
+    objective = QuadraticObjective(b, agg["alpha"], (agg["M"] + agg["M"].T) / 2.0)
+    d = objective.alpha.shape[0]
+    floor = noise_std.get("M", 0.0) * math.sqrt(d) if lambda_floor is None else float(lambda_floor)
+    result = solve_details(objective, lambda_floor=floor, min_pos=min_pos, fallback=fallback)
+    return objective, result, floor
+
+
+def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n_rows: np.ndarray,
+                   weights: np.ndarray, sens: dict[str, np.ndarray], taus: dict[str, np.ndarray], info: dict[str, Any],
+                   noise_std: dict[str, float], lambda_floor: float, n_floored: int, *, noise: bool | str = True,
+                   seeded: bool = False, dropout: str = "no dropout recovery (a missing site aborts the run)"
+                   ) -> dict[str, Any]:
+    """The capeFM privacy report (per-site eps and delta with the corrected kappa; spec §3.3-3.4).
+
+    ``noise`` False (or a test mode string) means the noise was disabled: ``true_epsilon`` is then inf in process
+    (None once serialised by the networked runs, where JSON has no infinity).
+    """
+    N = int(np.sum(n_rows))
+    release_beta = "beta" in sens
+    pooled = {k: float(gaussian_sensitivities(model, N, release_beta=release_beta)[k]) for k in sens}
+    return {
+        "mechanism": "capeFM", "model": model, "calibration": calibration,
+        "noise": noise, "claimed_epsilon": epsilon, "delta": delta,
+        **info,
+        "true_epsilon": info["true_epsilon"] if noise is True else math.inf,
+        "n_sites": int(len(n_rows)), "n_rows": [int(n) for n in n_rows], "n_total": N,
+        "weights": [float(w) for w in weights],
+        "sensitivities": {k: v.tolist() for k, v in sens.items()},
+        "tau": {k: v.tolist() for k, v in taus.items()},
+        "aggregate_noise_std": noise_std,
+        "pooled_sensitivities": pooled,
+        "lambda_floor": lambda_floor, "n_floored_eigenvalues": n_floored,
+        "seeded": seeded,
+        "threat_model": "honest-but-curious sites and aggregator; aggregator + n_colluders sites may collude; "
+                        + dropout,
+    }
+
+
 class CapeFM:
     """Decentralized Gaussian FM with CAPE noise (Tasnim et al. 2023, Alg. 3; spec §3.4).
 
@@ -181,44 +293,9 @@ class CapeFM:
 
     # ------------------------------------------------------------------ calibration
     def _calibrate(self, n_rows: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
-        """Per-block, per-site (sensitivity, tau) and the accounting facts."""
-        S = n_rows.size
-        C = default_colluders(S) if self.n_colluders is None else self.n_colluders
-        release_beta = self.release_constant and self.model == "linear"
-        sens = {k: np.array([gaussian_sensitivities(self.model, int(n), release_beta=release_beta)[k] for n in n_rows])
-                for k in gaussian_sensitivities(self.model, 1, release_beta=release_beta)}
-        j_prime = len(sens)
-        equal = bool(np.all(n_rows == n_rows[0]))
-        k_closed = kappa(S, C)
-        # kappa_eff: worst q per unit (Delta_s / tau_s); tau_s proportional to Delta_s = c/N_s in every block
-        k_eff = k_closed if equal else worst_case_q(1.0 / n_rows, 1.0 / n_rows, C)
-        if self.calibration == "analytic":
-            mu_star = calibrate_mu(self.epsilon, self.delta)
-            taus = {k: v * math.sqrt(j_prime * k_eff) / mu_star for k, v in sens.items()}
-        else:
-            warnings.warn("calibration='paper' reproduces Tasnim et al.'s per-block classical noise without kappa; "
-                          "its true epsilon is larger than the claimed one (see privacy_report_)",
-                          PrivacyLeakWarning, stacklevel=3)
-            mu_star = None
-            paper_sens = {k: np.array([gaussian_sensitivities(self.model, int(n), paper=True,
-                                                              release_beta=release_beta)[k] for n in n_rows])
-                          for k in sens}
-            taus = {k: np.array([classical_sigma(self.epsilon, self.delta, d) for d in v])
-                    for k, v in paper_sens.items()}
-        # ratio Delta_j^s / tau_j^s is the same for every site, so site 0 represents all
-        ratios0 = [float(sens[k][0]) for k in sens], [float(taus[k][0]) for k in sens]
-        eps_true = cape_true_epsilon(*ratios0, self.delta, k_eff)
-        mu_site = math.sqrt(k_eff * sum((a / b) ** 2 for a, b in zip(*ratios0, strict=True)))
-        mu_z = mu_site**2 / 2.0
-        info: dict[str, Any] = {
-            "n_colluders": C, "kappa": k_eff, "kappa_closed_form": k_closed if equal else None,
-            "n_blocks": j_prime, "mu_star": mu_star, "mu_site": mu_site, "mu_z": mu_z,
-            "sigma_z": cape_sigma_z(mu_z), "true_epsilon": eps_true,
-            "delta_exact_at_claimed_epsilon": delta_gaussian(self.epsilon, mu_site),
-            "delta_paper_form_at_claimed_epsilon": paper_delta(self.epsilon, mu_z, mu_site)
-            if self.epsilon > mu_z else None,
-        }
-        return sens, taus, info
+        """Per-block, per-site (sensitivity, tau) and the accounting facts (:func:`calibrate_cape_fm`)."""
+        return calibrate_cape_fm(self.model, self.epsilon, self.delta, n_rows, n_colluders=self.n_colluders,
+                                 calibration=self.calibration, release_constant=self.release_constant)
 
     # ------------------------------------------------------------------ protocol
     def fit(self, site_datasets: Sequence[tuple[np.ndarray, np.ndarray]]) -> CapeFM:
@@ -230,18 +307,16 @@ class CapeFM:
             raise ConfigurationError(f"n_colluders must be an integer in [0, {S - 1}], got {self.n_colluders!r}")
         n_rows = np.array([X.shape[0] for X, _ in data])
         N = int(n_rows.sum())
-        d = data[0][0].shape[1]
         sens, taus, info = self._calibrate(n_rows)
         rng = make_rng(self.random_state)
         site_rngs = spawn(rng, S)
         weights = n_rows / N if self.weights == "rows" else np.full(S, 1.0 / S)
 
-        local = [fm_objective(X, y, self.model) for X, y in data]  # average form over N_s rows
-        blocks = {"alpha": [obj.alpha for obj in local], "M": [obj.M for obj in local]}
-        if "beta" in sens:
-            blocks["beta"] = [np.array([obj.beta]) for obj in local]
+        release_beta = "beta" in sens
+        local = [site_coefficients(X, y, self.model, release_beta=release_beta) for X, y in data]
         releases: dict[str, list[np.ndarray]] = {}
-        for name, values in blocks.items():
+        for name in local[0]:
+            values = [blk[name] for blk in local]
             shape = values[0].shape
             sym = name == "M"
             if self.add_noise:
@@ -252,34 +327,20 @@ class CapeFM:
             else:
                 releases[name] = [v.copy() for v in values]
 
-        agg = {name: sum(w * r for w, r in zip(weights, rel, strict=True)) for name, rel in releases.items()}
-        beta = float(agg["beta"][0]) if "beta" in agg else float(sum(w * o.beta for w, o in zip(weights, local,
-                                                                                                 strict=True)))
-        objective = QuadraticObjective(beta, agg["alpha"], (agg["M"] + agg["M"].T) / 2.0)
         noise_std = {k: aggregate_noise_std(taus[k], weights) if self.add_noise else 0.0 for k in taus}
-        floor = noise_std["M"] * math.sqrt(d) if self.lambda_floor is None else float(self.lambda_floor)
-        result = solve_details(objective, lambda_floor=floor, min_pos=self.min_pos, fallback=self.fallback)
+        clean_beta = float(sum(w * fm_objective(X, y, self.model).beta for w, (X, y) in zip(weights, data,
+                                                                                            strict=True)))
+        per_site = [{name: releases[name][s] for name in releases} for s in range(S)]
+        objective, result, floor = combine_releases(per_site, weights, noise_std, lambda_floor=self.lambda_floor,
+                                                    beta=clean_beta, min_pos=self.min_pos, fallback=self.fallback)
 
         self.coef_ = result.w
         self.noisy_objective_ = objective
         self.site_releases_ = releases
         self.solve_result_ = result
-        pooled = {k: float(gaussian_sensitivities(self.model, N, release_beta="beta" in sens)[k]) for k in sens}
-        self.privacy_report_ = {
-            "mechanism": "capeFM", "model": self.model, "calibration": self.calibration,
-            "noise": self.add_noise, "claimed_epsilon": self.epsilon, "delta": self.delta,
-            **info,
-            "true_epsilon": info["true_epsilon"] if self.add_noise else math.inf,
-            "n_sites": S, "n_rows": n_rows.tolist(), "n_total": N, "weights": weights.tolist(),
-            "sensitivities": {k: v.tolist() for k, v in sens.items()},
-            "tau": {k: v.tolist() for k, v in taus.items()},
-            "aggregate_noise_std": noise_std,
-            "pooled_sensitivities": pooled,
-            "lambda_floor": floor, "n_floored_eigenvalues": result.n_floored,
-            "seeded": is_seeded(self.random_state),
-            "threat_model": "honest-but-curious sites and aggregator; aggregator + n_colluders sites may collude; "
-                            "no dropout recovery",
-        }
+        self.privacy_report_ = cape_fm_report(
+            self.model, self.calibration, self.epsilon, self.delta, n_rows, weights, sens, taus, info, noise_std,
+            floor, result.n_floored, noise=self.add_noise, seeded=is_seeded(self.random_state))
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
