@@ -29,7 +29,7 @@ from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
 from vfl.rng import RandomState
 
-__all__ = ["Party", "fit"]
+__all__ = ["Party", "fit", "Site", "fit_sites"]
 
 
 class Party:
@@ -119,6 +119,80 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         t.start()
     try:
         result = coordinator.run()
+    except PartyFailure as exc:
+        first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
+        if first is not None:
+            raise first from exc
+        raise
+    finally:
+        for t in threads:
+            t.join(timeout=10)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- capeFM sites
+class Site:
+    """One organisation's *rows* for capeFM (horizontal partition: every site has the same features and the label).
+
+    ``bounds``: the public per-feature bounds, identical at every site (one pair, a list of pairs or a dict by
+    feature name; required). ``label_bounds``: public (lo, hi) of y (linear regression).
+    """
+
+    def __init__(self, name: str, X: Any, y: Any, feature_names: Sequence[str] | None = None, bounds: Any = None,
+                 label_bounds: Sequence[float] | None = None) -> None:
+        from vfl.net.site import SiteData
+
+        self.name = name
+        self.data = SiteData.build(name, X, y, feature_names=feature_names, bounds=bounds, label_bounds=label_bounds)
+
+
+def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0, delta: float = 1e-5, *,
+              n_colluders: int | None = None, calibration: str = "analytic", weights: str = "rows",
+              fit_intercept: bool = True, lambda_floor: float | None = None, random_state: RandomState = None,
+              timeout: float = 120.0, max_run_seconds: float | None = 86400.0, out: str | None = None,
+              verbose: bool = False, bind: str = "tcp://127.0.0.1:0", insecure_test_noise: str | None = None
+              ) -> FittedModel:
+    """Train capeFM over the real networked protocol on loopback (one aggregator, one thread per site).
+
+    Same protocol and messages as ``vfl coordinator --mechanism cape-fm`` with ``vfl site`` processes
+    (docs/capefm.md): pairwise-masked secure aggregation of the zero-sum noise through the aggregator, independent
+    noise, weighted combination, projection, solve. ``epsilon``/``delta`` hold per site against the aggregator plus
+    ``n_colluders`` sites (default ceil(S/3) - 1). ``random_state`` seeds the sites' noise (experiments only; then
+    the coefficients equal :class:`vfl.CapeFM` with the same seed on the prepared rows, sites in name order).
+    ``insecure_test_noise`` ("none" or "zero-sum-only") disables noise for tests only.
+    """
+    from vfl.net.cape_aggregator import CapeAggregator, CapeSettings
+    from vfl.net.site import SiteNode
+    from vfl.rng import make_rng, spawn
+
+    if len(sites) < 2:
+        raise ConfigurationError("fit_sites needs at least 2 sites")
+    noise = insecure_test_noise or "full"
+    settings = CapeSettings(len(sites), model, epsilon, delta, n_colluders, calibration, weights, fit_intercept,
+                            False, lambda_floor, timeout, max_run_seconds, noise)
+    settings.validate()
+    seeds: list[Any] = [None] * len(sites)
+    if random_state is not None:
+        by_name = sorted(range(len(sites)), key=lambda i: sites[i].name)
+        for gen, i in zip(spawn(make_rng(random_state), len(sites)), by_name, strict=True):
+            seeds[i] = gen
+    aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
+                                seeded=random_state is not None)
+    errors: dict[str, BaseException] = {}
+
+    def run_site(i: int) -> None:
+        node = SiteNode(sites[i].data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise)
+        try:
+            node.run()
+        except BaseException as exc:  # reported to the aggregator by the node itself
+            errors[sites[i].name] = exc
+
+    threads = [threading.Thread(target=run_site, args=(i,), daemon=True, name=f"vfl-site-{s.name}")
+               for i, s in enumerate(sites)]
+    for t in threads:
+        t.start()
+    try:
+        result = aggregator.run()
     except PartyFailure as exc:
         first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
         if first is not None:

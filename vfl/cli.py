@@ -36,7 +36,8 @@ from vfl.net.messages import MAX_MESSAGE_BYTES
 __all__ = ["cli", "main", "exit_code_for"]
 
 MODELS = ("linear", "logistic")
-MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd", "bcd")
+MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd", "bcd", "cape-fm")
+TEST_NOISE_MODES = ("none", "zero-sum-only")
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -69,12 +70,25 @@ def cli() -> None:
 
 # ---------------------------------------------------------------------------------------------- coordinator
 @cli.command()
-@click.option("--parties", "-k", type=int, required=True, help="Number of parties K that must register.")
+@click.option("--parties", "-k", type=int, default=None,
+              help="Number of parties K that must register (vertical mechanisms).")
+@click.option("--sites", type=int, default=None,
+              help="cape-fm: number of sites S (disjoint rows, same features) that must register with `vfl site`.")
+@click.option("--colluding", type=int, default=None,
+              help="cape-fm: sites S_C that may collude with the aggregator (default ceil(S/3) - 1); the noise is "
+                   "calibrated so each site's (epsilon, delta) holds against them.")
+@click.option("--site-weights", type=click.Choice(["rows", "equal"]), default="rows", show_default=True,
+              help="cape-fm: weights of the sites' coefficients (rows: N_s/N).")
+@click.option("--insecure-test-noise", type=click.Choice(TEST_NOISE_MODES), default=None,
+              help="cape-fm TESTS ONLY: disable the noise (none) or the independent part (zero-sum-only); every "
+                   "site must pass the same flag. The model is then not private.")
 @click.option("--model", type=click.Choice(MODELS), default="linear", show_default=True,
               help="Regression model (logistic uses the order-2 Taylor objective).")
 @click.option("--mechanism", type=click.Choice(MECHANISMS), default="gaussian-fm", show_default=True,
-              help="Privacy mechanism: functional mechanisms, or (DP-)BCD of de Jong et al. 2022.")
-@click.option("--epsilon", type=float, default=None, help="Privacy budget epsilon (required unless none/bcd).")
+              help="Privacy mechanism: functional mechanisms, (DP-)BCD of de Jong et al. 2022, or cape-fm (sites "
+                   "with disjoint rows, Tasnim et al. 2023; see docs/capefm.md).")
+@click.option("--epsilon", type=float, default=None,
+              help="Privacy budget epsilon (required unless none/bcd; cape-fm: per site).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta (Gaussian).")
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
               help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
@@ -117,15 +131,32 @@ def cli() -> None:
               help="FM runs: give the label owner a public constant column (an intercept); it counts against the "
                    "label owner's row-norm radius. (DP-)BCD uses the data as given.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
-def coordinator(parties: int, model: str, mechanism: str, epsilon: float | None, delta: float, bind: str,
-                timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
+def coordinator(parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
+                insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
+                bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, quiet: bool) -> None:
-    """Run the coordinator: wait for K parties, drive the protocol, write the model."""
+    """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
     from vfl.net.coordinator import Coordinator, RunSettings
     from vfl.net.transport import load_server_keys
+
+    if mechanism == "cape-fm":
+        from vfl.net.cape_cli import run_cape_coordinator
+
+        if parties is not None:
+            raise ConfigurationError("cape-fm takes --sites S, not --parties")
+        run_cape_coordinator(sites=sites, colluding=colluding, weights=site_weights, noise=insecure_test_noise,
+                             model=model, epsilon=epsilon, delta=delta, bind=bind, timeout=timeout,
+                             max_run_time=max_run_time, out=out, curve_dir=curve_dir, calibration=calibration,
+                             max_message_bytes=max_message_bytes, fit_intercept=fit_intercept, quiet=quiet, echo=_echo)
+        return
+    if sites is not None or colluding is not None or insecure_test_noise is not None:
+        raise ConfigurationError("--sites, --colluding and --insecure-test-noise apply to --mechanism cape-fm only")
+    if parties is None:
+        raise ConfigurationError("Missing option '--parties' (the number of parties K; --mechanism cape-fm takes "
+                                 "--sites S instead)")
 
     options = {}
     if calibration:
@@ -218,6 +249,36 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()
     _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
+
+
+# ---------------------------------------------------------------------------------------------- site
+@cli.command()
+@click.option("--connect", required=True, help="Aggregator endpoint (`vfl coordinator --mechanism cape-fm`).")
+@click.option("--name", required=True, help="This site's unique name.")
+@click.option("--data", type=click.Path(dir_okay=False), required=True,
+              help="CSV file with a header row: this site's rows (the same columns at every site).")
+@click.option("--features", required=True,
+              help="Feature columns: names, name ranges FIRST:LAST, or 0-based indices/ranges 2-5; comma separated.")
+@click.option("--label", required=True, help="Label column (every site holds the label of its rows).")
+@click.option("--bounds", type=click.Path(dir_okay=False), required=True,
+              help="TOML '[bounds] column = [lo, hi]' of public feature (and label) bounds; the same file at every "
+                   "site.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Give up when the aggregator is silent this many seconds.")
+@click.option("--seed", type=int, default=None,
+              help="Seed this site's noise (reproducible experiments only; the report flags seeded runs).")
+@click.option("--insecure-test-noise", type=click.Choice(TEST_NOISE_MODES), default=None,
+              help="TESTS ONLY: run without noise (none) or without the independent noise (zero-sum-only); the "
+                   "aggregator must pass the same flag.")
+def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
+         timeout: float, seed: int | None, insecure_test_noise: str | None) -> None:
+    """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md)."""
+    from vfl.net.cape_cli import run_site
+
+    run_site(connect=connect, name=name, data=data, features=features, label=label, bounds=bounds,
+             curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo)
 
 
 # ---------------------------------------------------------------------------------------------- predict

@@ -39,6 +39,17 @@ The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
     either       -> either       HEARTBEAT       liveness while the other side computes
     coordinator  -> party        ABORT           the run ended with an error; no model is released
     party        -> coordinator  ERROR           the party failed; the coordinator aborts the run
+
+capeFM over sites with disjoint rows (vfl.protocols.cape_aggregation, vfl.net.cape_aggregator, vfl.net.site):
+REGISTER (role "site") / WELCOME as above, then
+
+    aggregator   -> site         CAPE_PLAN       site index + the public plan (model, eps, delta, every N_s, ...)
+    site         -> aggregator   CAPE_KEY        Diffie-Hellman public value (uint8[256])
+    aggregator   -> site         CAPE_KEYS       every site's public value (uint8[S, 256])
+    site         -> aggregator   CAPE_MASKED     pairwise-masked noise share (uint64[L])
+    aggregator   -> site         CAPE_SUM        sum of the masked shares = sum of the noise shares (uint64[L])
+    site         -> aggregator   CAPE_RELEASE    noisy coefficients (float64[L])
+    aggregator   -> site         RESULT / ABORT
 """
 
 from __future__ import annotations
@@ -76,7 +87,7 @@ MAX_FRAMES = 64
 MAX_INT_BYTES = 16 * 1024  # one big integer (a 4096-bit key's n^2 is 1 KiB; shares are smaller)
 MAX_DIMS = 4
 
-ALLOWED_DTYPES = {"<f8": np.float64, "<i8": np.int64, "|u1": np.uint8, "|b1": np.bool_}
+ALLOWED_DTYPES = {"<f8": np.float64, "<i8": np.int64, "<u8": np.uint64, "|u1": np.uint8, "|b1": np.bool_}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _RUN_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
@@ -99,6 +110,12 @@ class MessageType(str, Enum):
     HEARTBEAT = "heartbeat"
     ABORT = "abort"
     ERROR = "error"
+    CAPE_PLAN = "cape_plan"
+    CAPE_KEY = "cape_key"
+    CAPE_KEYS = "cape_keys"
+    CAPE_MASKED = "cape_masked"
+    CAPE_SUM = "cape_sum"
+    CAPE_RELEASE = "cape_release"
 
 
 # ------------------------------------------------------------------ body schemas
@@ -149,6 +166,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "bounds": (False, _is_opt(_is_dict)),
         "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
         "bounds_from_data": (False, _is_bool),
+        "role": (False, _is_opt(_is_str(16))),
     },
     MessageType.WELCOME: {"run": (True, _is_str(32))},
     MessageType.PLAN: {
@@ -193,6 +211,13 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.HEARTBEAT: {},
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
+    MessageType.CAPE_PLAN: {"index": (True, _is_int(0, 10_000)), "plan": (True, _is_dict),
+                            "fit_intercept": (True, _is_bool)},
+    MessageType.CAPE_KEY: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_KEYS: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_MASKED: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_SUM: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
 }
 
 

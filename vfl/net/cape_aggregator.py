@@ -1,0 +1,295 @@
+"""The capeFM aggregator role over ZeroMQ (``vfl coordinator --mechanism cape-fm --sites S``; issue 10).
+
+1. Waits (at most ``timeout`` seconds) for S sites to REGISTER and checks them: unique names, the same feature
+   names, the same declared public bounds and label bounds (the released model maps back with them), label held.
+2. Sorts the sites by name and sends each the public plan (:class:`~vfl.protocols.cape_aggregation.CapeFMPlan`,
+   fresh random round id).
+3. Runs the aggregator side of :mod:`vfl.protocols.cape_aggregation`: relays the DH public values, learns only the
+   sum of the sites' noise shares from their pairwise-masked words, collects the noisy releases.
+4. Combines with weights N_s/N, projects, solves, writes the model JSON atomically (with the privacy report:
+   per-site eps and delta with the corrected kappa) and sends RESULT.
+
+**Dropouts: clean abort.** A site silent for ``timeout`` seconds (killed, crashed, disconnected) or one that sends
+ERROR at any step ends the run: every site gets ABORT, :class:`~vfl.exceptions.PartyFailure` is raised (CLI exit
+code 3) and no model is written. No secret-shared seed recovery (Bonawitz et al.'s) is implemented: a site that
+disappears after the keys were agreed leaves the other sites' masked words unmaskable (the sum is never formed,
+so no site ever releases), and a restart uses fresh keys and a fresh round id.
+
+``on_receive(message)`` sees every message a registered site sends (the audit hook the tests use to show that the
+aggregator never holds a single site's noise share).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
+from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType
+from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
+from vfl.net.transport import CurveServerKeys, ServerTransport
+from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
+
+__all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
+
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class CapeSettings:
+    """Public parameters of a capeFM run (they travel to the sites in the plan)."""
+
+    n_sites: int
+    model: str = "linear"
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    n_colluders: int | None = None
+    calibration: str = "analytic"
+    weights: str = "rows"
+    fit_intercept: bool = True
+    release_constant: bool = False
+    lambda_floor: float | None = None
+    timeout: float = 120.0
+    max_run_seconds: float | None = 86400.0
+    noise: str = "full"   # test-only switch; every site must run the same mode
+    registration_timeout: float | None = None  # seconds to wait for all registrations (default: timeout)
+
+    def validate(self) -> None:
+        if isinstance(self.n_sites, bool) or not isinstance(self.n_sites, int) or not 2 <= self.n_sites <= 1000:
+            raise ConfigurationError(f"--sites must be an integer in [2, 1000], got {self.n_sites}")
+        if self.noise not in NOISE_MODES:
+            raise ConfigurationError(f"noise mode must be one of {', '.join(NOISE_MODES)}")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
+            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
+        if self.lambda_floor is not None and not (math.isfinite(self.lambda_floor) and self.lambda_floor >= 0):
+            raise ConfigurationError(f"lambda_floor must be a finite number >= 0, got {self.lambda_floor}")
+        self.plan([1] * self.n_sites, 1)  # eps, delta, model, S_C, calibration, weights: same checks as the sites'
+
+    def plan(self, n_rows: list[int], n_features: int) -> CapeFMPlan:
+        import warnings
+
+        plan = CapeFMPlan(self.model, self.epsilon, self.delta, list(n_rows), n_features, secrets.randbits(63),
+                          self.n_colluders, self.calibration, self.release_constant, self.weights, self.noise)
+        try:
+            plan.validate()
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from None
+        if self.calibration == "paper" and self.epsilon >= 1.0:
+            raise ConfigurationError(f"calibration='paper' uses the classical Gaussian formula, proven only for "
+                                     f"epsilon < 1 (got {self.epsilon})")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the paper-mode warning is given once, by the real run
+            plan.calibration_values()
+        return plan
+
+
+@dataclass
+class SiteRegistration:
+    peer: bytes
+    name: str
+    n_rows: int
+    features: list[str]
+    bounds: list[list[float]]
+    label_bounds: list[float] | None
+
+
+class CapeAggregator:
+    """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest."""
+
+    def __init__(self, settings: CapeSettings, bind: str = "tcp://127.0.0.1:5555", *,
+                 curve: CurveServerKeys | None = None, out: str | None = None,
+                 log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 on_receive: Callable[[Message], None] | None = None, seeded: bool = False) -> None:
+        settings.validate()
+        self.settings = settings
+        self.out = out
+        self.log = log or (lambda s: None)
+        self.on_receive = on_receive
+        self.seeded = seeded
+        self.run_id = secrets.token_hex(16)
+        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes)
+        self.endpoint = self.transport.endpoint
+        self.sites: list[SiteRegistration] = []
+        self.result: FittedModel | None = None
+        self._last_heartbeat = 0.0
+        self._deadline = math.inf
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> FittedModel:
+        s = self.settings
+        if s.max_run_seconds is not None:
+            self._deadline = time.monotonic() + s.max_run_seconds
+        try:
+            model = self._run()
+            text = model.to_json()
+            if self.out:
+                atomic_write_text(self.out, text + "\n")
+            self.result = model
+        except BaseException as exc:
+            self._broadcast(Message(MessageType.ABORT, {"reason": (str(exc) or type(exc).__name__)[:2000],
+                                                        "error": type(exc).__name__[:64]}))
+            self.transport.close()
+            raise
+        try:
+            self._broadcast(Message(MessageType.RESULT, {"model": model.to_dict()}))
+        finally:
+            self.transport.close()
+        return model
+
+    # ------------------------------------------------------------------ helpers
+    def _broadcast(self, msg: Message) -> None:
+        for r in self.sites:
+            try:
+                self.transport.send(r.peer, Message(msg.type, dict(msg.body), list(msg.payload)))
+            except VFLError:
+                pass
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
+            self._last_heartbeat = now
+            self._broadcast(Message(MessageType.HEARTBEAT))
+        if now > self._deadline:
+            raise PartyFailure(f"the run did not finish within {self.settings.max_run_seconds:g} s; "
+                               "run aborted, no model written")
+        for r in self.sites:
+            if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
+                raise PartyFailure(f"site {r.name} sent nothing for {self.settings.timeout:g} s (crashed, killed or "
+                                   "disconnected); capeFM has no dropout recovery: run aborted, no model written")
+
+    def _refuse(self, peer: bytes, reason: str) -> None:
+        try:
+            self.transport.send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
+                                                                  "error": "ConfigurationError"}))
+        except VFLError:
+            pass
+
+    def _register_all(self) -> None:
+        S = self.settings.n_sites
+        wait = self.settings.registration_timeout or self.settings.timeout
+        deadline = time.monotonic() + wait
+        self.log(f"capeFM aggregator listening on {self.endpoint}; waiting for {S} sites (run {self.run_id[:8]})")
+        while len(self.sites) < S:
+            if time.monotonic() > deadline:
+                have = ", ".join(r.name for r in self.sites) or "none"
+                raise PartyFailure(f"only {len(self.sites)} of {S} sites registered within "
+                                   f"{wait:g} s (registered: {have}); run aborted")
+            self._tick()
+            got = self.transport.recv(0.2)
+            if got is None:
+                continue
+            peer, msg = got
+            known = next((r for r in self.sites if r.peer == peer), None)
+            if known is not None:
+                if msg.type is MessageType.ERROR:
+                    raise PartyFailure(f"site {known.name} failed: {msg.body['reason']}")
+                continue
+            if msg.type is not MessageType.REGISTER:
+                self.transport._reject(f"{msg.type.value} from an unregistered peer")
+                continue
+            try:
+                reg = self._parse_registration(peer, msg)
+            except VFLError as exc:
+                self._refuse(peer, str(exc))
+                raise
+            self.sites.append(reg)
+            self.transport.send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
+            self.log(f"  registered site {reg.name}: {reg.n_rows} rows")
+        self.sites.sort(key=lambda r: r.name)
+
+    def _parse_registration(self, peer: bytes, msg: Message) -> SiteRegistration:
+        b = msg.body
+        if b.get("role") != "site":
+            raise ConfigurationError(f"{b['name']} registered as a vertical party; a cape-fm run takes sites "
+                                     "(`vfl site`)")
+        if b["name"] != msg.sender:
+            raise ProtocolError(f"registration name {b['name']!r} differs from the sender {msg.sender!r}")
+        raw = b.get("bounds")
+        pairs = raw.get("pairs") if isinstance(raw, dict) else None
+        def finite(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        ok = (isinstance(pairs, list) and len(pairs) == len(b["features"])
+              and all(isinstance(p, list) and len(p) == 2 and all(map(finite, p)) and p[0] < p[1] for p in pairs))
+        if not ok or not b["features"]:
+            raise ProtocolError(f"site {b['name']} sent no valid feature bounds")
+        lb = b.get("label_bounds")
+        reg = SiteRegistration(peer, b["name"], b["n_rows"], list(b["features"]),
+                               [[float(lo), float(hi)] for lo, hi in pairs],
+                               [float(v) for v in lb] if lb is not None else None)
+        if not b["label_owner"]:
+            raise ConfigurationError(f"site {reg.name} holds no label; every capeFM site needs --label")
+        lbs = reg.label_bounds
+        if self.settings.model == "linear" and (lbs is None or len(lbs) != 2 or not lbs[0] < lbs[1]):
+            raise ConfigurationError(f"site {reg.name} declared no label bounds; linear capeFM needs them "
+                                     "(the same [lo, hi] at every site)")
+        for r in self.sites:
+            if r.name == reg.name:
+                raise ConfigurationError(f"two sites registered with the name {reg.name!r}; names must be unique")
+            if r.features != reg.features:
+                raise ConfigurationError(f"sites {r.name} and {reg.name} have different features "
+                                         f"({r.features} vs {reg.features}); capeFM sites share one feature list")
+            if r.bounds != reg.bounds or (self.settings.model == "linear" and r.label_bounds != reg.label_bounds):
+                raise ConfigurationError(f"sites {r.name} and {reg.name} declared different public bounds; every "
+                                         "site must use the same bounds file")
+        return reg
+
+    def _run(self) -> FittedModel:
+        s = self.settings
+        self._register_all()
+        icpt = 1 if s.fit_intercept else 0
+        n_features = len(self.sites[0].features) + icpt
+        plan = s.plan([r.n_rows for r in self.sites], n_features)
+        agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded)
+        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
+            body = dict(m.body)
+            body.pop("index")
+            self.transport.send(r.peer, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
+                                                                        "fit_intercept": s.fit_intercept}))
+        self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
+                 f"delta {s.delta:g}, S_C {agg.info['n_colluders']}")
+        index_of = {r.peer: i for i, r in enumerate(self.sites)}
+        while not agg.done:
+            self._tick()
+            got = self.transport.recv(0.2)
+            if got is None:
+                continue
+            peer, msg = got
+            i = index_of.get(peer)
+            if i is None:
+                if msg.type is MessageType.REGISTER:
+                    self._refuse(peer, f"the run already has its {s.n_sites} sites")
+                continue
+            reg = self.sites[i]
+            if msg.sender != reg.name:
+                self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
+                continue
+            if self.on_receive is not None:
+                self.on_receive(msg)
+            if msg.type is MessageType.ERROR:
+                raise PartyFailure(f"site {reg.name} failed: {msg.body['reason']}")
+            if msg.type is MessageType.HEARTBEAT:
+                continue
+            if msg.type not in TYPE_TO_KIND:
+                raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
+            for out in agg.handle(from_wire(msg, i)):
+                self.transport.send(self.sites[out.site].peer, to_wire(out))
+        w, report = agg.finish()
+        scale = 1.0 / math.sqrt(n_features)
+        first = self.sites[0]
+        columns = [PartyColumns("sites", first.features, first.bounds, scale, True, intercept=s.fit_intercept)]
+        label_bounds = first.label_bounds if s.model == "linear" else None
+        report["sites"] = [r.name for r in self.sites]
+        model = FittedModel(s.model, "cape-fm", columns, w, label_bounds, report, int(sum(plan.n_rows)), self.run_id,
+                            {"lambda_floor": report["lambda_floor"], "n_floored_eigenvalues":
+                             report["n_floored_eigenvalues"], "domain": "l2", "n_sites": len(self.sites)})
+        self.log(f"capeFM: per-site epsilon {s.epsilon:g}, delta {s.delta:g} (kappa {report['kappa']:.4g}, "
+                 f"S_C {report['n_colluders']}); noise: {report['noise']}")
+        return model

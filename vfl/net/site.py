@@ -1,0 +1,206 @@
+"""The site role of capeFM: rows of one organisation (horizontal partition), one CAPE round over ZeroMQ.
+
+A site holds *rows* with the same features and label as every other site (``vfl site``; compare ``vfl party``,
+which holds *columns* of the same rows). It registers (name, N_s, feature names, its declared public bounds),
+receives the public plan, maps its rows into the D2 domain with the public bounds (columns to [-1, 1], times
+1/sqrt(d), d counting the constant column; a linear label to [-1, 1]) and runs the site side of
+:mod:`vfl.protocols.cape_aggregation`. What leaves the site: REGISTER, its DH public value, its pairwise-masked
+noise share (uniform words), its noisy coefficients, heartbeats. The site computes its own noise std from the
+public plan, and refuses a plan whose test noise mode differs from its own.
+
+:class:`SiteNode` is generic: ``session_factory(plan_message, data, random_state)`` returns any object with
+``handle(CapeMessage) -> list[CapeMessage]`` (default: a :class:`~vfl.protocols.cape_aggregation.CapeFMSite`), so
+other CAPE releases (e.g. capeDJICA) can reuse the runtime with their own plan.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
+from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
+from vfl.net.messages import Message, MessageType, validate_name
+from vfl.net.modelio import FittedModel
+from vfl.net.party import wire_reason
+from vfl.net.transport import ClientTransport, CurveClientKeys
+from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
+from vfl.rng import RandomState
+
+__all__ = ["SiteData", "SiteNode", "capefm_session"]
+
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass
+class SiteData:
+    """A site's rows in raw units with its declared public bounds (required: every site must map its rows with the
+    same public constants, so bounds taken from one site's data would also differ between sites)."""
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    feature_names: list[str]
+    bounds: ColumnBounds
+    label_bounds: tuple[float, float] | None
+
+    @classmethod
+    def build(cls, name: str, X: Any, y: Any, *, feature_names: Sequence[str] | None = None, bounds: Any = None,
+              label_bounds: Sequence[float] | None = None) -> SiteData:
+        try:
+            validate_name(name, "site name")
+        except ProtocolError as exc:
+            raise ConfigurationError(str(exc)) from None
+        X = np.asarray(X, dtype=float)
+        if X.ndim == 1:
+            X = X.reshape(-1, 1)
+        if X.ndim != 2 or X.shape[1] == 0 or X.shape[0] == 0:
+            raise DataValidationError(f"site {name}: X must be a non-empty 2-D array, got shape {X.shape}")
+        if y is None:
+            raise DataValidationError(f"site {name}: every capeFM site holds the label (give y / --label)")
+        yv = np.asarray(y, dtype=float).ravel()
+        if yv.shape[0] != X.shape[0]:
+            raise DataValidationError(f"site {name}: y has {yv.shape[0]} rows, X has {X.shape[0]}")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(yv))):
+            raise DataValidationError(f"site {name}: the data contain NaN or infinity")
+        names = list(feature_names) if feature_names is not None else [f"x{j}" for j in range(X.shape[1])]
+        if len(names) != X.shape[1] or len(set(names)) != len(names):
+            raise DataValidationError(f"site {name}: need {X.shape[1]} distinct feature names, got {names}")
+        if bounds is None:
+            raise ConfigurationError(f"site {name}: capeFM sites need declared public bounds for every feature "
+                                     "(--bounds FILE, the same file at every site)")
+        cb = resolve_bounds(bounds, X, names, what=f"features of site {name}")
+        to_unit_interval(X, cb, feature_names=names)  # values outside the declared bounds: refuse locally
+        lb = None
+        if label_bounds is not None:
+            lo, hi = (float(v) for v in label_bounds)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise DataValidationError(f"site {name}: label bounds must be finite with lo < hi")
+            lb = (lo, hi)
+        return cls(name, X, yv, names, cb, lb)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+    def column_scale(self, fit_intercept: bool) -> float:
+        return 1.0 / math.sqrt(self.X.shape[1] + (1 if fit_intercept else 0))
+
+    def prepared(self, model: str, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Rows in D2: u(x) = 2(x - lo)/(hi - lo) - 1 per column, times 1/sqrt(d) (with the constant column)."""
+        U = to_unit_interval(self.X, self.bounds, feature_names=self.feature_names)
+        if fit_intercept:
+            U = np.column_stack([U, np.ones(self.n_rows)])
+        if model == "linear" and self.label_bounds is None:
+            raise ConfigurationError(f"site {self.name}: linear regression needs the label's public bounds")
+        y, _ = prepare_labels(self.y, model, y_bounds=self.label_bounds if model == "linear" else None)
+        return U * self.column_scale(fit_intercept), y
+
+    def register_body(self) -> dict[str, Any]:
+        return {"name": self.name, "n_rows": self.n_rows, "features": self.feature_names, "label_owner": True,
+                "bounds": {"pairs": self.bounds.to_list()},
+                "label_bounds": list(self.label_bounds) if self.label_bounds is not None else None, "role": "site"}
+
+
+SessionFactory = Callable[[Message, SiteData, RandomState], Any]
+
+
+def capefm_session(noise: str = "full") -> SessionFactory:
+    """The default session: a :class:`CapeFMSite` on the site's prepared rows."""
+
+    def make(plan: Message, data: SiteData, random_state: RandomState) -> CapeFMSite:
+        body = plan.body["plan"]
+        model = body.get("model")
+        if model not in ("linear", "logistic"):
+            raise ProtocolError(f"the plan names an unknown model {model!r}")
+        X, y = data.prepared(model, bool(plan.body["fit_intercept"]))
+        return CapeFMSite(X, y, model, random_state=random_state, noise=noise)
+
+    return make
+
+
+class SiteNode:
+    """One site of a CAPE run: ``SiteNode(data, connect).run()`` returns the released model or raises.
+
+    ``noise``: the test-only switch of :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
+    ``random_state`` seeds the site's noise (reproducible experiments only).
+    """
+
+    def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
+                 random_state: RandomState = None, noise: str = "full",
+                 session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None) -> None:
+        self.data = data
+        self.connect = connect
+        self.curve = curve
+        self.timeout = float(timeout)
+        self.random_state = random_state
+        self.session_factory = session_factory or capefm_session(noise)
+        self.log = log or (lambda s: None)
+        self.index: int | None = None
+
+    def run(self) -> FittedModel:
+        t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
+        try:
+            return self._run(t)
+        except VFLError as exc:
+            if not isinstance(exc, PartyFailure):
+                self._send_error(t, exc)
+            raise
+        except Exception as exc:
+            self._send_error(t, exc)
+            raise
+        finally:
+            t.close()
+
+    def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
+        try:
+            t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, self.data.name),
+                                               "error": type(exc).__name__[:64]}), timeout=1.0)
+        except Exception:  # the aggregator may be gone already
+            pass
+
+    def _run(self, t: ClientTransport) -> FittedModel:
+        t.send(Message(MessageType.REGISTER, self.data.register_body()))
+        last_sent = time.monotonic()
+        session: Any = None
+        while True:
+            msg = t.recv(0.2)
+            now = time.monotonic()
+            if msg is None:
+                if now - t.last_seen > self.timeout:
+                    raise PartyFailure(f"no message from the aggregator for {self.timeout:g} s "
+                                       f"(is it running at {self.connect}?)")
+            elif msg.type is MessageType.ABORT:
+                raise PartyFailure(f"the aggregator aborted the run: {msg.body['reason']}")
+            elif msg.type is MessageType.RESULT:
+                return FittedModel.from_dict(msg.body["model"])
+            elif msg.type is MessageType.CAPE_PLAN:
+                if session is not None:
+                    raise ProtocolError("second CAPE plan in one run")
+                self.index = int(msg.body["index"])
+                session = self.session_factory(msg, self.data, self.random_state)
+                self.log(f"[{self.data.name}] plan received: site {self.index}")
+                outgoing = session.handle(CapeMessage("plan", self.index, {"index": self.index,
+                                                                         **msg.body["plan"]}))
+                last_sent = self._send_all(t, outgoing) or last_sent
+            elif msg.type in TYPE_TO_KIND:
+                if session is None:
+                    raise ProtocolError(f"{msg.type.value} before the CAPE plan")
+                last_sent = self._send_all(t, session.handle(from_wire(msg, self.index))) or last_sent  # type: ignore
+            elif msg.type not in (MessageType.HEARTBEAT, MessageType.WELCOME):
+                raise ProtocolError(f"unexpected {msg.type.value} from the aggregator")
+            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
+                t.send(Message(MessageType.HEARTBEAT))
+                last_sent = now
+
+    @staticmethod
+    def _send_all(t: ClientTransport, messages: list[CapeMessage]) -> float | None:
+        for m in messages:
+            t.send(to_wire(m))
+        return time.monotonic() if messages else None
