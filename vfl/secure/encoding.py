@@ -72,6 +72,30 @@ def encode_offset(X: np.ndarray, precision_bits: int, value_bound: float) -> tup
     return X_int + O, np.asarray(col_sums, dtype=object)
 
 
+def encode_offset_chunk(X: np.ndarray, precision_bits: int, value_bound: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`encode_offset` for one chunk of rows, as an int64 matrix (fast; exact since ``V 2^p < 2^52``).
+
+    Same checks and errors as :func:`quantize`; the column sums of ``round(X 2^p)`` are exact Python ints.
+    """
+    check_precision(precision_bits, value_bound)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 1:
+        X = X.reshape(-1, 1)
+    if not np.all(np.isfinite(X)):
+        raise DataValidationError("cannot encode NaN or infinite values")
+    if X.size and float(np.max(np.abs(X))) > value_bound:
+        raise EncodingOverflowError(
+            f"value {float(np.max(np.abs(X))):.6g} exceeds the public value_bound {value_bound:g}"
+        )
+    X_int = np.rint(X * float(2**precision_bits)).astype(np.int64)
+    O = offset(precision_bits, value_bound)
+    if X_int.shape[0] * (O + 1) < 2**62:
+        col_sums = np.array([int(v) for v in X_int.sum(axis=0)], dtype=object)
+    else:
+        col_sums = X_int.astype(object).sum(axis=0)
+    return X_int + O, np.asarray(col_sums, dtype=object).reshape(X_int.shape[1])
+
+
 def decode_products(raw: np.ndarray, precision_bits: int) -> np.ndarray:
     """Integers in units ``2^-2p`` to float64, correctly rounded (Python int true division)."""
     scale = 2 ** (2 * precision_bits)

@@ -174,17 +174,37 @@ class Encrypter:
 
     def compute_nth_residue(self) -> Any:
         """Compute ``rho`` now (ignores the pool)."""
+        return self.residue_from(self.draw())
+
+    def draw(self) -> Any:
+        """The fresh random input of one ``rho`` from :mod:`secrets`: ``alpha`` (short-exponent), ``(x, y)``
+        (standard with the factors) or ``r`` (standard without). Drawn by the caller so that executor tasks
+        (:mod:`vfl.secure.executors`) are pure functions of their arguments."""
         if self.randomness == "short-exponent":
-            alpha = secrets.randbits(SHORT_EXPONENT_BITS)
-            return self._table.pow(alpha) if self._table is not None else powmod(self.h_s, alpha, self.n2)
+            return secrets.randbits(SHORT_EXPONENT_BITS)
         if self.p is not None:
-            x = secrets.randbelow(int(self.p) - 1) + 1
-            y = secrets.randbelow(int(self.q) - 1) + 1
-            return self._crt(powmod(x, self.p, self.p2), powmod(y, self.q, self.q2))
+            return (secrets.randbelow(int(self.p) - 1) + 1, secrets.randbelow(int(self.q) - 1) + 1)
         while True:
             r = secrets.randbelow(int(self.n) - 1) + 1
             if math.gcd(r, int(self.n)) == 1:
-                return powmod(r, self.n, self.n2)
+                return r
+
+    def residue_from(self, draw: Any) -> Any:
+        """``rho`` from the random input of :meth:`draw` (deterministic)."""
+        if self.randomness == "short-exponent":
+            alpha = int(draw)
+            return self._table.pow(alpha) if self._table is not None else powmod(self.h_s, alpha, self.n2)
+        if self.p is not None:
+            x, y = draw
+            return self._crt(powmod(x, self.p, self.p2), powmod(y, self.q, self.q2))
+        return powmod(draw, self.n, self.n2)
+
+    def task_state(self) -> tuple:
+        """:meth:`state` without the factors when encryption does not need them (short-exponent): what
+        executor tasks receive, so a Dask worker never sees ``p, q`` unless CRT randomness needs them."""
+        if self.randomness == "short-exponent":
+            return (int(self.n), None, None, self.randomness, int(self.h_s))
+        return self.state()
 
     def encrypt(self, m: int) -> Any:
         """``(1 + m n) rho mod n^2`` for ``0 <= m < n``."""

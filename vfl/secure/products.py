@@ -28,7 +28,10 @@ from __future__ import annotations
 import math
 import re
 import secrets
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,7 @@ import numpy as np
 from phe import paillier
 from tqdm.auto import tqdm
 
+from vfl.data.rows import ArrayRows, RowCursor, RowSource
 from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
@@ -45,14 +49,13 @@ from vfl.exceptions import (
 )
 from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
-from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset
+from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
+from vfl.secure.executors import bounded_map, encrypt_rows_task, executor_workers, multiexp_rows_task, open_executor
 from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
     RandomnessPool,
     cached_encrypter,
-    encrypt_many,
     mpz,
-    multiexp_columns,
     multiexp_cost,
     resolve_workers,
     warn_if_slow_backend,
@@ -70,6 +73,10 @@ WIRE_VERSION = 1
 RERANDOMISATION = "standard"
 """Randomness of the responder's fresh ``Enc(0)``: always full-size, whatever the encryption mode (see respond)."""
 MAX_ROWS = 10_000_000
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Default bound on one streamed ciphertext frame (32 768 rows of one 2048-bit ciphertext each)."""
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
 MAX_COLS = 100_000
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -102,6 +109,51 @@ def _check_envelope(header: Any, frames: Any, kind: str, public_key: paillier.Pa
         raise ProtocolError("ciphertext width does not match the public key")
 
 
+def _layout_from_header(header: dict[str, Any], public_key: paillier.PaillierPublicKey) -> tuple[SlotLayout, int]:
+    """The slot layout and column count a request header declares, recomputed and cross-checked."""
+    value_bound = header.get("value_bound")
+    if not isinstance(value_bound, float) or not math.isfinite(value_bound) or value_bound <= 0:
+        raise ProtocolError("header field 'value_bound' must be a positive finite float")
+    try:
+        layout = SlotLayout(
+            key_bits=int(public_key.n).bit_length(), n_rows=_int_field(header, "n_rows", 1, MAX_ROWS),
+            precision_bits=_int_field(header, "precision_bits", 1, 52), value_bound=value_bound,
+            noise_bits=_int_field(header, "noise_bits", 1, 4096),
+            mask_bits=_int_field(header, "mask_bits", 40, 1024),
+        )
+    except (ConfigurationError, EncodingOverflowError) as exc:
+        raise ProtocolError(f"request layout is invalid: {exc}") from None
+    n_cols = _int_field(header, "n_cols", 1, MAX_COLS)
+    if (header.get("slot_bits"), header.get("slots_per_ciphertext"), header.get("n_groups")) != (
+        layout.slot_bits, layout.slots_per_ciphertext, layout.n_groups(n_cols)
+    ):
+        raise ProtocolError("request slot layout disagrees with its own parameters")
+    return layout, n_cols
+
+
+def _layout_header(kind: str, session: str, public_key: paillier.PaillierPublicKey, lay: SlotLayout,
+                   n_cols: int) -> dict[str, Any]:
+    return {
+        "kind": kind, "version": WIRE_VERSION, "session": session,
+        "key_fingerprint": key_fingerprint(public_key),
+        "ciphertext_bytes": ciphertext_byte_length(public_key),
+        "n_rows": lay.n_rows, "n_cols": n_cols, "precision_bits": lay.precision_bits,
+        "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "mask_bits": lay.mask_bits,
+        "slot_bits": lay.slot_bits, "slots_per_ciphertext": lay.slots_per_ciphertext,
+        "n_groups": lay.n_groups(n_cols),
+    }
+
+
+def stream_chunk_rows(public_key: paillier.PaillierPublicKey, n_groups: int,
+                      max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+    """Rows per streamed chunk: as many as fit ``max_frame_bytes`` (``rows * n_groups * bytes(n^2)``)."""
+    per_row = n_groups * ciphertext_byte_length(public_key)
+    if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int) or max_frame_bytes < per_row:
+        raise ConfigurationError(f"max_frame_bytes must be an int >= one row of ciphertexts ({per_row} bytes), "
+                                 f"got {max_frame_bytes!r}")
+    return max(1, min(MAX_ROWS, max_frame_bytes // per_row))
+
+
 @dataclass
 class EncryptedBlock:
     """Key holder -> responder: ``Enc(pack(a'_i))`` for every row ``i`` and column group.
@@ -122,39 +174,14 @@ class EncryptedBlock:
         return self.layout.n_groups(self.n_cols)
 
     def to_wire(self) -> tuple[dict[str, Any], list[bytes]]:
-        lay = self.layout
-        header = {
-            "kind": self.KIND, "version": WIRE_VERSION, "session": self.session,
-            "key_fingerprint": key_fingerprint(self.public_key),
-            "ciphertext_bytes": ciphertext_byte_length(self.public_key),
-            "n_rows": lay.n_rows, "n_cols": self.n_cols, "precision_bits": lay.precision_bits,
-            "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "mask_bits": lay.mask_bits,
-            "slot_bits": lay.slot_bits, "slots_per_ciphertext": lay.slots_per_ciphertext,
-            "n_groups": self.n_groups,
-        }
+        header = _layout_header(self.KIND, self.session, self.public_key, self.layout, self.n_cols)
         return header, [ciphertexts_to_bytes(self.public_key, self.ciphertexts)]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], frames: list[bytes],
                   public_key: paillier.PaillierPublicKey) -> EncryptedBlock:
         _check_envelope(header, frames, cls.KIND, public_key)
-        value_bound = header.get("value_bound")
-        if not isinstance(value_bound, float) or not math.isfinite(value_bound) or value_bound <= 0:
-            raise ProtocolError("header field 'value_bound' must be a positive finite float")
-        try:
-            layout = SlotLayout(
-                key_bits=int(public_key.n).bit_length(), n_rows=_int_field(header, "n_rows", 1, MAX_ROWS),
-                precision_bits=_int_field(header, "precision_bits", 1, 52), value_bound=value_bound,
-                noise_bits=_int_field(header, "noise_bits", 1, 4096),
-                mask_bits=_int_field(header, "mask_bits", 40, 1024),
-            )
-        except (ConfigurationError, EncodingOverflowError) as exc:
-            raise ProtocolError(f"request layout is invalid: {exc}") from None
-        n_cols = _int_field(header, "n_cols", 1, MAX_COLS)
-        if (header.get("slot_bits"), header.get("slots_per_ciphertext"), header.get("n_groups")) != (
-            layout.slot_bits, layout.slots_per_ciphertext, layout.n_groups(n_cols)
-        ):
-            raise ProtocolError("request slot layout disagrees with its own parameters")
+        layout, n_cols = _layout_from_header(header, public_key)
         count = layout.n_rows * layout.n_groups(n_cols)
         cts = ciphertexts_from_bytes(public_key, frames[0], count)
         return cls(_str_field(header, "session", _HEX32), public_key, layout, n_cols, cts)
@@ -199,6 +226,112 @@ class MaskedResponse:
                    _int_field(header, "n_enc_cols", 1, MAX_COLS), n_resp, n_groups, cts)
 
 
+@dataclass
+class ProductStreamHeader:
+    """Key holder -> responder, first message of a streamed request: the public layout and chunking.
+
+    The ciphertexts follow as :class:`EncryptedChunk` messages of ``chunk_rows`` rows each (the last may be
+    shorter), in order; chunk ``t`` holds rows ``[t chunk_rows, (t + 1) chunk_rows)``.
+    """
+
+    session: str
+    public_key: paillier.PaillierPublicKey
+    layout: SlotLayout
+    n_cols: int
+    chunk_rows: int
+
+    KIND = "vfl.secure.product_stream"
+
+    @property
+    def n_groups(self) -> int:
+        return self.layout.n_groups(self.n_cols)
+
+    @property
+    def n_chunks(self) -> int:
+        return math.ceil(self.layout.n_rows / self.chunk_rows)
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of a full chunk's ciphertext frame."""
+        return self.chunk_rows * self.n_groups * ciphertext_byte_length(self.public_key)
+
+    def chunk_size(self, index: int) -> int:
+        """Rows of chunk ``index``."""
+        return min(self.chunk_rows, self.layout.n_rows - index * self.chunk_rows)
+
+    def to_wire(self) -> tuple[dict[str, Any], list[bytes]]:
+        header = _layout_header(self.KIND, self.session, self.public_key, self.layout, self.n_cols)
+        header.update(chunk_rows=self.chunk_rows, n_chunks=self.n_chunks)
+        return header, []
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], frames: list[bytes], public_key: paillier.PaillierPublicKey, *,
+                  max_frame_bytes: int = MAX_FRAME_BYTES) -> ProductStreamHeader:
+        if not isinstance(header, dict):
+            raise ProtocolError("header must be a dict")
+        if header.get("kind") != cls.KIND or header.get("version") != WIRE_VERSION:
+            raise ProtocolError(f"expected a {cls.KIND} v{WIRE_VERSION} message, got {header.get('kind')!r}")
+        if not isinstance(frames, (list, tuple)) or len(frames) != 0:
+            raise ProtocolError("a stream header carries no frames")
+        if _str_field(header, "key_fingerprint", _HEX64) != key_fingerprint(public_key):
+            raise KeyValidationError("message was encrypted under a different public key")
+        if _int_field(header, "ciphertext_bytes", 1, 1 << 16) != ciphertext_byte_length(public_key):
+            raise ProtocolError("ciphertext width does not match the public key")
+        layout, n_cols = _layout_from_header(header, public_key)
+        out = cls(_str_field(header, "session", _HEX32), public_key, layout, n_cols,
+                  _int_field(header, "chunk_rows", 1, MAX_ROWS))
+        if _int_field(header, "n_chunks", 1, MAX_ROWS) != out.n_chunks:
+            raise ProtocolError("stream header: n_chunks disagrees with n_rows and chunk_rows")
+        if out.frame_bytes > max_frame_bytes:
+            raise ProtocolError(
+                f"stream chunks of {out.chunk_rows} rows make {out.frame_bytes} B ciphertext frames, above this "
+                f"responder's limit of {max_frame_bytes} B; the key holder must send smaller chunks "
+                f"(max_frame_bytes <= {max_frame_bytes}; default {DEFAULT_MAX_FRAME_BYTES})")
+        return out
+
+
+@dataclass
+class EncryptedChunk:
+    """Key holder -> responder: the ciphertexts of one chunk of rows (``frame``: fixed-width, row-major)."""
+
+    session: str
+    index: int
+    row_start: int
+    n_rows: int
+    frame: bytes = field(repr=False)
+
+    KIND = "vfl.secure.encrypted_chunk"
+
+    def to_wire(self) -> tuple[dict[str, Any], list[bytes]]:
+        header = {"kind": self.KIND, "version": WIRE_VERSION, "session": self.session, "index": self.index,
+                  "row_start": self.row_start, "n_rows": self.n_rows}
+        return header, [self.frame]
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], frames: list[bytes], stream: ProductStreamHeader) -> EncryptedChunk:
+        """Parse and validate a chunk of ``stream``: its place in the stream, size and every ciphertext."""
+        if not isinstance(header, dict):
+            raise ProtocolError("header must be a dict")
+        if header.get("kind") != cls.KIND or header.get("version") != WIRE_VERSION:
+            raise ProtocolError(f"expected a {cls.KIND} v{WIRE_VERSION} message, got {header.get('kind')!r}")
+        if not isinstance(frames, (list, tuple)) or len(frames) != 1:
+            raise ProtocolError("expected exactly one ciphertext frame")
+        if _str_field(header, "session", _HEX32) != stream.session:
+            raise ProtocolError("chunk belongs to another session")
+        index = _int_field(header, "index", 0, stream.n_chunks - 1)
+        if _int_field(header, "row_start", 0, MAX_ROWS) != index * stream.chunk_rows:
+            raise ProtocolError("chunk row_start disagrees with its index")
+        rows = _int_field(header, "n_rows", 1, stream.chunk_rows)
+        if rows != stream.chunk_size(index):
+            raise ProtocolError(f"chunk {index} has {rows} rows, the stream header implies {stream.chunk_size(index)}")
+        frame = frames[0]
+        if not isinstance(frame, (bytes, bytearray, memoryview)):
+            raise ProtocolError(f"ciphertext frame must be bytes, got {type(frame).__name__}")
+        frame = bytes(frame)
+        ciphertexts_from_bytes(stream.public_key, frame, rows * stream.n_groups)  # validates length and each c
+        return cls(stream.session, index, index * stream.chunk_rows, rows, frame)
+
+
 # ----------------------------------------------------------------------------- roles
 def _as_matrix(X: Any, name: str) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
@@ -216,35 +349,44 @@ def _progress_bar(enabled: bool, total: int, desc: str) -> tqdm:
 class ProductEncryptor:
     """Key-holder role: encrypts packed rows of ``A`` and decrypts the masked response into its share.
 
+    ``A`` is an array or a row source (:mod:`vfl.data.rows`: read in chunks, never held whole). The request
+    is streamed: :meth:`stream_header` then :meth:`encrypted_chunks` (frames of at most ``max_frame_bytes``);
+    :meth:`request` collects them into one :class:`EncryptedBlock` for small in-process runs.
+    ``executor``: where encryption runs (:mod:`vfl.secure.executors`: ``None`` = local, ``workers`` processes;
+    a Dask address; or any ``concurrent.futures.Executor``).
     ``on_decrypt(plaintext: int)`` is called with every plaintext this object ever decrypts (audit
     hook). ``randomness``: ``"short-exponent"`` (default) or ``"standard"``; see
     :mod:`vfl.secure.fastmath`. ``noise_bits`` (default ``2p + 32``) bounds the responder's noise.
     """
 
-    def __init__(self, private_key: paillier.PaillierPrivateKey, A: np.ndarray, *, precision_bits: int,
+    def __init__(self, private_key: paillier.PaillierPrivateKey, A: Any, *, precision_bits: int,
                  value_bound: float = 1.0, noise_bits: int | None = None, mask_bits: int = MIN_MASK_BITS,
                  randomness: str = "short-exponent", workers: int | None = None, progress: bool = False,
-                 on_decrypt: Callable[[int], None] | None = None) -> None:
+                 on_decrypt: Callable[[int], None] | None = None, executor: Any = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         warn_if_slow_backend()
         self._private_key = private_key
         self.public_key: paillier.PaillierPublicKey = private_key.public_key
-        A = _as_matrix(A, "A")
-        self.n_rows, self.n_cols = A.shape
+        self._source, self._encoded, self._col_sums = _encoded_source(A, "A", precision_bits, float(value_bound))
+        self.n_rows, self.n_cols = self._source.n_rows, self._source.n_cols
         self.layout = SlotLayout(
             key_bits=int(self.public_key.n).bit_length(), n_rows=self.n_rows, precision_bits=precision_bits,
             value_bound=float(value_bound),
             noise_bits=default_noise_bits(precision_bits) if noise_bits is None else noise_bits,
             mask_bits=mask_bits,
         )
-        self._encoded, self._col_sums = encode_offset(A, precision_bits, float(value_bound))
+        self.chunk_rows = stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes)
         # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
         self._encrypter = cached_encrypter(self.public_key.n, p=private_key.p, q=private_key.q,
                                            randomness=randomness)
         self.session = secrets.token_hex(16)
         self.workers = workers
+        self.executor = executor
         self.progress = progress
         self.on_decrypt = on_decrypt
         self._requested = False
+        self._streamed = False
+        self._complete = False
         self._decrypted = False
         self.stats: dict[str, int] = {}
 
@@ -257,29 +399,75 @@ class ProductEncryptor:
         count = self.n_rows * self.n_groups if count is None else count
         RandomnessPool.fill(self._encrypter, count, resolve_workers(workers, count * 3.0))
 
-    def _plaintexts(self) -> list[int]:
-        w = self.layout.slot_bits
-        groups = [self.layout.group_columns(self.n_cols, g) for g in range(self.n_groups)]
-        return [pack([self._encoded[i, j] for j in cols], w) for i in range(self.n_rows) for cols in groups]
-
-    def request(self) -> EncryptedBlock:
-        """Encrypt the packed rows (step 1). One request per encryptor (sessions are single-use)."""
+    def stream_header(self) -> ProductStreamHeader:
+        """Step 1a: the public layout of the request. One request per encryptor (sessions are single-use)."""
         if self._requested:
             raise ProtocolError("this encryptor already produced its request; create a new one per product")
-        plaintexts = self._plaintexts()
-        per_item_ms = 0.25 if self._encrypter.randomness == "short-exponent" else 3.2
-        workers = resolve_workers(self.workers, len(plaintexts) * per_item_ms)
-        with _progress_bar(self.progress, len(plaintexts), "encrypting rows") as bar:
-            cts = encrypt_many(self._encrypter, plaintexts, workers, bar.update)
         self._requested = True
-        self.stats["encryptions"] = len(cts)
-        self.stats["workers"] = workers
+        return ProductStreamHeader(self.session, self.public_key, self.layout, self.n_cols, self.chunk_rows)
+
+    def encrypted_chunks(self) -> Iterator[EncryptedChunk]:
+        """Step 1b: encrypt and yield the packed rows chunk by chunk (at most a few chunks in memory)."""
+        if not self._requested or self._streamed:
+            raise ProtocolError("encrypted_chunks() needs a prior stream_header() and runs once")
+        self._streamed = True
+        lay, G, enc = self.layout, self.n_groups, self._encrypter
+        n_items = self.n_rows * G
+        per_item_ms = 0.25 if enc.randomness == "short-exponent" else 3.2
+        workers = resolve_workers(self.workers, n_items * per_item_ms) if self.executor is None else 1
+        groups = [(r.start, r.stop) for r in (lay.group_columns(self.n_cols, g) for g in range(G))]
+        width = ciphertext_byte_length(self.public_key)
+        state = enc.task_state()
+        header = ProductStreamHeader(self.session, self.public_key, lay, self.n_cols, self.chunk_rows)
+        col_sums = np.zeros(self.n_cols, dtype=object)
+        with open_executor(self.executor, workers) as ex, _progress_bar(self.progress, n_items,
+                                                                          "encrypting rows") as bar:
+            parallel = executor_workers(ex, workers)
+            task_rows = _task_rows(self.chunk_rows, header.n_chunks, parallel)
+            tasks_per_chunk = [math.ceil(header.chunk_size(t) / task_rows) for t in range(header.n_chunks)]
+
+            def arguments() -> Iterator[tuple]:
+                nonlocal col_sums
+                cursor = RowCursor(self._source.iter_chunks(self.chunk_rows), self.n_cols)
+                for t in range(header.n_chunks):
+                    rows = header.chunk_size(t)
+                    block = cursor.take(rows)
+                    if self._encoded is None:  # a row source: encode (and check the bound) chunk by chunk
+                        block, sums = encode_offset_chunk(block, lay.precision_bits, lay.value_bound)
+                        col_sums = col_sums + sums
+                    for lo in range(0, rows, task_rows):
+                        part = block[lo:lo + task_rows]
+                        count = part.shape[0] * G
+                        if len(enc.pool) >= count:
+                            draws, pre = [enc.pool.popleft() for _ in range(count)], True
+                        else:
+                            draws, pre = [enc.draw() for _ in range(count)], False
+                        yield (state, part, groups, lay.slot_bits, draws, pre, width)
+
+            results = bounded_map(ex, encrypt_rows_task, arguments(), 2 * parallel + 1)
+            for t in range(header.n_chunks):
+                frame = b"".join(next(results) for _ in range(tasks_per_chunk[t]))
+                bar.update(header.chunk_size(t) * G)
+                yield EncryptedChunk(self.session, t, t * self.chunk_rows, header.chunk_size(t), frame)
+        if self._encoded is None:
+            self._col_sums = col_sums
+        self.stats["encryptions"] = n_items
+        self.stats["workers"] = parallel
+        self.stats["chunks"] = header.n_chunks
+        self._complete = True
+
+    def request(self) -> EncryptedBlock:
+        """Encrypt the packed rows (step 1) into one message: :meth:`stream_header` + all chunks, collected."""
+        self.stream_header()
+        width = ciphertext_byte_length(self.public_key)
+        cts = [int.from_bytes(chunk.frame[i:i + width], "big")
+               for chunk in self.encrypted_chunks() for i in range(0, len(chunk.frame), width)]
         return EncryptedBlock(self.session, self.public_key, self.layout, self.n_cols, cts)
 
     def decrypt(self, response: MaskedResponse) -> np.ndarray:
         """Decrypt the masked response (step 3): the key holder's share, ``d_a x d_b`` object ints."""
-        if not self._requested or self._decrypted:
-            raise ProtocolError("decrypt() needs exactly one prior request() and may run once")
+        if not self._complete or self._decrypted:
+            raise ProtocolError("decrypt() needs exactly one prior, completed request() and may run once")
         if response.session != self.session:
             raise ProtocolError("response belongs to another session")
         if key_fingerprint(response.public_key) != key_fingerprint(self.public_key):
@@ -323,75 +511,200 @@ def _check_noise(noise: Any, shape: tuple[int, int], bound: int) -> np.ndarray:
     return out
 
 
-class ProductResponder:
-    """Responder role: multiplies its column exponents into the encrypted rows, adds mask and noise.
+def _encoded_source(X: Any, name: str, precision_bits: int, value_bound: float
+                    ) -> tuple[RowSource, np.ndarray | None, np.ndarray | None]:
+    """``(source, encoded, col_sums)``: an in-memory array is encoded (and bound-checked) at once; a row source
+    is encoded chunk by chunk while streaming (``encoded``/``col_sums`` None until then)."""
+    if isinstance(X, RowSource) and not isinstance(X, np.ndarray):
+        if X.n_rows < 1 or X.n_cols < 1:
+            raise DataValidationError(f"{name} must be non-empty, got {X.n_rows} x {X.n_cols}")
+        return X, None, None
+    X = _as_matrix(X, name)
+    encoded, col_sums = encode_offset_chunk(X, precision_bits, value_bound)
+    return ArrayRows(encoded), encoded, col_sums
 
-    ``precision_bits``, ``value_bound`` and ``noise_bits`` (default ``2p + 32``, as at the key holder) are the
-    agreed public parameters; a request that differs is refused. ``randomness`` is validated for symmetry
-    with the key holder but does not weaken the re-randomisation: the fresh ``Enc(0)`` multiplied into every
-    response always uses a uniform ``r^n`` (:data:`RERANDOMISATION`), because its job is to hide the
-    product's randomness from the key holder, who holds the factorisation.
+
+def _task_rows(chunk_rows: int, n_chunks: int, parallel: int) -> int:
+    """Rows per executor task: a whole chunk when there are enough chunks to keep ``parallel`` workers busy,
+    else the chunk split so that every worker gets work (small products)."""
+    if parallel <= 1 or n_chunks >= 2 * parallel:
+        return chunk_rows
+    return max(1, math.ceil(chunk_rows / (2 * parallel)))
+
+
+class ResponderFold:
+    """The responder's side of one streamed product: folds each :class:`EncryptedChunk` into running
+    per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (multi-exponentiation per chunk on
+    the executor), then masks, noises and re-randomises exactly as :meth:`ProductResponder.respond`.
+
+    Chunks must arrive in order (index 0, 1, ...); at most ``2 x workers + 1`` chunk tasks are pending, so the
+    responder never holds more than a few chunks of ciphertexts. Use :meth:`add` per chunk, then :meth:`finish`.
     """
 
-    def __init__(self, B: np.ndarray, *, precision_bits: int, value_bound: float = 1.0,
-                 noise_bits: int | None = None, randomness: str = "short-exponent", workers: int | None = None,
-                 progress: bool = False) -> None:
-        warn_if_slow_backend()
-        if randomness not in RANDOMNESS_MODES:
-            raise ConfigurationError(f"randomness must be one of {RANDOMNESS_MODES}, got {randomness!r}")
-        self.B = _as_matrix(B, "B")
-        self.precision_bits = precision_bits
-        self.value_bound = float(value_bound)
-        self.noise_bits = default_noise_bits(precision_bits) if noise_bits is None else noise_bits
-        self.randomness = randomness
-        self.workers = workers
-        self.progress = progress
-        self._encoded, self._col_sums = encode_offset(self.B, precision_bits, self.value_bound)
-        self._answered: set[str] = set()
-        self.stats: dict[str, int] = {}
+    def __init__(self, responder: ProductResponder, stream: ProductStreamHeader, noise_int: np.ndarray) -> None:
+        self.responder = responder
+        self.stream = stream
+        self._noise = noise_int
+        lay, d_b = stream.layout, responder.n_cols
+        self._G = stream.n_groups
+        self._n2 = int(stream.public_key.nsquare)
+        self._width = ciphertext_byte_length(stream.public_key)
+        self._acc = [mpz(1)] * (d_b * self._G)
+        self._mults = 0
+        self._next = 0
+        self._col_sums = responder._col_sums if responder._encoded is not None else np.zeros(d_b, dtype=object)
+        cost = multiexp_cost(lay.n_rows, lay.exponent_bits) * d_b * self._G * 0.006
+        workers = resolve_workers(responder.workers, cost) if responder.executor is None else 1
+        self._stack = ExitStack()
+        self._executor = self._stack.enter_context(open_executor(responder.executor, workers))
+        self._parallel = executor_workers(self._executor, workers)
+        # few chunks: split the columns so every worker has a task (the old per-column parallelism)
+        parts = 1 if stream.n_chunks >= 2 * self._parallel else min(d_b, self._parallel)
+        bounds = np.linspace(0, d_b, parts + 1).round().astype(int)
+        self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        self._pending: deque[tuple[Future, int]] = deque()
+        self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
+        self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products")
 
-    def respond(self, request: EncryptedBlock, noise: np.ndarray | None = None) -> tuple[MaskedResponse, np.ndarray]:
-        """Step 2: return the masked, re-randomised response and the responder's share (``d_a x d_b`` ints)."""
-        lay = request.layout
-        if (lay.precision_bits, lay.value_bound, lay.noise_bits) != (
-            self.precision_bits, self.value_bound, self.noise_bits
-        ):
-            raise ProtocolError("request precision_bits/value_bound/noise_bits differ from the agreed parameters")
-        if lay.n_rows != self.B.shape[0]:
-            raise DataValidationError(f"request has {lay.n_rows} rows, the responder holds {self.B.shape[0]}")
-        if request.session in self._answered:
-            raise ProtocolError("this session was already answered; a second masked view is refused")
-        d_a, d_b, G = request.n_cols, self.B.shape[1], request.n_groups
+    def add(self, chunk: EncryptedChunk) -> None:
+        """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
+        if chunk.session != self.stream.session:
+            raise ProtocolError("chunk belongs to another session")
+        if chunk.index != self._next or chunk.n_rows != self.stream.chunk_size(chunk.index):
+            raise ProtocolError(f"chunk {chunk.index} arrived, expected chunk {self._next} (chunks are in order)")
+        if len(chunk.frame) != chunk.n_rows * self._G * self._width:
+            raise ProtocolError("chunk frame size does not match its rows")
+        self._next += 1
+        block = self._cursor.take(chunk.n_rows)
+        if self.responder._encoded is None:
+            lay = self.stream.layout
+            block, sums = encode_offset_chunk(block, lay.precision_bits, lay.value_bound)
+            self._col_sums = self._col_sums + sums
+        for lo, hi in self._col_parts:
+            future = self._executor.submit(multiexp_rows_task, self._n2, chunk.frame, self._width, self._G,
+                                           np.ascontiguousarray(block[:, lo:hi]))
+            self._pending.append((future, lo))
+        while len(self._pending) > 2 * self._parallel + 1:
+            self._fold_one()
+
+    def _fold_one(self) -> None:
+        future, lo = self._pending.popleft()
+        values, mults = future.result()
+        G, n2 = self._G, self._n2
+        for t, value in enumerate(values):
+            idx = lo * G + t  # values are ordered (k - lo) * G + g
+            self._acc[idx] = self._acc[idx] * mpz(value) % n2
+        self._mults += mults
+        if lo == 0:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        """Cancel pending work and release the executor (idempotent)."""
+        for future, _ in self._pending:
+            future.cancel()
+        self._pending.clear()
+        self._bar.close()
+        self._stack.close()
+
+    def finish(self) -> tuple[MaskedResponse, np.ndarray]:
+        """After the last chunk: the masked, re-randomised response and the responder's share."""
+        try:
+            if self._next != self.stream.n_chunks:
+                raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
+            while self._pending:
+                self._fold_one()
+        finally:
+            self.close()
+        stream, lay = self.stream, self.stream.layout
+        d_a, d_b, G = stream.n_cols, self.responder.n_cols, self._G
         N, O, n = lay.noise_offset, lay.offset, lay.n_rows
-        noise_int = _check_noise(noise, (d_a, d_b), N)
         # The re-randomiser must hide the product's randomness from the key holder, who knows the factorisation
         # and can extract it: only a uniform n-th residue (full-size r^n) does that unconditionally. A short-exponent
         # h_s^alpha keeps the extracted randomness in a small structured set (e.g. always a quadratic residue mod p
         # when p = q = 1 mod 4) and would rest on short-exponent discrete logs modulo the key holder's own primes.
-        enc = cached_encrypter(request.public_key.n, randomness=RERANDOMISATION)
-        self._answered.add(request.session)
-
-        bases = [[mpz(request.ciphertexts[i * G + g]) for i in range(n)] for g in range(G)]
-        exps = [[int(e) for e in self._encoded[:, k]] for k in range(d_b)]
-        tasks = [(g, exps[k]) for k in range(d_b) for g in range(G)]
-        workers = resolve_workers(self.workers, multiexp_cost(n, lay.exponent_bits) * len(tasks) * 0.006)
-        with _progress_bar(self.progress, len(tasks), "secure products") as bar:
-            products = multiexp_columns(bases, tasks, enc.n2, workers, bar.update)
-        self.stats = {"multiexp_mults": sum(m for _, m in products), "response_ciphertexts": len(tasks),
-                      "workers": workers}
-
+        enc = cached_encrypter(stream.public_key.n, randomness=RERANDOMISATION)
+        self.responder.stats = {"multiexp_mults": self._mults, "response_ciphertexts": d_b * G,
+                                "workers": self._parallel, "chunks": stream.n_chunks}
         share = np.empty((d_a, d_b), dtype=object)
         cts = []
         for t, (k, g) in enumerate((k, g) for k in range(d_b) for g in range(G)):
-            cols = request.layout.group_columns(d_a, g)
+            cols = lay.group_columns(d_a, g)
             masks = [secrets.randbits(lay.mask_range_bits) for _ in cols]
-            addend = pack([int(noise_int[j, k]) + N + r for j, r in zip(cols, masks, strict=True)], lay.slot_bits)
-            c = enc.rerandomise(enc.add_plain(products[t][0], addend))
+            addend = pack([int(self._noise[j, k]) + N + r for j, r in zip(cols, masks, strict=True)], lay.slot_bits)
+            c = enc.rerandomise(enc.add_plain(self._acc[t], addend))
             cts.append(int(c))
             for j, r in zip(cols, masks, strict=True):
                 share[j, k] = -(N + r) - O * self._col_sums[k] - n * O * O
-        response = MaskedResponse(request.session, request.public_key, lay.slot_bits, d_a, d_b, G, cts)
+        response = MaskedResponse(stream.session, stream.public_key, lay.slot_bits, d_a, d_b, G, cts)
         return response, share
+
+
+class ProductResponder:
+    """Responder role: multiplies its column exponents into the encrypted rows, adds mask and noise.
+
+    ``B`` is an array or a row source (:mod:`vfl.data.rows`), read in step with the incoming chunks.
+    ``precision_bits``, ``value_bound`` and ``noise_bits`` (default ``2p + 32``, as at the key holder) are the
+    agreed public parameters; a request that differs is refused. ``randomness`` is validated for symmetry
+    with the key holder but does not weaken the re-randomisation: the fresh ``Enc(0)`` multiplied into every
+    response always uses a uniform ``r^n`` (:data:`RERANDOMISATION`), because its job is to hide the
+    product's randomness from the key holder, who holds the factorisation. ``executor``: where the
+    multi-exponentiations run (:mod:`vfl.secure.executors`).
+    """
+
+    def __init__(self, B: Any, *, precision_bits: int, value_bound: float = 1.0,
+                 noise_bits: int | None = None, randomness: str = "short-exponent", workers: int | None = None,
+                 progress: bool = False, executor: Any = None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        warn_if_slow_backend()
+        if randomness not in RANDOMNESS_MODES:
+            raise ConfigurationError(f"randomness must be one of {RANDOMNESS_MODES}, got {randomness!r}")
+        self.precision_bits = precision_bits
+        self.value_bound = float(value_bound)
+        self._source, self._encoded, self._col_sums = _encoded_source(B, "B", precision_bits, self.value_bound)
+        self.n_rows, self.n_cols = self._source.n_rows, self._source.n_cols
+        self.noise_bits = default_noise_bits(precision_bits) if noise_bits is None else noise_bits
+        self.randomness = randomness
+        self.workers = workers
+        self.executor = executor
+        self.max_frame_bytes = max_frame_bytes
+        self.progress = progress
+        self._answered: set[str] = set()
+        self.stats: dict[str, int] = {}
+
+    def open(self, stream: ProductStreamHeader, noise: np.ndarray | None = None) -> ResponderFold:
+        """Step 2a: check a stream header against the agreed parameters and start folding its chunks."""
+        lay = stream.layout
+        if (lay.precision_bits, lay.value_bound, lay.noise_bits) != (
+            self.precision_bits, self.value_bound, self.noise_bits
+        ):
+            raise ProtocolError("request precision_bits/value_bound/noise_bits differ from the agreed parameters")
+        if lay.n_rows != self.n_rows:
+            raise DataValidationError(f"request has {lay.n_rows} rows, the responder holds {self.n_rows}")
+        if stream.session in self._answered:
+            raise ProtocolError("this session was already answered; a second masked view is refused")
+        if stream.frame_bytes > self.max_frame_bytes:
+            raise ProtocolError(f"stream chunks of {stream.frame_bytes} B exceed this responder's frame limit of "
+                                f"{self.max_frame_bytes} B; the key holder must send smaller chunks")
+        noise_int = _check_noise(noise, (stream.n_cols, self.n_cols), lay.noise_offset)
+        self._answered.add(stream.session)
+        return ResponderFold(self, stream, noise_int)
+
+    def respond(self, request: EncryptedBlock, noise: np.ndarray | None = None) -> tuple[MaskedResponse, np.ndarray]:
+        """Step 2 for a whole request: the masked, re-randomised response and the responder's share (``d_a x d_b``
+        ints). Runs the streamed fold over the request's rows in chunks."""
+        G = request.n_groups
+        chunk_rows = stream_chunk_rows(request.public_key, G, min(DEFAULT_MAX_FRAME_BYTES, self.max_frame_bytes))
+        stream = ProductStreamHeader(request.session, request.public_key, request.layout, request.n_cols, chunk_rows)
+        fold = self.open(stream, noise)
+        try:
+            for t in range(stream.n_chunks):
+                lo = t * chunk_rows * G
+                frame = ciphertexts_to_bytes(request.public_key,
+                                             request.ciphertexts[lo:lo + stream.chunk_size(t) * G])
+                fold.add(EncryptedChunk(request.session, t, t * chunk_rows, stream.chunk_size(t), frame))
+        except BaseException:
+            fold.close()
+            raise
+        return fold.finish()
 
 
 def combine_shares(*shares: np.ndarray, precision_bits: int) -> np.ndarray:
