@@ -14,7 +14,7 @@ coordinator assembles; the parties (:mod:`vfl.net.party`) call the same function
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -25,7 +25,8 @@ from vfl.rng import spawn
 from vfl.secure.encoding import decode_products
 
 __all__ = ["exact_integer_gram", "orient", "prepare_fixed_point", "integer_noise",
-           "single_party_block", "logistic_offset_raw", "cross_block_noise", "cross_block_offset", "block_generators",
+           "single_party_block", "single_party_raw", "accumulate_single_party_raw", "release_single_party_block",
+           "logistic_offset_raw", "cross_block_noise", "cross_block_offset", "block_generators",
            "simulate_release"]
 
 
@@ -106,17 +107,49 @@ def single_party_block(plan: DissectionPlan, mech: Mechanism, block: Block, X_q:
     ``coef = scale * (raw + noise) 2^-2p`` with the block's noise layout (iso: (E + E^T)/2, kept exact
     by working in half units; vech: upper triangle mirrored, spec §0.4/§2.4).
     """
+    raw = single_party_raw(plan, block, X_q, y_q, precision_bits=precision_bits)
+    return release_single_party_block(plan, mech, block, raw, n_samples=n_samples, precision_bits=precision_bits,
+                                      rng=rng)
+
+
+def single_party_raw(plan: DissectionPlan, block: Block, X_q: np.ndarray, y_q: np.ndarray | None, *,
+                     precision_bits: int) -> np.ndarray:
+    """The exact integer statistic of a single-party block over the given rows (units 2^-2p).
+
+    Every statistic is a sum over rows (y^T y, X^T y plus the logistic offset -sum x 2^(p-1), X^T X), so the
+    statistic of a table is the exact sum of the statistics of its chunks (:func:`accumulate_single_party_raw`).
+    """
     p = precision_bits
-    scale = plan.scale(block, n_samples)
     X_int = _ints(X_q, p)
     y_int = None if y_q is None else _ints(y_q, p).reshape(-1, 1)
     if block.kind == "beta":
-        raw = exact_integer_gram(y_int, y_int).reshape(())
-    elif block.kind == "alpha":
+        return exact_integer_gram(y_int, y_int).reshape(())
+    if block.kind == "alpha":
         raw = exact_integer_gram(X_int, y_int).reshape(-1)
-        raw = raw + logistic_offset_raw(plan, block, X_int, p)
-    else:
-        raw = exact_integer_gram(X_int, X_int)
+        return raw + logistic_offset_raw(plan, block, X_int, p)
+    return exact_integer_gram(X_int, X_int)
+
+
+def accumulate_single_party_raw(plan: DissectionPlan, block: Block,
+                                chunks: Iterable[tuple[np.ndarray, np.ndarray | None]], *,
+                                precision_bits: int) -> np.ndarray:
+    """:func:`single_party_raw` over a table given as ``(X_q chunk, y_q chunk)`` pairs: exact integer sums, so
+    the result (and the release) is bit-identical to the whole-table computation, in memory of one chunk."""
+    total: np.ndarray | None = None
+    for X_q, y_q in chunks:
+        raw = single_party_raw(plan, block, X_q, y_q, precision_bits=precision_bits)
+        total = raw if total is None else total + raw
+    if total is None:
+        raise ValueError("a single-party block needs at least one chunk of rows")
+    return total
+
+
+def release_single_party_block(plan: DissectionPlan, mech: Mechanism, block: Block, raw: np.ndarray, *,
+                               n_samples: int, precision_bits: int, rng: np.random.Generator) -> np.ndarray:
+    """``coef = scale * (raw + noise) 2^-2p`` for a single-party block's exact statistic ``raw`` (see
+    :func:`single_party_block`)."""
+    p = precision_bits
+    scale = plan.scale(block, n_samples)
 
     def noise(spec: NoiseSpec, shape: tuple[int, ...]) -> np.ndarray:
         return integer_noise(spec, shape, block_scale=scale, precision_bits=p, rng=rng)

@@ -1,0 +1,243 @@
+"""A party's table on disk, read in chunks: CSV (pandas' chunked C reader) and Parquet (pyarrow, extra ``parquet``).
+
+:class:`TableFile` validates the whole file once, chunk by chunk (selected columns numeric and finite, label and
+row-ID columns present, row-ID digest, per-column min/max), then serves the selected columns as row sources
+(:mod:`vfl.data.rows`) that re-read the file in chunks: memory stays bounded by the chunk size whatever the
+number of rows. The errors are those of :func:`vfl.net.config.read_party_csv` (one line, file, column and data
+row named). Column *selection* (names, ranges, indices) is resolved by the caller from :func:`table_columns`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.data.rows import DEFAULT_CHUNK_ROWS
+from vfl.exceptions import ConfigurationError, DataValidationError
+
+__all__ = ["TableFile", "table_columns", "TableColumns"]
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.suffix.lower() in PARQUET_SUFFIXES
+
+
+def _parquet_file(path: Path) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - depends on the optional extra
+        raise ConfigurationError(f"{path}: reading Parquet needs pyarrow: pip install 'vfl[parquet]'") from None
+    try:
+        return pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise ConfigurationError(f"data file {path} not found") from None
+    except Exception as exc:  # pyarrow raises its own ArrowInvalid / OSError types
+        raise DataValidationError(f"cannot read {path}: {exc}") from None
+
+
+def table_columns(path: str | Path) -> list[str]:
+    """The column names of a CSV (header row) or Parquet file, validated unique."""
+    p = Path(path)
+    if _is_parquet(p):
+        header = [str(name) for name in _parquet_file(p).schema_arrow.names]
+    else:
+        try:
+            with open(p, newline="", encoding="utf-8-sig") as fh:
+                header = next((row for row in csv.reader(fh) if row), None)
+        except FileNotFoundError:
+            raise ConfigurationError(f"data file {p} not found") from None
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise DataValidationError(f"cannot read {p}: {exc}") from None
+        if header is None:
+            raise DataValidationError(f"{p}: empty file, expected a header row")
+        header = [h.strip() for h in header]
+    if len(set(header)) != len(header):
+        raise DataValidationError(f"{p}: column names must be unique")
+    return header
+
+
+class TableColumns:
+    """Row source over some numeric columns of a :class:`TableFile` (re-reads the file in chunks)."""
+
+    def __init__(self, table: TableFile, columns: Sequence[str]) -> None:
+        self.table = table
+        self.columns = list(columns)
+        self.n_rows = table.n_rows
+        self.n_cols = len(self.columns)
+
+    def iter_chunks(self, rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[np.ndarray]:
+        yield from self.table._frames(rows, self.columns)
+
+
+class TableFile:
+    """A party's CSV or Parquet table: ``features`` (resolved names), optional ``label`` and ``id_column``.
+
+    Construction reads the file once in chunks of ``chunk_rows`` to validate it and compute ``n_rows``,
+    ``id_digest`` (same SHA-256 as :func:`vfl.net.config.row_id_digest`), ``column_min`` / ``column_max``.
+    """
+
+    def __init__(self, path: str | Path, features: Sequence[str], *, label: str | None = None,
+                 id_column: str | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+        self.path = Path(path)
+        self.parquet = _is_parquet(self.path)
+        self.header = table_columns(self.path)
+        self.feature_names = [str(f) for f in features]
+        self.label_name = label
+        self.id_column = id_column
+        self.chunk_rows = max(1, int(chunk_rows))
+        for what, col in (("label", label), ("id", id_column)):
+            if col is not None and col not in self.header:
+                raise DataValidationError(f"unknown {what} column {col!r} in {self.path}; columns are: "
+                                          f"{', '.join(self.header)}")
+        for what, col in (("label", label), ("row-ID", id_column)):
+            if col is not None and col in self.feature_names:
+                raise ConfigurationError(f"the {what} column {col!r} is also selected as a feature in {self.path}")
+        unknown = [f for f in self.feature_names if f not in self.header]
+        if unknown:
+            raise DataValidationError(f"unknown feature(s) {', '.join(map(repr, unknown))} in {self.path}")
+        self.numeric = self.feature_names + ([label] if label is not None else [])
+        self._validate()
+
+    # ------------------------------------------------------------------ row sources
+    @property
+    def features(self) -> TableColumns:
+        return TableColumns(self, self.feature_names)
+
+    @property
+    def label(self) -> TableColumns | None:
+        return None if self.label_name is None else TableColumns(self, [self.label_name])
+
+    def load(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Everything in memory ``(X, y)`` (small tables; the streaming paths use the row sources)."""
+        parts = list(self._frames(self.chunk_rows, self.numeric))
+        full = np.concatenate(parts, axis=0) if parts else np.zeros((0, len(self.numeric)))
+        d = len(self.feature_names)
+        return full[:, :d], (full[:, d] if self.label_name is not None else None)
+
+    # ------------------------------------------------------------------ reading
+    def _raw_chunks(self, rows: int, columns: Sequence[str]) -> Iterator[tuple[int, Any]]:
+        """``(first data row, pandas DataFrame of str/number cells)`` per chunk, in file order."""
+        if not columns:
+            columns = [self.header[0]]
+        if self.parquet:
+            start = 0
+            for batch in _parquet_file(self.path).iter_batches(batch_size=rows, columns=list(columns)):
+                frame = batch.to_pandas()
+                yield start, frame
+                start += len(frame)
+            return
+        pd = _pandas()
+        try:
+            reader = pd.read_csv(self.path, usecols=list(columns), dtype=str, keep_default_na=False, na_filter=False,
+                                 chunksize=rows, encoding="utf-8-sig", skip_blank_lines=True, engine="c")
+            start = 0
+            with reader:
+                for frame in reader:
+                    frame.columns = [str(c).strip() for c in frame.columns]
+                    yield start, frame
+                    start += len(frame)
+        except FileNotFoundError:
+            raise ConfigurationError(f"data file {self.path} not found") from None
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
+            raise DataValidationError(f"cannot read {self.path}: {str(exc).strip().splitlines()[0]}") from None
+
+    def _numeric(self, frame: Any, column: str, first_row: int) -> np.ndarray:
+        """One column of a chunk as finite floats, or the error naming file, column and data row."""
+        pd = _pandas()
+
+        cells = frame[column]
+        values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            cell = cells.iloc[i]
+            cell = cell.item() if isinstance(cell, np.generic) else cell
+            if isinstance(cell, str):
+                what = "is not finite" if _parses_as_float(cell) else "is not a number"
+            else:  # Parquet: a null is not a number, a NaN/inf float is not finite
+                what = "is not finite" if isinstance(cell, float) else "is not a number"
+            raise DataValidationError(f"{self.path}: column {column!r}, data row {first_row + i + 1}: {cell!r} {what}")
+        return values
+
+    def _frames(self, rows: int, columns: Sequence[str]) -> Iterator[np.ndarray]:
+        for start, frame in self._raw_chunks(rows, columns):
+            if not columns:
+                yield np.zeros((len(frame), 0))
+                continue
+            yield np.column_stack([self._numeric(frame, c, start) for c in columns])
+
+    def _csv_structure(self) -> tuple[int, str | None]:
+        """Streaming csv pass: every data row has the header's cell count; row count and row-ID digest."""
+        digest = hashlib.sha256()
+        id_pos = self.header.index(self.id_column) if self.id_column is not None else None
+        n = 0
+        try:
+            with open(self.path, newline="", encoding="utf-8-sig") as fh:
+                rows = (r for r in csv.reader(fh) if r)
+                next(rows, None)
+                for n, r in enumerate(rows, start=1):  # noqa: B007 - n is the row count afterwards
+                    if len(r) != len(self.header):
+                        raise DataValidationError(f"{self.path}: data row {n} has {len(r)} cells, the header has "
+                                                  f"{len(self.header)}")
+                    if id_pos is not None:
+                        blob = r[id_pos].strip().encode()
+                        digest.update(len(blob).to_bytes(4, "big") + blob)
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise DataValidationError(f"cannot read {self.path}: {exc}") from None
+        return n, (digest.hexdigest() if id_pos is not None else None)
+
+    def _validate(self) -> None:
+        """Pass(es) over the file: structure, numeric checks, row count, row-ID digest, column min/max."""
+        digest = hashlib.sha256()
+        if not self.parquet:
+            n_csv, csv_digest = self._csv_structure()
+            if n_csv == 0:
+                raise DataValidationError(f"{self.path}: no data rows")
+        cols = self.numeric + ([self.id_column] if self.id_column is not None and self.parquet else [])
+        n = 0
+        lo = np.full(len(self.numeric), np.inf)
+        hi = np.full(len(self.numeric), -np.inf)
+        for start, frame in self._raw_chunks(self.chunk_rows, cols):
+            if self.numeric:
+                values = np.column_stack([self._numeric(frame, c, start) for c in self.numeric])
+                if len(values):
+                    lo = np.minimum(lo, values.min(axis=0))
+                    hi = np.maximum(hi, values.max(axis=0))
+            if self.id_column is not None and self.parquet:
+                for value in frame[self.id_column].tolist():
+                    blob = str(value).strip().encode()
+                    digest.update(len(blob).to_bytes(4, "big") + blob)
+            n += len(frame)
+        if n == 0:
+            raise DataValidationError(f"{self.path}: no data rows")
+        self.n_rows = n
+        self.id_digest = digest.hexdigest() if self.id_column is not None else None
+        if not self.parquet:
+            if n != n_csv:  # pandas and csv disagree on the rows (e.g. quoting): refuse rather than guess
+                raise DataValidationError(f"{self.path}: {n_csv} data rows by the csv module, {n} by pandas")
+            self.id_digest = csv_digest
+        self.column_min = dict(zip(self.numeric, lo.tolist(), strict=True))
+        self.column_max = dict(zip(self.numeric, hi.tolist(), strict=True))
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - depends on the optional extra
+        raise ConfigurationError("reading tables in chunks needs pandas: pip install 'vfl[tables]'") from None
+    return pandas
+
+
+def _parses_as_float(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
