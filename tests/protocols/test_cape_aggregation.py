@@ -41,7 +41,8 @@ def _sites(n_rows, d=4, model="linear", seed=0):
 def _run(data, model="linear", noise="full", seeds=None, on_receive=None, **options):
     plan = CapeFMAggregator.new_plan(model, 1.0, 1e-5, [len(y) for _, y in data], data[0][0].shape[1],
                                      noise=noise, **options)
-    agg = CapeFMAggregator(plan, on_receive=on_receive, lambda_floor=0.0 if noise == "none" else None)
+    agg = CapeFMAggregator(plan, on_receive=on_receive, lambda_floor=0.0 if noise == "none" else None,
+                           fallback="ridge")  # small unseeded sites: never fail on a swamped M
     seeds = seeds or [None] * len(data)
     sites = [CapeFMSite(X, y, model, noise=noise, random_state=r) for (X, y), r in zip(data, seeds, strict=True)]
     drive(agg, sites)
