@@ -7,7 +7,24 @@ from collections.abc import Callable
 
 from vfl.exceptions import ConfigurationError
 
-__all__ = ["run_cape_coordinator", "run_site"]
+__all__ = ["run_cape_coordinator", "run_site", "cape_report_text"]
+
+
+def cape_report_text(r: dict) -> str:
+    """A few lines of the capeFM privacy report (the model JSON holds all of it)."""
+    lines = [f"capeFM privacy report ({r['n_sites']} sites, N_s = {r['n_rows']}, {r['model']}, "
+             f"calibration {r['calibration']})"]
+    if r["noise"] is not True:
+        lines.append(f"  noise: {r['noise']} (TEST MODE): NOT differentially private")
+    else:
+        lines.append(f"  per site: epsilon {r['claimed_epsilon']:g}, delta {r['delta']:g} against the aggregator + "
+                     f"{r['n_colluders']} colluding site(s); true epsilon {r['true_epsilon']:.4g}")
+    lines.append(f"  kappa {r['kappa']:.4g}, mu per site {r['mu_site']:.4g}; aggregate noise std alpha "
+                 f"{r['aggregate_noise_std']['alpha']:.3g}, M {r['aggregate_noise_std']['M']:.3g}; floor "
+                 f"{r['lambda_floor']:.3g} ({r['n_floored_eigenvalues']} eigenvalue(s) floored)")
+    if r.get("seeded"):
+        lines.append("  seeded noise: reproducible experiment only")
+    return "\n".join(lines)
 
 
 def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: str, noise: str | None, model: str,
@@ -15,7 +32,6 @@ def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: s
                          curve_dir: str | None, calibration: str | None, max_message_bytes: int,
                          fit_intercept: bool, quiet: bool, echo: Callable[[str], None]) -> None:
     from vfl.net.cape_aggregator import CapeAggregator, CapeSettings
-    from vfl.net.modelio import report_text
     from vfl.net.transport import load_server_keys
 
     if sites is None:
@@ -34,7 +50,7 @@ def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: s
     log = (lambda s: None) if quiet else echo
     agg = CapeAggregator(settings, bind, curve=curve, out=out, log=log, max_message_bytes=max_message_bytes)
     model_ = agg.run()
-    echo(report_text(model_))
+    echo(cape_report_text(model_.privacy_report))
     echo(f"model written to {out} (run {agg.run_id[:8]}; capeFM over {sites} sites; {len(model_.coef_)} "
          "coefficients)")
 
