@@ -82,9 +82,11 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     """
     if not parties:
         raise ConfigurationError("fit needs at least one Party")
-    settings = RunSettings(len(parties), model, mechanism, epsilon, delta, key_bits, allow_insecure_keys,
-                           precision_bits, timeout, dict(mechanism_options), lambda_floor, gamma, rounds, tol,
-                           max_run_seconds, fit_intercept, randomness)
+    settings = RunSettings(n_parties=len(parties), model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,
+                           key_bits=key_bits, allow_insecure_keys=allow_insecure_keys, precision_bits=precision_bits,
+                           timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
+                           gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
+                           fit_intercept=fit_intercept, randomness=randomness)
     settings.validate()
     fm = mechanism not in ("bcd", "dp-bcd")
     datas = [p.local_data(use_bounds=fm) for p in parties]

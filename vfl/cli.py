@@ -167,8 +167,10 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
         options.update(abort_rule=abort_rule, noise_calibration=noise_calibration)
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
-    settings = RunSettings(parties, model, mechanism, epsilon, delta, key_bits, insecure_test_keys, precision_bits,
-                           timeout, options, None, gamma, rounds, tol, max_run_time, fit_intercept, randomness)
+    settings = RunSettings(n_parties=parties, model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,
+                           key_bits=key_bits, allow_insecure_keys=insecure_test_keys, precision_bits=precision_bits,
+                           timeout=timeout, mechanism_options=options, gamma=gamma, rounds=rounds, tol=tol,
+                           max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

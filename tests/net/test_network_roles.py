@@ -51,7 +51,8 @@ def test_a_party_error_quoting_its_data_does_not_reach_the_coordinator_or_other_
     """Regression: the label owner's 'found [7.25]' (a label value) travelled in ERROR and then in every ABORT."""
     Xa, Xb, y = _split()
     y[17] = 7.25  # not a logistic label: detected only after the PLAN says "logistic"
-    settings = RunSettings(2, "logistic", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=30)
+    settings = RunSettings(n_parties=2, model="logistic", mechanism="none", epsilon=None, delta=None,
+                           key_bits=1024, allow_insecure_keys=True, timeout=30)
     out = tmp_path / "model.json"
     coord_error, errors = _run(settings, [LocalData.build("a", Xa, y, bounds=(-1, 1)),
                                           LocalData.build("b", Xb, bounds=(-1, 1))], out=str(out))
@@ -118,8 +119,8 @@ class HeartbeatOnlyParty(threading.Thread):
 def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
     """Regression: heartbeats reset the silence timeout, so the run had no upper bound at all."""
     Xa, Xb, y = _split()
-    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=30,
-                           max_run_seconds=4.0)
+    settings = RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None,
+                           key_bits=1024, allow_insecure_keys=True, timeout=30, max_run_seconds=4.0)
     out = tmp_path / "model.json"
     coord = Coordinator(settings, "tcp://127.0.0.1:0", out=str(out))
     fake = HeartbeatOnlyParty(coord.endpoint, "b", Xb.shape[0], ["b0"])
@@ -145,70 +146,6 @@ def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
     assert not out.exists()
 
 
-def test_the_coordinator_relays_each_secure_product_message_once():
-    """Regression: a second ENC_REQUEST for a block was relayed, and the responder answered it with fresh noise."""
-    from vfl.exceptions import ProtocolError
-    from vfl.fm.dissection import DissectionPlan
-    from vfl.net.coordinator import Registration
-    from vfl.net.messages import Message, MessageType
-
-    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=5)
-    coord = Coordinator(settings, "tcp://127.0.0.1:0")
-    try:
-        sent: list[tuple[bytes, Message]] = []
-        coord._send = lambda peer, msg: sent.append((peer, msg))  # type: ignore[method-assign]
-        plan = DissectionPlan([1, 2], 0)
-        block = plan.block("alpha[1]")  # y (party 0) . X_1: party 1 encrypts, party 0 responds and adds noise
-        regs = [Registration(b"A", "a", 10, ["a0"], True, None, None, None, None, False),
-                Registration(b"B", "b", 10, ["b0", "b1"], False, None, None, None, None, False)]
-        req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {}}, [b"key"], sender="b")
-        coord._relay(plan, block, 1, regs, req)
-        assert [(p, m.body["origin"]) for p, m in sent] == [(b"A", "b")]
-        with pytest.raises(ProtocolError, match="second enc_request for alpha"):
-            coord._relay(plan, block, 1, regs, req)
-        assert len(sent) == 1
-    finally:
-        coord.transport.close()
-
-
-def test_a_responder_answers_each_request_once():
-    """Party side of the same guard: a replayed request must not produce a second noisy share."""
-    from vfl.exceptions import ProtocolError
-    from vfl.net.messages import Message, MessageType
-    from vfl.net.party import _Session
-
-    Xa, Xb, y = _split()
-    node = PartyNode(LocalData.build("a", Xa, y, bounds=(-1, 1), label_bounds=(-1, 1)), "tcp://127.0.0.1:1",
-                     allow_insecure_keys=True)
-    submitted: list[str] = []
-    node._submit = lambda fn, *args: submitted.append(fn.__name__)  # type: ignore[method-assign]
-    plan = Message(MessageType.PLAN, {
-        "index": 0, "model": "linear", "mechanism": "gaussian-fm", "n_samples": Xa.shape[0], "label_owner": 0,
-        "parties": [{"name": "a", "n_features": 2, "features": ["a_x0", "a_x1"], "label_owner": True},
-                    {"name": "b", "n_features": 1, "features": ["b0"], "label_owner": False}],
-        "params": {"epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024,
-                   "allow_insecure_keys": True, "domain": "l2", "mechanism_options": {}}})
-    session = _Session(node, plan)
-    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "origin": "b", "wire": {}}, [b"k"])
-    session.handle(req)
-    with pytest.raises(ProtocolError, match="second enc_request for block alpha"):
-        session.handle(req)
-    assert submitted == ["respond"]
-
-
-def test_linear_runs_need_valid_label_bounds_from_the_label_owner():
-    """Regression: a READY with label_bounds [3] or [2, 1] crashed the coordinator with a ValueError traceback
-    (or, without bounds, released a model silently in the wrong units)."""
-    from vfl.exceptions import ProtocolError
-    from vfl.net.coordinator import Registration
-
-    owner = Registration(b"A", "a", 10, ["a0"], True, None, None, None, None, False)
-    assert Coordinator._label_bounds(owner, {"label_bounds": [0, 100]}) == [0.0, 100.0]
-    for ready in ({}, {"label_bounds": [3.0]}, {"label_bounds": [2.0, 1.0]}, {"label_bounds": None}):
-        with pytest.raises(ProtocolError, match="label bounds"):
-            Coordinator._label_bounds(owner, ready)
-
-
 def test_a_party_gone_after_the_release_does_not_turn_a_written_model_into_a_failed_run(tmp_path):
     """Regression: the model file was written first and a failed RESULT send then raised ProtocolError, so the
     CLI reported a failed run (exit 4) while the model file existed."""
@@ -217,12 +154,13 @@ def test_a_party_gone_after_the_release_does_not_turn_a_written_model_into_a_fai
     from vfl.net.messages import MessageType
     from vfl.net.modelio import FittedModel, PartyColumns
 
-    settings = RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=5)
+    settings = RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None,
+                           key_bits=1024, allow_insecure_keys=True, timeout=5)
     out = tmp_path / "model.json"
     logs: list[str] = []
     coord = Coordinator(settings, "tcp://127.0.0.1:0", out=str(out), log=logs.append)
-    regs = [Registration(b"A", "a", 10, ["a0"], True, None, 0, None, None, False),
-            Registration(b"B", "b", 10, ["b0"], False, None, 1, None, None, False)]
+    regs = [Registration(peer=b"A", name="a", n_rows=10, features=["a0"], label_owner=True, order=0),
+            Registration(peer=b"B", name="b", n_rows=10, features=["b0"], label_owner=False, order=1)]
     model = FittedModel("linear", "none", [PartyColumns("a", ["a0"]), PartyColumns("b", ["b0"])], [0.5, -0.25])
     coord._register_all = lambda: regs  # type: ignore[method-assign]
     coord._run_fm = lambda r: model  # type: ignore[method-assign]

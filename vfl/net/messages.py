@@ -78,6 +78,7 @@ __all__ = [
     "ints_to_bytes",
     "ints_from_bytes",
     "validate_name",
+    "message_of",
 ]
 
 PROTOCOL_VERSION = 1
@@ -455,3 +456,10 @@ def _check_body(mtype: MessageType, body: Any) -> None:
             continue
         if not check(body[key]):
             raise ProtocolError(f"{mtype.value}: invalid value for field {key!r}")
+
+
+def message_of(out: Any) -> Message:
+    """The :class:`Message` for what a protocol phase wants sent (a :class:`vfl.protocols.contracts.Out`):
+    its wire type, a copy of its body, and its payload with arrays of Python ints wrapped as :class:`IntArray`."""
+    payload = [IntArray.of(p) if isinstance(p, np.ndarray) and p.dtype == object else p for p in out.payload]
+    return Message(MessageType(out.type), dict(out.body), payload)

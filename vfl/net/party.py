@@ -40,32 +40,17 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
-from vfl.fm.dissection import Block, DissectionPlan
-from vfl.fm.domain import (
-    ColumnBounds,
-    prepare_labels,
-    prepare_party_block,
-    resolve_bounds,
-    to_unit_interval,
-)
-from vfl.net.messages import IntArray, Message, MessageType, validate_name
+from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
+from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel
 from vfl.net.transport import ClientTransport, CurveClientKeys
-from vfl.privacy.fixed_point import (
-    block_generators,
-    cross_block_noise,
-    cross_block_offset,
-    prepare_fixed_point,
-    single_party_block,
-)
+from vfl.protocols.contracts import PlanBody, RegisterBody
+from vfl.protocols.fm_release import FMParty
 from vfl.rng import RandomState, make_rng
 
 __all__ = ["PartyNode", "LocalData", "wire_reason"]
 
 HEARTBEAT_SECONDS = 1.0
-# Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
-# only compete for the same cores, and it keeps the process-pool start-up simple.
-_SECURE_LOCK = threading.Lock()
 #: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
 #: these are sent to the coordinator verbatim (which forwards the reason to every other party in its ABORT)
 SHAREABLE_ERRORS = (ConfigurationError, ProtocolError, PrivacyParameterError)
@@ -159,12 +144,6 @@ class LocalData:
         return int(self.X.shape[0])
 
 
-def product_sides(block: Block, plan: DissectionPlan) -> tuple[int, int]:
-    """(encryptor, responder) party indices of a cross block."""
-    assert block.encryptor is not None and block.responder is not None
-    return block.encryptor, block.responder
-
-
 class PartyNode:
     """One party of a run: ``PartyNode(...).run()`` returns the released model or raises.
 
@@ -216,16 +195,13 @@ class PartyNode:
 
     def _register_body(self) -> dict:
         d = self.data
-        body: dict[str, Any] = {"name": d.name, "n_rows": d.n_rows, "features": d.feature_names,
-                                "label_owner": d.y is not None, "id_digest": d.id_digest}
-        if self.order is not None:
-            body["order"] = int(self.order)
-        return body
+        return RegisterBody(name=d.name, n_rows=d.n_rows, features=d.feature_names, label_owner=d.y is not None,
+                            id_digest=d.id_digest, order=self.order).to_body()
 
     def _run(self, t: ClientTransport) -> FittedModel:
         t.send(Message(MessageType.REGISTER, self._register_body()))
         last_sent = time.monotonic()
-        session: _Session | _BCDSession | None = None
+        session: FMParty | _BCDSession | None = None
         while True:
             msg = t.recv(0.2)
             now = time.monotonic()
@@ -237,7 +213,7 @@ class PartyNode:
                 result = self._handle(t, msg, session)
                 if isinstance(result, FittedModel):
                     return result
-                if isinstance(result, (_Session, _BCDSession)):
+                if isinstance(result, (FMParty, _BCDSession)):
                     session = result
             while not self._results.empty():
                 item = self._results.get()
@@ -249,7 +225,7 @@ class PartyNode:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now
 
-    def _handle(self, t: ClientTransport, msg: Message, session: _Session | _BCDSession | None) -> Any:
+    def _handle(self, t: ClientTransport, msg: Message, session: FMParty | _BCDSession | None) -> Any:
         kind = msg.type
         if kind is MessageType.ABORT:
             raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
@@ -258,10 +234,7 @@ class PartyNode:
         if kind is MessageType.PLAN:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
-            if msg.body["mechanism"] in ("bcd", "dp-bcd"):
-                session = _BCDSession(self, msg)
-            else:
-                session = _Session(self, msg)
+            session = self._session(msg)
             self.log(f"[{self.data.name}] plan received: mechanism {msg.body['mechanism']}, "
                      f"index {session.index} of {len(msg.body['parties'])}")
             self._submit(session.start)
@@ -270,9 +243,19 @@ class PartyNode:
             return FittedModel.from_dict(msg.body["model"])
         if session is None:
             raise ProtocolError(f"{kind.value} before the plan")
+        if isinstance(session, FMParty):
+            self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
+            return None
         return session.handle(msg)
 
-    def _submit(self, fn: Callable[..., list[Message]], *args: Any) -> None:
+    def _session(self, msg: Message) -> FMParty | _BCDSession:
+        """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
+        if msg.body["mechanism"] in ("bcd", "dp-bcd"):
+            return _BCDSession(self, msg)
+        return FMParty(self.data, PlanBody.from_body(msg.body), rng=self.rng, seeded=self.seeded,
+                       allow_insecure_keys=self.allow_insecure_keys, progress=self.progress, workers=self.workers)
+
+    def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
         prev = self._worker
 
@@ -283,7 +266,7 @@ class PartyNode:
                 return
             try:
                 for m in fn(*args):
-                    self._results.put(m)
+                    self._results.put(m if isinstance(m, Message) else message_of(m))
             except BaseException as exc:  # delivered to the main loop, which reports and raises
                 if not isinstance(exc, VFLError):
                     traceback.print_exc(file=sys.stderr)
@@ -291,181 +274,6 @@ class PartyNode:
 
         self._worker = threading.Thread(target=work, daemon=True, name=f"vfl-party-{self.data.name}")
         self._worker.start()
-
-
-class _Session:
-    """State of one run after the PLAN: prepared data, mechanism, open secure products."""
-
-    def __init__(self, node: PartyNode, plan_msg: Message) -> None:
-        from vfl.privacy.mechanisms import make_mechanism
-
-        self.node = node
-        body = plan_msg.body
-        params = body["params"]
-        self.index = int(body["index"])
-        self.n = int(body["n_samples"])
-        parties = body["parties"]
-        if self.n != node.data.n_rows:
-            raise ProtocolError(f"plan says {self.n} rows, this party holds {node.data.n_rows}")
-        try:
-            counts = [int(p["n_features"]) for p in parties]
-            names = [str(p["name"]) for p in parties]
-            self.precision_bits = int(params["precision_bits"])
-            self.key_bits = int(params["key_bits"])
-            self.allow_insecure = bool(params.get("allow_insecure_keys", False))
-            self.domain = str(params["domain"])
-            mech_opts = dict(params.get("mechanism_options") or {})
-            self.randomness = str(params.get("randomness", "short-exponent"))
-            if self.randomness not in ("short-exponent", "standard"):
-                raise ValueError(f"unknown randomness {self.randomness!r}")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"malformed plan: {exc}") from None
-        if self.key_bits < 2048 and not node.allow_insecure_keys:
-            raise ConfigurationError(f"the coordinator asked for {self.key_bits}-bit keys; this party refuses keys "
-                                     "below 2048 bits (allow_insecure_keys is for tests only)")
-        self.intercept = bool(parties[self.index].get("intercept", False)) if isinstance(
-            parties[self.index], dict) else False
-        if names[self.index] != node.data.name or counts[self.index] != node.data.X.shape[1] + int(self.intercept):
-            raise ProtocolError("the plan does not describe this party")
-        self.plan = DissectionPlan(counts, int(body["label_owner"]), model=body["model"])
-        self.mechanism_name = str(body["mechanism"])
-        self.mech = make_mechanism(self.mechanism_name, plan=self.plan, n_samples=self.n,
-                                   epsilon=params.get("epsilon"), delta=params.get("delta"),
-                                   domain=self.domain, party_names=names, seeded=node.seeded, **mech_opts)
-        self.names = names
-        # one independent generator per block (in plan order): the noise does not depend on the order in which
-        # requests from different parties arrive, and no draw is ever reused across blocks
-        self.block_rngs = block_generators(node.rng, self.plan)
-        self.encryptors: dict[str, Any] = {}
-        self.handled: set[tuple[str, MessageType]] = set()
-        self.keypair: tuple | None = None
-        self.Xp: np.ndarray = np.zeros((self.n, 0))
-        self.yp: np.ndarray | None = None
-        self.label_bounds: tuple[float, float] | None = None
-
-    # ------------------------------------------------------------------ worker-thread steps
-    def start(self) -> list[Message]:
-        """Prepare data, send READY, single-party blocks and this party's encrypted requests."""
-        d, me = self.node.data, self.index
-        total = self.plan.n_features
-        ready: dict[str, Any] = {"seeded": self.node.seeded}
-        X_fm, declared = d.fm_view if d.fm_view is not None else (d.X, d.bounds)
-        if X_fm.shape[1]:
-            bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
-            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=self.domain, n_features_total=total,
-                                             feature_names=d.feature_names)
-            ready["bounds"] = {"pairs": bounds.to_list()}
-            ready["bounds_from_data"] = bool(bounds.from_data)
-        if self.intercept:
-            # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
-            constant = 1.0 / np.sqrt(total) if self.domain == "l2" else 1.0
-            self.Xp = np.hstack([self.Xp, np.full((self.n, 1), constant)])
-        # Every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
-        # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; spec pitfall 1).
-        p = self.precision_bits
-        self.Xp = prepare_fixed_point(self.Xp, precision_bits=p, domain=self.domain, n_features_total=total)
-        out: list[Message] = []
-        if me == self.plan.label_owner:
-            assert d.y is not None
-            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
-            self.yp = prepare_fixed_point(yp, precision_bits=p, domain="linf", n_features_total=total)
-            if yb is not None:
-                self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
-                ready["label_bounds"] = list(self.label_bounds)
-                ready["label_bounds_from_data"] = bool(yb.from_data)
-        out.append(Message(MessageType.READY, ready))
-        for block in self.plan.single_party_blocks(me):
-            value = self._single_value(block)
-            out.append(Message(MessageType.BLOCK, {"block": block.name}, [np.asarray(value, dtype=float)]))
-        for block in self.plan.cross_blocks():
-            if block.encryptor == me:
-                out.append(self._request(block))
-        return out
-
-    def _single_value(self, block: Block) -> np.ndarray:
-        """A single-party block: exact integer statistic + exact discrete noise (:mod:`vfl.privacy.fixed_point`)."""
-        return single_party_block(self.plan, self.mech, block, self.Xp, self.yp, n_samples=self.n,
-                                  precision_bits=self.precision_bits, rng=self.block_rngs[block.name])
-
-    def _matrix_for(self, block: Block, party: int) -> np.ndarray:
-        """This party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
-        if block.kind == "alpha" and party == self.plan.label_owner and block.parties[0] != party:
-            assert self.yp is not None
-            return self.yp.reshape(-1, 1)
-        return self.Xp
-
-    def _request(self, block: Block) -> Message:
-        from vfl.secure.keys import generate_keypair, public_key_to_bytes
-        from vfl.secure.products import ProductEncryptor
-
-        if self.keypair is None:
-            self.keypair = generate_keypair(self.key_bits, allow_insecure=self.allow_insecure)
-        pub, priv = self.keypair
-        enc = ProductEncryptor(priv, self._matrix_for(block, self.index), precision_bits=self.precision_bits,
-                               randomness=self.randomness,
-                               progress=self.node.progress, workers=self.node.workers)
-        self.encryptors[block.name] = enc
-        with _SECURE_LOCK:
-            header, frames = enc.request().to_wire()
-        responder = self.names[block.responder]  # type: ignore[index]
-        return Message(MessageType.ENC_REQUEST, {"block": block.name, "to": responder, "wire": header},
-                       [public_key_to_bytes(pub), *frames])
-
-    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
-        """This party's local offset of the block in raw fixed-point units, oriented like the product."""
-        return cross_block_offset(self.plan, block, self.index, self.Xp, shape,
-                                  precision_bits=self.precision_bits)
-
-    def respond(self, block: Block, msg: Message) -> list[Message]:
-        from vfl.secure.keys import public_key_from_bytes
-        from vfl.secure.products import EncryptedBlock, ProductResponder
-
-        pub = public_key_from_bytes(msg.blob(0), min_bits=self.key_bits)   # the plan's key size, no smaller
-        request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
-        B = self._matrix_for(block, self.index)
-        shape = (request.n_cols, B.shape[1])
-        noise = cross_block_noise(self.plan, self.mech, block, shape, n_samples=self.n,
-                                  precision_bits=self.precision_bits, rng=self.block_rngs[block.name])
-        responder = ProductResponder(B, precision_bits=self.precision_bits, randomness=self.randomness,
-                                     progress=self.node.progress,
-                                     workers=self.node.workers)
-        with _SECURE_LOCK:
-            response, share = responder.respond(request, noise)
-        header, frames = response.to_wire()
-        share = share + self._offset_fixed(block, shape)
-        encryptor = self.names[block.encryptor]  # type: ignore[index]
-        return [Message(MessageType.MASKED_RESPONSE, {"block": block.name, "to": encryptor, "wire": header}, frames),
-                Message(MessageType.SHARE, {"block": block.name}, [IntArray.of(share)])]
-
-    def decrypt(self, block: Block, msg: Message) -> list[Message]:
-        from vfl.secure.products import MaskedResponse
-
-        enc = self.encryptors.get(block.name)
-        if enc is None:
-            raise ProtocolError(f"masked response for {block.name}, which this party did not request")
-        response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
-        with _SECURE_LOCK:
-            share = enc.decrypt(response)
-        share = share + self._offset_fixed(block, share.shape)
-        return [Message(MessageType.SHARE, {"block": block.name}, [IntArray.of(share)])]
-
-    # ------------------------------------------------------------------ dispatch (main thread)
-    def handle(self, msg: Message) -> None:
-        try:
-            block = self.plan.block(msg.body.get("block", ""))
-        except KeyError:
-            raise ProtocolError(f"{msg.type.value} for unknown block {msg.body.get('block')!r}") from None
-        if (block.name, msg.type) in self.handled:  # answering twice would release the block with fresh noise
-            raise ProtocolError(f"second {msg.type.value} for block {block.name}")
-        if msg.type is MessageType.ENC_REQUEST and block.responder == self.index:
-            self.handled.add((block.name, msg.type))
-            self.node._submit(self.respond, block, msg)
-        elif msg.type is MessageType.MASKED_RESPONSE and block.encryptor == self.index:
-            self.handled.add((block.name, msg.type))
-            self.node._submit(self.decrypt, block, msg)
-        else:
-            raise ProtocolError(f"unexpected {msg.type.value} for block {block.name}")
-        return None
 
 
 class _BCDSession:

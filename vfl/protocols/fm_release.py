@@ -1,0 +1,439 @@
+"""The functional-mechanism release, both sides, in protocol order (Xu et al. 2021 §4; spec §1.3, §2.5).
+
+One FM run after registration, top to bottom:
+
+1. **Plan** (coordinator, :meth:`FMCoordinator.plan_messages`): the :class:`~vfl.fm.dissection.DissectionPlan`
+   (the label owner carries the public intercept column, spec pitfall 4), the mechanism built from the run
+   settings, and one PLAN per party.
+2. **Prepare** (party, :meth:`FMParty.start`): columns scaled into the public domain and onto the 2^-p grid
+   (:func:`vfl.privacy.fixed_point.prepare_fixed_point`), then READY with the public column (and label) bounds.
+3. **Single-party blocks** (party, same step): each block the party owns as an exact integer statistic plus exact
+   discrete noise (:func:`vfl.privacy.fixed_point.single_party_block`), sent as BLOCK.
+4. **Secure cross blocks** (:mod:`vfl.secure.products`): the encryptor sends ENC_REQUEST (its packed, encrypted
+   operand), the coordinator relays it once (:meth:`FMCoordinator.handle`), the responder answers with the
+   masked, noised products (MASKED_RESPONSE, relayed back) and its SHARE; the encryptor decrypts its SHARE.
+   Each share carries its owner's local offset, so ``scale * (share_enc + share_resp) 2^-2p`` is the noisy block.
+5. **Assembly** (coordinator, :meth:`FMCoordinator.finish`): (beta, alpha, M) from the blocks, projection with
+   the mechanism's public eigenvalue floor, the minimiser, and the privacy report: an :class:`FMRelease`, which
+   the coordinator turns into the model file.
+
+Both sides are socket-free: messages in, :class:`~vfl.protocols.contracts.Out` records out. The party's heavy
+steps (``start`` and the callables :meth:`FMParty.handle` returns) are meant to run on a worker thread; the
+checks in ``handle`` run where it is called, so a replayed message is refused before any work starts.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
+from vfl.fm.dissection import Block, DissectionPlan
+from vfl.fm.domain import fixed_point_shrink, prepare_labels, prepare_party_block, resolve_bounds
+from vfl.fm.solver import solve_details
+from vfl.privacy.fixed_point import (
+    block_generators,
+    cross_block_noise,
+    cross_block_offset,
+    orient,
+    prepare_fixed_point,
+    single_party_block,
+)
+from vfl.privacy.mechanisms import make_mechanism
+from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration
+from vfl.protocols.settings import RunSettings
+from vfl.secure.encoding import DEFAULT_PRECISION_BITS
+from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
+from vfl.secure.products import (
+    EncryptedBlock,
+    MaskedResponse,
+    ProductEncryptor,
+    ProductResponder,
+    combine_shares,
+)
+
+__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "kind_of", "product_shape", "operand_of"]
+
+#: Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
+#: only compete for the same cores, and it keeps the process-pool start-up simple.
+SECURE_LOCK = threading.Lock()
+RANDOMNESS_MODES = ("short-exponent", "standard")
+
+
+# ------------------------------------------------------------------ shared rules
+def product_shape(plan: DissectionPlan, block: Block) -> tuple[int, int]:
+    """Shape of a cross block's secure product (encryptor operand columns x responder operand columns)."""
+    def width(party: int) -> int:
+        if block.kind == "alpha" and party == plan.label_owner and block.parties[0] != party:
+            return 1
+        return plan.feature_counts[party]
+
+    return (width(block.encryptor), width(block.responder))  # type: ignore[arg-type]
+
+
+def operand_of(plan: DissectionPlan, block: Block, party: int, X: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+    """A party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
+    if block.kind == "alpha" and party == plan.label_owner and block.parties[0] != party:
+        assert y is not None
+        return y.reshape(-1, 1)
+    return X
+
+
+def kind_of(msg: Incoming) -> str:
+    """The wire value of a message's type (``MessageType.BLOCK`` -> ``"block"``)."""
+    return str(getattr(msg.type, "value", msg.type))
+
+
+def _block_named(plan: DissectionPlan, msg: Incoming, what: str) -> Block:
+    try:
+        return plan.block(msg.body.get("block", ""))
+    except KeyError:
+        raise ProtocolError(f"{kind_of(msg)} {what} {msg.body.get('block')!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FMParams:
+    """The FM part of a PLAN's ``params`` (all public)."""
+
+    epsilon: float | None
+    delta: float | None
+    precision_bits: int
+    key_bits: int
+    allow_insecure_keys: bool
+    domain: str
+    mechanism_options: dict
+    randomness: str = "short-exponent"
+
+    def to_params(self) -> dict:
+        return {"epsilon": self.epsilon, "delta": self.delta, "precision_bits": self.precision_bits,
+                "key_bits": self.key_bits, "allow_insecure_keys": self.allow_insecure_keys, "domain": self.domain,
+                "mechanism_options": self.mechanism_options, "randomness": self.randomness}
+
+    @classmethod
+    def from_params(cls, params: dict) -> FMParams:
+        try:
+            out = cls(epsilon=params.get("epsilon"), delta=params.get("delta"),
+                      precision_bits=int(params["precision_bits"]), key_bits=int(params["key_bits"]),
+                      allow_insecure_keys=bool(params.get("allow_insecure_keys", False)),
+                      domain=str(params["domain"]), mechanism_options=dict(params.get("mechanism_options") or {}),
+                      randomness=str(params.get("randomness", "short-exponent")))
+            if out.randomness not in RANDOMNESS_MODES:
+                raise ValueError(f"unknown randomness {out.randomness!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed plan: {exc}") from None
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FMRelease:
+    """What an FM run releases: the minimiser and everything the model file records about it."""
+
+    w: np.ndarray
+    report: dict
+    label_bounds: list[float] | None
+    column_scale: float
+    intercept_party: int | None
+    lambda_floor: float
+    n_floored: int
+    domain: str
+    precision_bits: int
+
+
+# ------------------------------------------------------------------ coordinator side
+class FMCoordinator:
+    """Coordinator side: plan, relay each secure-product message once, collect blocks and shares, assemble, solve."""
+
+    def __init__(self, settings: RunSettings, regs: list[Registration],
+                 log: Callable[[str], None] | None = None) -> None:
+        s = self.settings = settings
+        self.regs, self.log = regs, log or (lambda line: None)
+        self.n = regs[0].n_rows
+        self.label_owner = next(i for i, r in enumerate(regs) if r.label_owner)
+        # FM runs: the label owner carries the public constant column (spec pitfall 4); it counts in its radius
+        self.intercept_party = self.label_owner if s.fit_intercept else None
+        counts = [len(r.features) + (1 if i == self.intercept_party else 0) for i, r in enumerate(regs)]
+        self.plan = DissectionPlan(counts, self.label_owner, model=s.model)
+        opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
+        self.mech = make_mechanism(s.mechanism, plan=self.plan, n_samples=self.n, epsilon=s.epsilon, delta=s.delta,
+                                   domain=s.domain, party_names=[r.name for r in regs], **opts)
+        self.precision_bits = s.precision_bits or DEFAULT_PRECISION_BITS
+        if self.mech.domain == "l2":
+            fixed_point_shrink(self.plan.n_features, self.precision_bits)   # refuses a grid too coarse for d now
+        self.params = FMParams(epsilon=s.epsilon, delta=s.delta, precision_bits=self.precision_bits,
+                               key_bits=s.key_bits, allow_insecure_keys=s.allow_insecure_keys,
+                               domain=self.mech.domain, mechanism_options=opts, randomness=s.randomness)
+        self.values: dict[str, np.ndarray] = {}
+        self.shares: dict[str, dict[int, np.ndarray]] = {b.name: {} for b in self.plan.cross_blocks()}
+        self.ready: dict[int, ReadyBody] = {}
+        self.relayed: set[tuple[str, str]] = set()
+
+    def plan_messages(self) -> list[Out]:
+        """One PLAN per party (step 1)."""
+        s, icpt = self.settings, self.intercept_party
+        parties = [PlanParty(name=r.name, n_features=len(r.features) + (1 if i == icpt else 0), features=r.features,
+                             label_owner=r.label_owner, intercept=i == icpt) for i, r in enumerate(self.regs)]
+        self.log(f"plan: {len(self.plan.blocks)} blocks ({len(self.plan.cross_blocks())} secure products), "
+                 f"mechanism {s.mechanism}, {s.key_bits}-bit keys")
+        return [Out(type="plan", to=i, body=PlanBody(index=i, parties=parties, model=s.model, mechanism=s.mechanism,
+                                                     params=self.params.to_params(), n_samples=self.n,
+                                                     label_owner=self.label_owner).to_body())
+                for i in range(len(self.regs))]
+
+    @property
+    def done(self) -> bool:
+        return len(self.values) == len(self.plan.blocks) and len(self.ready) == len(self.regs)
+
+    def handle(self, i: int, msg: Incoming) -> list[Out]:
+        """A message from party ``i``: READY, BLOCK, SHARE are collected; ENC_REQUEST / MASKED_RESPONSE relayed."""
+        kind = kind_of(msg)
+        reg = self.regs[i]
+        if kind == "ready":
+            if i in self.ready:
+                raise ProtocolError(f"second READY from {reg.name}")
+            ready = ReadyBody.from_body(msg.body, party=reg.name, n_features=len(reg.features))
+            if ready.bounds is not None:
+                reg.bounds, reg.bounds_from_data = ready.bounds, ready.bounds_from_data
+            self.ready[i] = ready
+            return []
+        block = _block_named(self.plan, msg, "names an unknown block")
+        if kind in ("enc_request", "masked_response"):
+            return [self._relay(block, i, msg)]
+        if kind == "block":
+            self._collect_block(block, i, msg)
+        elif kind == "share":
+            self._collect_share(block, i, msg)
+        else:
+            raise ProtocolError(f"unexpected {kind} from {reg.name}")
+        return []
+
+    def _relay(self, block: Block, i: int, msg: Incoming) -> Out:
+        kind = kind_of(msg)
+        src, dst = ((block.encryptor, block.responder) if kind == "enc_request"
+                    else (block.responder, block.encryptor))
+        if i != src or msg.body["to"] != self.regs[dst].name:  # type: ignore[index]
+            raise ProtocolError(f"party {self.regs[i].name} may not send {kind} for {block.name}")
+        if (block.name, kind) in self.relayed:  # a second product would draw the block's noise twice
+            raise ProtocolError(f"party {self.regs[i].name} sent a second {kind} for {block.name}; "
+                                "each secure product runs once")
+        self.relayed.add((block.name, kind))
+        return Out(type=kind, body={**msg.body, "origin": self.regs[i].name}, payload=msg.payload, to=dst)
+
+    def _collect_block(self, block: Block, i: int, msg: Incoming) -> None:
+        name = self.regs[i].name
+        if block.cross or block.noised_by != i or block.name in self.values:
+            raise ProtocolError(f"party {name} sent block {block.name} it does not own")
+        arr = msg.array()
+        if arr.shape != block.shape:
+            raise ProtocolError(f"block {block.name} from {name} has shape {arr.shape}, expected {block.shape}")
+        self.values[block.name] = arr.astype(float)
+
+    def _collect_share(self, block: Block, i: int, msg: Incoming) -> None:
+        got = self.shares[block.name] if block.cross else None
+        if got is None or i not in (block.encryptor, block.responder) or i in got:
+            raise ProtocolError(f"unexpected share of {block.name} from {self.regs[i].name}")
+        share = msg.ints()
+        expected = product_shape(self.plan, block)
+        if share.shape != expected:
+            raise ProtocolError(f"share of {block.name} has shape {share.shape}, expected {expected}")
+        got[i] = share
+        if len(got) < 2:
+            return
+        try:
+            raw = combine_shares(*got.values(), precision_bits=self.precision_bits)
+        except (ArithmeticError, ValueError):  # e.g. a share too large for a float
+            raw = np.array([np.inf])
+        if not np.all(np.isfinite(raw)):
+            raise ProtocolError(f"the shares of {block.name} do not add up to finite numbers")
+        self.values[block.name] = self.plan.scale(block, self.n) * orient(block, raw)
+        self.log(f"  block {block.name} complete")
+
+    def finish(self) -> FMRelease:
+        """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""
+        s, plan = self.settings, self.plan
+        floor = s.lambda_floor if s.lambda_floor is not None else self.mech.lambda_floor
+        try:
+            sol = solve_details(plan.assemble(self.values), lambda_floor=floor)
+        except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+            if isinstance(exc, VFLError):
+                raise
+            raise DegenerateNoisyObjective(f"the released objective cannot be solved ({type(exc).__name__})") from None
+        if not np.all(np.isfinite(sol.w)):
+            raise DegenerateNoisyObjective("the released objective has no finite minimiser; no model written")
+        report, label_bounds = self._report()
+        # the parties' prepared columns: u(x)/sqrt(d), shrunk by c so the 2^-p rounding keeps ||x|| <= 1
+        scale = (fixed_point_shrink(plan.n_features, self.precision_bits) / math.sqrt(plan.n_features)
+                 if self.mech.domain == "l2" else 1.0)
+        return FMRelease(w=sol.w, report=report, label_bounds=label_bounds, column_scale=scale,
+                         intercept_party=self.intercept_party, lambda_floor=floor, n_floored=sol.n_floored,
+                         domain=self.mech.domain, precision_bits=self.precision_bits)
+
+    def _report(self) -> tuple[dict, list[float] | None]:
+        """The mechanism's privacy report, flagged where bounds came from the data; the label bounds (linear)."""
+        report = self.mech.privacy_report().to_dict()
+        notes = report.setdefault("notes", [])
+        for r in self.regs:
+            if r.bounds_from_data:
+                notes.append(f"party {r.name}'s feature bounds were taken from its data: NOT differentially private")
+                report["formal_dp"] = False
+        if any(r.seeded for r in self.ready.values()):
+            report["seeded"] = True
+        owner = self.label_owner
+        label_info = self.ready.get(owner, ReadyBody())
+        label_bounds = (label_info.checked_label_bounds(self.regs[owner].name)
+                        if self.settings.model == "linear" else None)
+        if label_info.label_bounds_from_data:
+            notes.append("the label bounds were taken from the data: NOT differentially private")
+            report["formal_dp"] = False
+        return report, label_bounds
+
+
+# ------------------------------------------------------------------ party side
+class FMParty:
+    """Party side after the PLAN: prepared data, the mechanism, this party's blocks and secure-product sides.
+
+    ``data`` is the party's local table (:class:`vfl.net.party.LocalData`: ``name``, ``X``, ``y``,
+    ``feature_names``, ``bounds``, ``label_bounds``, ``fm_view``, ``n_rows``).
+    """
+
+    def __init__(self, data: Any, plan: PlanBody, *, rng: np.random.Generator, seeded: bool = False,
+                 allow_insecure_keys: bool = False, progress: bool = False, workers: int | None = None) -> None:
+        self.data, self.seeded, self.progress, self.workers = data, seeded, progress, workers
+        self.index, self.n = plan.index, plan.n_samples
+        if self.n != data.n_rows:
+            raise ProtocolError(f"plan says {self.n} rows, this party holds {data.n_rows}")
+        p = self.params = FMParams.from_params(plan.params)
+        if p.key_bits < 2048 and not allow_insecure_keys:
+            raise ConfigurationError(f"the coordinator asked for {p.key_bits}-bit keys; this party refuses keys "
+                                     "below 2048 bits (allow_insecure_keys is for tests only)")
+        self.intercept = plan.me.intercept
+        if plan.me.name != data.name or plan.me.n_features != data.X.shape[1] + int(self.intercept):
+            raise ProtocolError("the plan does not describe this party")
+        self.names = plan.names
+        self.plan = DissectionPlan([q.n_features for q in plan.parties], plan.label_owner, model=plan.model)
+        self.mech = make_mechanism(plan.mechanism, plan=self.plan, n_samples=self.n, epsilon=p.epsilon,
+                                   delta=p.delta, domain=p.domain, party_names=self.names, seeded=seeded,
+                                   **p.mechanism_options)
+        # one independent generator per block (in plan order): the noise does not depend on the order in which
+        # requests from different parties arrive, and no draw is ever reused across blocks
+        self.block_rngs = block_generators(rng, self.plan)
+        self.encryptors: dict[str, ProductEncryptor] = {}
+        self.handled: set[tuple[str, str]] = set()
+        self.keypair: tuple | None = None
+        self.Xp: np.ndarray = np.zeros((self.n, 0))
+        self.yp: np.ndarray | None = None
+        self.label_bounds: tuple[float, float] | None = None
+
+    # ------------------------------------------------------------------ steps (worker thread)
+    def start(self) -> list[Out]:
+        """Steps 2-4 of this party: prepare its data, READY, its single-party blocks, its encrypted requests."""
+        ready = self._prepare()
+        out = [Out(type="ready", body=ready.to_body())]
+        for block in self.plan.single_party_blocks(self.index):
+            value = single_party_block(self.plan, self.mech, block, self.Xp, self.yp, n_samples=self.n,
+                                       precision_bits=self.params.precision_bits, rng=self.block_rngs[block.name])
+            out.append(Out(type="block", body={"block": block.name}, payload=[np.asarray(value, dtype=float)]))
+        for block in self.plan.cross_blocks():
+            if block.encryptor == self.index:
+                out.append(self._request(block))
+        return out
+
+    def _prepare(self) -> ReadyBody:
+        """Columns into the public domain and onto the 2^-p grid; the READY with the public bounds."""
+        d, total, p = self.data, self.plan.n_features, self.params
+        X_fm, declared = d.fm_view if d.fm_view is not None else (d.X, d.bounds)
+        ready: dict[str, Any] = {"seeded": self.seeded}
+        if X_fm.shape[1]:
+            bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
+            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=p.domain, n_features_total=total,
+                                             feature_names=d.feature_names)
+            ready.update(bounds=bounds.to_list(), bounds_from_data=bool(bounds.from_data))
+        if self.intercept:
+            # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
+            constant = 1.0 / np.sqrt(total) if p.domain == "l2" else 1.0
+            self.Xp = np.hstack([self.Xp, np.full((self.n, 1), constant)])
+        # Every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
+        # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; spec pitfall 1).
+        self.Xp = prepare_fixed_point(self.Xp, precision_bits=p.precision_bits, domain=p.domain,
+                                      n_features_total=total)
+        if self.index == self.plan.label_owner:
+            assert d.y is not None
+            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
+            self.yp = prepare_fixed_point(yp, precision_bits=p.precision_bits, domain="linf", n_features_total=total)
+            if yb is not None:
+                self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
+                ready.update(label_bounds=list(self.label_bounds), label_bounds_from_data=bool(yb.from_data))
+        return ReadyBody(**ready)
+
+    def _operand(self, block: Block) -> np.ndarray:
+        return operand_of(self.plan, block, self.index, self.Xp, self.yp)
+
+    def _request(self, block: Block) -> Out:
+        p = self.params
+        if self.keypair is None:
+            self.keypair = generate_keypair(p.key_bits, allow_insecure=p.allow_insecure_keys)
+        pub, priv = self.keypair
+        enc = ProductEncryptor(priv, self._operand(block), precision_bits=p.precision_bits,
+                               randomness=p.randomness, progress=self.progress, workers=self.workers)
+        self.encryptors[block.name] = enc
+        with SECURE_LOCK:
+            header, frames = enc.request().to_wire()
+        responder = self.names[block.responder]  # type: ignore[index]
+        return Out(type="enc_request", body={"block": block.name, "to": responder, "wire": header},
+                   payload=[public_key_to_bytes(pub), *frames])
+
+    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
+        """This party's local offset of the block in raw fixed-point units, oriented like the product."""
+        return cross_block_offset(self.plan, block, self.index, self.Xp, shape,
+                                  precision_bits=self.params.precision_bits)
+
+    def respond(self, block: Block, msg: Incoming) -> list[Out]:
+        """Responder: masked products with the block's DP noise inside the ciphertext, and this party's share."""
+        p = self.params
+        pub = public_key_from_bytes(msg.blob(0), min_bits=p.key_bits)   # the plan's key size, no smaller
+        request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
+        B = self._operand(block)
+        shape = (request.n_cols, B.shape[1])
+        noise = cross_block_noise(self.plan, self.mech, block, shape, n_samples=self.n,
+                                  precision_bits=p.precision_bits, rng=self.block_rngs[block.name])
+        responder = ProductResponder(B, precision_bits=p.precision_bits, randomness=p.randomness,
+                                     progress=self.progress, workers=self.workers)
+        with SECURE_LOCK:
+            response, share = responder.respond(request, noise)
+        header, frames = response.to_wire()
+        share = share + self._offset_fixed(block, shape)
+        encryptor = self.names[block.encryptor]  # type: ignore[index]
+        return [Out(type="masked_response", body={"block": block.name, "to": encryptor, "wire": header},
+                    payload=frames),
+                Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
+
+    def decrypt(self, block: Block, msg: Incoming) -> list[Out]:
+        """Encryptor: decrypt the masked response into this party's share."""
+        enc = self.encryptors.get(block.name)
+        if enc is None:
+            raise ProtocolError(f"masked response for {block.name}, which this party did not request")
+        response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
+        with SECURE_LOCK:
+            share = enc.decrypt(response)
+        share = share + self._offset_fixed(block, share.shape)
+        return [Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
+
+    # ------------------------------------------------------------------ dispatch (caller's thread)
+    def handle(self, msg: Incoming) -> Callable[[], list[Out]]:
+        """Check a relayed ENC_REQUEST / MASKED_RESPONSE now; return the step that answers it."""
+        kind = kind_of(msg)
+        block = _block_named(self.plan, msg, "for unknown block")
+        if (block.name, kind) in self.handled:  # answering twice would release the block with fresh noise
+            raise ProtocolError(f"second {kind} for block {block.name}")
+        if kind == "enc_request" and block.responder == self.index:
+            self.handled.add((block.name, kind))
+            return lambda: self.respond(block, msg)
+        if kind == "masked_response" and block.encryptor == self.index:
+            self.handled.add((block.name, kind))
+            return lambda: self.decrypt(block, msg)
+        raise ProtocolError(f"unexpected {kind} for block {block.name}")
+
