@@ -25,21 +25,14 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
 
-import numpy as np
-
-from vfl.exceptions import (
-    ConfigurationError,
-    DataValidationError,
-    PartyFailure,
-    ProtocolError,
-    VFLError,
-)
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, VFLError
+from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
 from vfl.net.transport import CurveServerKeys, ServerTransport
-from vfl.protocols.contracts import Out, PlanBody, PlanParty, RegisterBody, Registration
+from vfl.protocols.bcd_rounds import BCDCoordinator
+from vfl.protocols.contracts import Out, RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
@@ -243,27 +236,11 @@ class Coordinator:
         for o in out:
             self._send(regs[o.to].peer, message_of(o))  # type: ignore[index]
 
-    def plan_message(self, index: int, regs: list[Registration], label_owner: int,
-                     params: dict[str, Any], intercept_party: int | None = None) -> Message:
-        s = self.settings
-        parties = [PlanParty(name=r.name, n_features=len(r.features) + (1 if i == intercept_party else 0),
-                             features=r.features, label_owner=r.label_owner, intercept=i == intercept_party)
-                   for i, r in enumerate(regs)]
-        return Message(MessageType.PLAN, PlanBody(index=index, parties=parties, model=s.model, mechanism=s.mechanism,
-                                                  params=params, n_samples=regs[0].n_rows,
-                                                  label_owner=label_owner).to_body())
-
     def _run_fm(self, regs: list[Registration]) -> FittedModel:
         """The FM release (:mod:`vfl.protocols.fm_release`): plan, relay and collect until done, assemble."""
         s = self.settings
         phase = FMCoordinator(s, regs, log=self.log)
-        self._send_out(regs, phase.plan_messages())
-        index_of = {r.peer: i for i, r in enumerate(regs)}
-        while not phase.done:
-            got = self.receive()
-            if got is not None:
-                reg, msg = got
-                self._send_out(regs, phase.handle(index_of[reg.peer], msg))
+        self._run_phase(regs, phase)
         release = phase.finish()
         columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
                                 intercept=(i == release.intercept_party)) for i, r in enumerate(regs)]
@@ -275,83 +252,26 @@ class Coordinator:
         self.log(report_text(model))
         return model
 
-    def _run_bcd(self, regs: list[Registration]) -> FittedModel:
-        """Relay (DP-)BCD remainders around the ring and publish the coefficients only if nobody aborted."""
-        from vfl.models.bcd import FORMAL_DP_REASON, DPBCDPrivacyReport, LedgerEntry, per_message_epsilon
-
-        s = self.settings
-        k, n = len(regs), regs[0].n_rows
-        if k < 2:
-            raise ConfigurationError("(DP-)BCD needs at least 2 parties")
-        L = next(i for i, r in enumerate(regs) if r.label_owner)
-        params = {"epsilon": s.epsilon, "gamma": s.gamma, "rounds": s.rounds, "tol": s.tol,
-                  "abort_rule": s.mechanism_options.get("abort_rule", "paper"),
-                  "noise_calibration": s.mechanism_options.get("noise_calibration", "half-normal")}
-        for i, r in enumerate(regs):
-            self._send(r.peer, self.plan_message(i, regs, L, params))
-        self.log(f"plan: {s.mechanism} ring starting at {regs[L].name}, {s.rounds} rounds")
-        ring = [(L + j) % k for j in range(k)]
+    def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator) -> None:
+        """Send the phase's PLANs, then feed it every message and send what it answers, until it is done."""
+        self._send_out(regs, phase.plan_messages())
         index_of = {r.peer: i for i, r in enumerate(regs)}
-        coefs: dict[int, np.ndarray] = {}
-        ledger: list[LedgerEntry] = []
-        eps_r = per_message_epsilon(s.epsilon, k, s.rounds) if s.mechanism == "dp-bcd" else 0.0
-        seeded = False
-        rounds_run, converged = s.rounds, False
-        while len(coefs) < k:
+        while not phase.done:
             got = self.receive()
-            if got is None:
-                continue
-            reg, msg = got
-            i = index_of[reg.peer]
-            if msg.type is MessageType.READY:
-                seeded = seeded or bool(msg.body.get("seeded"))
-            elif msg.type is MessageType.BCD_REMAINDER:
-                nxt = ring[(ring.index(i) + 1) % k]
-                if msg.body["to"] != regs[nxt].name or msg.array().shape != (n,):
-                    raise ProtocolError(f"party {reg.name} sent a malformed remainder")
-                t = int(msg.body["round"]) - (1 if nxt == L else 0)
-                ledger.append(LedgerEntry(t, i, nxt, eps_r))
-                body = dict(msg.body)
-                body["origin"] = reg.name
-                self._send(regs[nxt].peer, Message(MessageType.BCD_REMAINDER, body, msg.payload))
-            elif msg.type is MessageType.BCD_COEF:
-                if msg.body["status"] == "converged" and i == L and s.tol is not None and not converged:
-                    converged, rounds_run = True, int(msg.body.get("rounds_run", 0))
-                    if not 1 <= rounds_run < s.rounds:
-                        raise ProtocolError(f"party {reg.name} reported convergence after {rounds_run} rounds")
-                    for j, r in enumerate(regs):
-                        if j != L:
-                            self._send(r.peer, Message(MessageType.BCD_STOP, {"rounds_run": rounds_run}))
-                elif msg.body["status"] != "completed":
-                    from vfl.exceptions import DPBCDAbort
+            if got is not None:
+                reg, msg = got
+                self._send_out(regs, phase.handle(index_of[reg.peer], msg))
 
-                    raise DPBCDAbort(str(msg.body.get("reason") or f"party {reg.name} aborted"))
-                beta = msg.array()
-                if beta.shape != (len(reg.features),) or i in coefs:
-                    raise ProtocolError(f"party {reg.name} sent malformed coefficients")
-                if i == ring[-1] and not converged:  # its last remainder (back to L) is planned but never sent
-                    ledger.append(LedgerEntry(s.rounds, i, L, eps_r))
-                coefs[i] = beta.astype(float)
-            else:
-                raise ProtocolError(f"unexpected {msg.type.value} from {reg.name}")
-        w = np.concatenate([coefs[i] for i in range(k)])
-        notes: tuple[str, ...] = ("remainders are relayed by the coordinator, which sees them as the receiving "
-                                  "party does",)
-        if s.tol is not None:
-            notes += ("the data-dependent stopping decision (tol) is a release the paper's accounting omits",)
-        if s.mechanism == "dp-bcd":
-            report = DPBCDPrivacyReport(float(s.epsilon), eps_r, k * s.rounds, tuple(ledger), float(s.gamma), s.rounds,
-                                        k, params["abort_rule"], params["noise_calibration"], seeded,
-                                        notes=notes).to_dict()
-            report["mechanism"] = "dp-bcd"
-        else:
-            report = {"mechanism": "bcd", "formal_dp": False, "epsilon": None,
-                      "notes": ["BCD adds no noise: the model and every remainder reveal the data"],
-                      "reason": FORMAL_DP_REASON}
+    def _run_bcd(self, regs: list[Registration]) -> FittedModel:
+        """The (DP-)BCD ring (:mod:`vfl.protocols.bcd_rounds`): the coefficients only if nobody aborted."""
+        s = self.settings
+        phase = BCDCoordinator(s, regs, log=self.log)
+        self._run_phase(regs, phase)
+        release = phase.finish()
         columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner) for r in regs]
-        model = FittedModel("linear", s.mechanism, columns, w, None, report, n, self.run_id,
-                            {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol, "rounds_run": rounds_run,
-                             "converged": converged})
-        self.log(f"{s.mechanism}: {rounds_run} of at most {s.rounds} rounds" + (" (converged)" if converged else "")
-                 + f"; formal DP: no ({FORMAL_DP_REASON})")
+        model = FittedModel("linear", s.mechanism, columns, release.w, None, release.report, regs[0].n_rows,
+                            self.run_id, {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol,
+                                          "rounds_run": release.rounds_run, "converged": release.converged})
+        self.log(f"{s.mechanism}: {release.rounds_run} of at most {s.rounds} rounds"
+                 + (" (converged)" if release.converged else "") + f"; formal DP: no ({FORMAL_DP_REASON})")
         return model

@@ -44,8 +44,10 @@ from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel
 from vfl.net.transport import ClientTransport, CurveClientKeys
+from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
+from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 
 __all__ = ["PartyNode", "LocalData", "wire_reason"]
@@ -201,7 +203,7 @@ class PartyNode:
     def _run(self, t: ClientTransport) -> FittedModel:
         t.send(Message(MessageType.REGISTER, self._register_body()))
         last_sent = time.monotonic()
-        session: FMParty | _BCDSession | None = None
+        session: FMParty | BCDParty | None = None
         while True:
             msg = t.recv(0.2)
             now = time.monotonic()
@@ -213,7 +215,7 @@ class PartyNode:
                 result = self._handle(t, msg, session)
                 if isinstance(result, FittedModel):
                     return result
-                if isinstance(result, (FMParty, _BCDSession)):
+                if isinstance(result, (FMParty, BCDParty)):
                     session = result
             while not self._results.empty():
                 item = self._results.get()
@@ -225,7 +227,7 @@ class PartyNode:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now
 
-    def _handle(self, t: ClientTransport, msg: Message, session: FMParty | _BCDSession | None) -> Any:
+    def _handle(self, t: ClientTransport, msg: Message, session: FMParty | BCDParty | None) -> Any:
         kind = msg.type
         if kind is MessageType.ABORT:
             raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
@@ -243,16 +245,15 @@ class PartyNode:
             return FittedModel.from_dict(msg.body["model"])
         if session is None:
             raise ProtocolError(f"{kind.value} before the plan")
-        if isinstance(session, FMParty):
-            self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
-            return None
-        return session.handle(msg)
+        self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
+        return None
 
-    def _session(self, msg: Message) -> FMParty | _BCDSession:
+    def _session(self, msg: Message) -> FMParty | BCDParty:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
-        if msg.body["mechanism"] in ("bcd", "dp-bcd"):
-            return _BCDSession(self, msg)
-        return FMParty(self.data, PlanBody.from_body(msg.body), rng=self.rng, seeded=self.seeded,
+        plan = PlanBody.from_body(msg.body)
+        if plan.mechanism in BCD_MECHANISMS:
+            return BCDParty(self.data, plan, rng=self.rng, seeded=self.seeded, log=self.log)
+        return FMParty(self.data, plan, rng=self.rng, seeded=self.seeded,
                        allow_insecure_keys=self.allow_insecure_keys, progress=self.progress, workers=self.workers)
 
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
@@ -274,110 +275,3 @@ class PartyNode:
 
         self._worker = threading.Thread(target=work, daemon=True, name=f"vfl-party-{self.data.name}")
         self._worker.start()
-
-
-class _BCDSession:
-    """(DP-)BCD over the runtime (de Jong et al. 2022, Alg. 1/2; spec §4): remainders travel around the ring.
-
-    The ring starts at the label owner (v = y). A party receiving ``v_in`` in round t runs
-    :func:`vfl.models.bcd.dp_bcd_step` (or the exact least-squares step for ``bcd``) on its raw columns, adds
-    beta~ to its coefficients and sends ``v_out`` on (relayed by the coordinator). After its round-T step
-    it sends its coefficients (BCD_COEF "completed"); a failed utility check sends "aborted" instead and
-    the coordinator ends the run for everyone with no model. Party i's noise comes from its own
-    generator, so ``vfl.fit(..., random_state=s)`` reproduces ``vfl.models.bcd.run_dp_bcd(..., random_state=s)``.
-    """
-
-    def __init__(self, node: PartyNode, plan_msg: Message) -> None:
-        from vfl.models.bcd import QRLeastSquares, per_message_epsilon
-
-        body = plan_msg.body
-        params = body["params"]
-        self.node = node
-        self.index = int(body["index"])
-        self.k = len(body["parties"])
-        self.names = [str(p["name"]) for p in body["parties"]]
-        self.label_owner = int(body["label_owner"])
-        self.private = body["mechanism"] == "dp-bcd"
-        try:
-            self.rounds = int(params["rounds"])
-            self.gamma = float(params["gamma"])
-            self.abort_rule = str(params.get("abort_rule", "paper"))
-            self.noise_calibration = str(params.get("noise_calibration", "half-normal"))
-            self.eps_r = per_message_epsilon(float(params["epsilon"]), self.k, self.rounds) if self.private else 0.0
-            self.tol = None if params.get("tol") is None else float(params["tol"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"malformed plan: {exc}") from None
-        if self.names[self.index] != node.data.name or int(body["n_samples"]) != node.data.n_rows:
-            raise ProtocolError("the plan does not describe this party")
-        if node.data.X.shape[1] == 0:
-            raise ConfigurationError(f"party {node.data.name} has no columns: (DP-)BCD needs features at every party")
-        self.solver = QRLeastSquares(node.data.X)
-        self.coef = np.zeros(node.data.X.shape[1])
-        self.ring = [(self.label_owner + j) % self.k for j in range(self.k)]
-        self.next = self.ring[(self.ring.index(self.index) + 1) % self.k]
-        self.expected_round = 1
-        # label owner, tol: RSS_0 = ||y||^2, then the RSS of every remainder that comes back to it (vfl.models.bcd)
-        self.rss_previous = float(node.data.y @ node.data.y) if node.data.y is not None else math.nan
-
-    def start(self) -> list[Message]:
-        out = [Message(MessageType.READY, {"seeded": self.node.seeded})]
-        if self.index == self.label_owner:
-            assert self.node.data.y is not None
-            out += self.step(self.node.data.y, 1)
-        return out
-
-    def step(self, v_in: np.ndarray, t: int) -> list[Message]:
-        from vfl.models.bcd import dp_bcd_step, least_squares_step
-
-        if t != self.expected_round:
-            raise ProtocolError(f"remainder for round {t}, expected round {self.expected_round}")
-        self.expected_round += 1
-        if self.tol is not None and self.index == self.label_owner and t > 1:
-            from vfl.models.bcd import _converged
-
-            # v_in is the remainder after round t - 1: the convergence rule of vfl.models.bcd.run_(dp_)bcd, same round
-            rss = float(v_in @ v_in)
-            if _converged(self.rss_previous, rss, self.tol):
-                return [Message(MessageType.BCD_COEF, {"status": "converged", "rounds_run": t - 1},
-                                [self.coef.copy()])]
-            self.rss_previous = rss
-        if self.private:
-            res = dp_bcd_step(self.solver, v_in, gamma=self.gamma, eps_r=self.eps_r, rng=self.node.rng,
-                              abort_rule=self.abort_rule, noise_calibration=self.noise_calibration)
-            if res.aborted:
-                # xi = gamma ||(I - P) v_in|| and ||v_out|| are data-dependent and un-noised: they stay in this
-                # party's own output; only the (unavoidable) abort event itself is reported
-                self.node.log(f"[{self.node.data.name}] DP-BCD utility check failed in round {t}: ||v_out|| = "
-                              f"{res.norm_v_out:.6g} > xi = {res.xi:.6g}")
-                reason = f"DP-BCD aborted in round {t} at party {self.node.data.name}; no model is published"
-                return [Message(MessageType.BCD_COEF, {"status": "aborted", "reason": reason})]
-            beta, v_out = res.beta_tilde, res.v_out
-        else:
-            beta = least_squares_step(self.solver, v_in)
-            v_out = v_in - self.solver.X @ beta
-        assert beta is not None and v_out is not None
-        self.coef += beta
-        out: list[Message] = []
-        next_round = t + 1 if self.next == self.label_owner else t
-        if next_round <= self.rounds:
-            out.append(Message(MessageType.BCD_REMAINDER, {"round": next_round, "to": self.names[self.next]},
-                               [np.asarray(v_out, dtype=float)]))
-        if t == self.rounds:
-            out.append(Message(MessageType.BCD_COEF, {"status": "completed"}, [self.coef.copy()]))
-        return out
-
-    def stop(self) -> list[Message]:
-        """The label owner's convergence check stopped the ring: release this party's coefficients."""
-        return [Message(MessageType.BCD_COEF, {"status": "completed"}, [self.coef.copy()])]
-
-    def handle(self, msg: Message) -> None:
-        if msg.type is MessageType.BCD_STOP and self.index != self.label_owner:
-            self.node._submit(self.stop)
-            return None
-        if msg.type is not MessageType.BCD_REMAINDER:
-            raise ProtocolError(f"unexpected {msg.type.value} in a BCD run")
-        v_in = msg.array()
-        if v_in.shape != (self.node.data.n_rows,):
-            raise ProtocolError(f"remainder has shape {v_in.shape}, expected ({self.node.data.n_rows},)")
-        self.node._submit(self.step, v_in.astype(float), int(msg.body["round"]))
-

@@ -19,7 +19,7 @@ import numpy as np
 
 from vfl.exceptions import ProtocolError
 
-__all__ = ["Out", "Incoming", "RegisterBody", "Registration", "PlanParty", "PlanBody", "ReadyBody"]
+__all__ = ["Out", "Incoming", "kind_of", "RegisterBody", "Registration", "PlanParty", "PlanBody", "ReadyBody"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +45,11 @@ class Incoming(Protocol):
     def ints(self, i: int = 0) -> np.ndarray: ...
 
     def blob(self, i: int = 0) -> bytes: ...
+
+
+def kind_of(msg: Incoming) -> str:
+    """The wire value of a message's type (``MessageType.BLOCK`` -> ``"block"``)."""
+    return str(getattr(msg.type, "value", msg.type))
 
 
 @dataclass(frozen=True, kw_only=True)

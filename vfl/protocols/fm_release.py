@@ -45,7 +45,7 @@ from vfl.privacy.fixed_point import (
     single_party_block,
 )
 from vfl.privacy.mechanisms import make_mechanism
-from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration
+from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
@@ -57,7 +57,7 @@ from vfl.secure.products import (
     combine_shares,
 )
 
-__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "kind_of", "product_shape", "operand_of"]
+__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "product_shape", "operand_of"]
 
 #: Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
 #: only compete for the same cores, and it keeps the process-pool start-up simple.
@@ -82,11 +82,6 @@ def operand_of(plan: DissectionPlan, block: Block, party: int, X: np.ndarray, y:
         assert y is not None
         return y.reshape(-1, 1)
     return X
-
-
-def kind_of(msg: Incoming) -> str:
-    """The wire value of a message's type (``MessageType.BLOCK`` -> ``"block"``)."""
-    return str(getattr(msg.type, "value", msg.type))
 
 
 def _block_named(plan: DissectionPlan, msg: Incoming, what: str) -> Block:
