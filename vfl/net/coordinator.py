@@ -1,17 +1,15 @@
-"""The coordinator role: registration, plan, relaying secure products, assembling, solving, releasing.
+"""The coordinator role: registration, liveness, relaying, running the protocol phases, writing the model.
 
 The coordinator holds no Paillier key and no data. It
 
 1. waits (at most ``timeout`` seconds) for K parties to REGISTER and checks them: unique names, exactly
    one label owner, equal row counts, equal row-ID digests (misaligned tables), sane public bounds;
-2. orders the parties (by their ``order`` if all give one, else by name), builds the
-   :class:`~vfl.fm.dissection.DissectionPlan` (Xu et al. 2021 §4) and sends each party the PLAN;
-3. relays ENC_REQUEST (encryptor -> responder) and MASKED_RESPONSE (responder -> encryptor) without
-   being able to read them, and collects single-party BLOCKs and the two SHAREs of every cross block:
-   ``block = scale * (share_enc + share_resp) 2^-2p`` is already noisy (noise was added inside the
-   ciphertext) and includes the parties' local offsets;
-4. reassembles (beta, alpha, M), projects M with the mechanism's public eigenvalue floor and solves
-   (spec §2.5), writes the model JSON atomically, sends RESULT and prints the privacy report.
+2. orders the parties (by their ``order`` if all give one, else by name);
+3. runs the phase the mechanism names, sending what it returns and feeding it every message until it is
+   done: the FM release (:class:`vfl.protocols.fm_release.FMCoordinator`: PLAN, relay ENC_REQUEST /
+   MASKED_RESPONSE once each, collect BLOCKs and SHAREs, assemble, solve) or the (DP-)BCD ring
+   (:class:`vfl.protocols.bcd_rounds.BCDCoordinator`);
+4. writes the model JSON atomically, sends RESULT and prints the privacy report.
 
 Liveness: every party must be heard from at least every ``timeout`` seconds (parties send heartbeats
 while they compute); otherwise, or on a party's ERROR, the run is aborted: every party gets ABORT,
@@ -31,9 +29,9 @@ from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
 from vfl.net.transport import CurveServerKeys, ServerTransport
-from vfl.protocols.bcd_rounds import BCDCoordinator
+from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import Out, RegisterBody, Registration
-from vfl.protocols.fm_release import FMCoordinator
+from vfl.protocols.fm_release import FMCoordinator, FMRelease
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
 
@@ -191,14 +189,7 @@ class Coordinator:
             self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
                      + (", label owner" if reg.label_owner else ""))
-        self._check_complete()
-        orders = [r.order for r in self.parties]
-        if all(o is not None for o in orders):
-            if len(set(orders)) != len(orders):
-                raise ConfigurationError("two parties asked for the same position in the party order")
-            self.parties.sort(key=lambda r: r.order)  # type: ignore[arg-type,return-value]
-        else:
-            self.parties.sort(key=lambda r: r.name)
+        self.parties = complete_and_ordered(self.parties)
         return self.parties
 
     def _parse_registration(self, peer: bytes, msg: Message) -> Registration:
@@ -223,13 +214,6 @@ class Coordinator:
                 raise DataValidationError(f"the row IDs of {reg.name} differ from those of {r.name} "
                                           "(different rows or a different order): align the tables first")
 
-    def _check_complete(self) -> None:
-        owners = [r for r in self.parties if r.label_owner]
-        if not owners:
-            raise ConfigurationError("no party holds the label (exactly one party must pass --label)")
-        if sum(len(r.features) for r in self.parties) == 0:
-            raise ConfigurationError("the parties hold no features")
-
     # ------------------------------------------------------------------ phases
     def _send_out(self, regs: list[Registration], out: list[Out]) -> None:
         """Send what a protocol phase produced, each message to the party it names."""
@@ -241,14 +225,7 @@ class Coordinator:
         s = self.settings
         phase = FMCoordinator(s, regs, log=self.log)
         self._run_phase(regs, phase)
-        release = phase.finish()
-        columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
-                                intercept=(i == release.intercept_party)) for i, r in enumerate(regs)]
-        model = FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
-                            regs[0].n_rows, self.run_id,
-                            {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
-                             "domain": release.domain, "precision_bits": release.precision_bits,
-                             "key_bits": s.key_bits})
+        model = fm_model(s, regs, phase.finish(), self.run_id)
         self.log(report_text(model))
         return model
 
@@ -268,10 +245,41 @@ class Coordinator:
         phase = BCDCoordinator(s, regs, log=self.log)
         self._run_phase(regs, phase)
         release = phase.finish()
-        columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner) for r in regs]
-        model = FittedModel("linear", s.mechanism, columns, release.w, None, release.report, regs[0].n_rows,
-                            self.run_id, {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol,
-                                          "rounds_run": release.rounds_run, "converged": release.converged})
+        model = bcd_model(s, regs, release, self.run_id)
         self.log(f"{s.mechanism}: {release.rounds_run} of at most {s.rounds} rounds"
                  + (" (converged)" if release.converged else "") + f"; formal DP: no ({FORMAL_DP_REASON})")
         return model
+
+
+# ------------------------------------------------------------------ registration and results (no sockets)
+def complete_and_ordered(parties: list[Registration]) -> list[Registration]:
+    """Check the registered parties as a whole and put them in the run's order: by their ``order`` if all gave
+    one (distinct), else by name."""
+    if not any(r.label_owner for r in parties):
+        raise ConfigurationError("no party holds the label (exactly one party must pass --label)")
+    if sum(len(r.features) for r in parties) == 0:
+        raise ConfigurationError("the parties hold no features")
+    orders = [r.order for r in parties]
+    if all(o is not None for o in orders):
+        if len(set(orders)) != len(orders):
+            raise ConfigurationError("two parties asked for the same position in the party order")
+        return sorted(parties, key=lambda r: r.order)  # type: ignore[arg-type,return-value]
+    return sorted(parties, key=lambda r: r.name)
+
+
+def fm_model(s: RunSettings, regs: list[Registration], release: FMRelease, run_id: str) -> FittedModel:
+    """The model file of an FM release: coefficients with each party's public column bounds and scaling."""
+    columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
+                            intercept=(i == release.intercept_party)) for i, r in enumerate(regs)]
+    return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
+                       regs[0].n_rows, run_id,
+                       {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
+                        "domain": release.domain, "precision_bits": release.precision_bits, "key_bits": s.key_bits})
+
+
+def bcd_model(s: RunSettings, regs: list[Registration], release: BCDRelease, run_id: str) -> FittedModel:
+    """The model file of a (DP-)BCD run (the parties' columns as given, no bounds)."""
+    columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner) for r in regs]
+    return FittedModel("linear", s.mechanism, columns, release.w, None, release.report, regs[0].n_rows, run_id,
+                       {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol, "rounds_run": release.rounds_run,
+                        "converged": release.converged})
