@@ -59,6 +59,12 @@ class Block:
     def responder(self) -> int | None:
         return self.noised_by if self.cross else None
 
+    @property
+    def diagonal(self) -> bool:
+        """A diagonal block ``M[k,k]``: symmetric, its independent entries are the upper triangle (vech; spec §0.4).
+        Its noise is symmetric too (the iso / vech layouts of :func:`vfl.privacy.mechanisms.symmetric_noise`)."""
+        return self.kind == "M" and self.parties[0] == self.parties[1]
+
 
 class DissectionPlan:
     """The list of blocks for a given column ownership and label owner (spec §1.3)."""
@@ -143,6 +149,11 @@ class DissectionPlan:
         return ()
 
     # ------------------------------------------------------------ affine maps
+    def label_operand(self, block: Block, party: int) -> bool:
+        """Whether ``party``'s operand of a cross block is the label y instead of its columns: the label owner's
+        side of ``alpha[k]`` (the product X_k^T y) for k != L (spec §1.3)."""
+        return block.kind == "alpha" and party == self.label_owner and block.parties[0] != party
+
     def scale(self, block: Block, n_samples: int) -> float:
         """``coef = scale * raw + offset`` where raw is y.y, X_k^T y or X_k^T X_l (average form)."""
         n = float(n_samples)
@@ -206,7 +217,7 @@ class DissectionPlan:
             else:
                 rs, cs = self.index(b)
                 M[rs, cs] = v
-                if b.parties[0] != b.parties[1]:
+                if not b.diagonal:
                     M[cs, rs] = v.T
         if beta is None:
             beta = float(np.log(2.0)) if self.model == "logistic" else 0.0

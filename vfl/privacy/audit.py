@@ -51,6 +51,7 @@ from vfl.privacy.mechanisms import (
     RelaxedFM,
     draw_noise,
     make_mechanism,
+    symmetric_noise,
 )
 from vfl.rng import RandomState, make_rng
 
@@ -152,13 +153,9 @@ def neighbouring_pair(n_samples: int, n_features: int, model: str, *, x0: Sequen
     return NeighbouringPair(X0, ya, X1, yb)
 
 
-def _is_diagonal_m(block: Block) -> bool:
-    return block.kind == "M" and block.parties[0] == block.parties[1]
-
-
 def _independent(block: Block, values: np.ndarray) -> np.ndarray:
     """Released coordinates of a block (leading axes kept): upper triangle of diagonal M blocks, else all."""
-    if _is_diagonal_m(block):
+    if block.diagonal:
         iu = np.triu_indices(block.shape[0])
         return values[..., iu[0], iu[1]]
     lead = values.shape[: values.ndim - len(block.shape)]
@@ -175,7 +172,7 @@ def release_noise_specs(mechanism: Mechanism) -> list[NoiseSpec]:
     """Declared noise distribution of every released coordinate, in the order of :func:`release_mean`."""
     specs: list[NoiseSpec] = []
     for b in mechanism.plan.blocks:
-        if _is_diagonal_m(b):
+        if b.diagonal:
             iu = np.triu_indices(b.shape[0])
             diag, off = mechanism.diagonal_noise(b), mechanism.entry_noise(b)
             specs += [diag if i == j else off for i, j in zip(*iu, strict=True)]
@@ -193,17 +190,11 @@ def batched_block_noise(mechanism: Mechanism, block: Block, rng: np.random.Gener
     known = isinstance(mechanism, (GaussianFM, LaplaceFM, RelaxedFM, NoMechanism))
     if not known:
         return np.stack([mechanism.block_noise(block, rng) for _ in range(n)])
-    if not _is_diagonal_m(block):
+    if not block.diagonal:
         return draw_noise(mechanism.entry_noise(block), (n, *block.shape), rng)
-    d = block.shape[0]
-    iso = isinstance(mechanism, RelaxedFM) or (isinstance(mechanism, GaussianFM) and mechanism.sym == "iso")
-    if iso:
-        E = draw_noise(mechanism.diagonal_noise(block), (n, d, d), rng)
-        return (E + np.swapaxes(E, 1, 2)) / 2.0
-    iu = np.triu_indices(d)
-    E = np.zeros((n, d, d))
-    E[:, iu[0], iu[1]] = draw_noise(mechanism.diagonal_noise(block), (n, iu[0].size), rng)
-    return E + np.swapaxes(np.triu(E, 1), 1, 2)
+    noise, halves = symmetric_noise(mechanism.diagonal_layout, block.shape[0],
+                                    lambda shape: draw_noise(mechanism.diagonal_noise(block), shape, rng), batch=(n,))
+    return noise / halves
 
 
 def sample_noise(mechanism: Mechanism, n_runs: int, rng: np.random.Generator) -> np.ndarray:

@@ -120,11 +120,14 @@ def epsilon_of(mu: float, delta: float, *, rtol: float = 1e-12) -> float:
     return hi
 
 
-def classical_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """Classical sigma = Delta sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm. A.1), proven only for eps < 1."""
+def classical_sigma(epsilon: float, delta: float, sensitivity: float = 1.0, *, require_proven: bool = True) -> float:
+    """Classical sigma = Delta sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm. A.1), proven only for eps < 1.
+
+    ``require_proven=False`` computes it for any eps (to reproduce papers that use it there; not a DP guarantee).
+    """
     eps = validate_epsilon(epsilon)
     dlt = validate_delta(delta)
-    if eps >= 1.0:
+    if eps >= 1.0 and require_proven:
         raise PrivacyParameterError(
             f"the classical Gaussian calibration is only proven for epsilon < 1 (got {eps}); "
             "use calibration='analytic'"

@@ -20,7 +20,7 @@ import numpy as np
 
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink, quantize
-from vfl.privacy.mechanisms import Mechanism, NoiseSpec
+from vfl.privacy.mechanisms import Mechanism, NoiseSpec, symmetric_noise
 from vfl.rng import spawn
 from vfl.secure.encoding import decode_products
 
@@ -155,14 +155,10 @@ def release_single_party_block(plan: DissectionPlan, mech: Mechanism, block: Blo
         return integer_noise(spec, shape, block_scale=scale, precision_bits=p, rng=rng)
 
     halves = 1
-    if block.kind == "M" and mech.diagonal_layout == "iso":
-        E = noise(mech.diagonal_noise(block), block.shape)
-        noisy, halves = 2 * raw + E + E.T, 2
-    elif block.kind == "M":
-        iu = np.triu_indices(block.shape[0])
-        U = np.zeros(block.shape, dtype=object)
-        U[iu] = noise(mech.diagonal_noise(block), (iu[0].size,))
-        noisy = raw + U + np.triu(U, 1).T
+    if block.diagonal:   # single-party M blocks are the diagonal ones: symmetric noise, in 1/halves units
+        H, halves = symmetric_noise(mech.diagonal_layout, block.shape[0],
+                                    lambda shape: noise(mech.diagonal_noise(block), shape))
+        noisy = halves * raw + H
     else:
         noisy = raw + noise(mech.entry_noise(block), block.shape)
     out = np.array([float(int(v)) for v in np.asarray(noisy, dtype=object).reshape(-1)])
@@ -215,8 +211,7 @@ def simulate_release(plan: DissectionPlan, mech: Mechanism, parts_q: Sequence[np
         assert enc is not None and resp is not None
 
         def operand(party: int, blk: Block = block) -> np.ndarray:
-            label_side = blk.kind == "alpha" and party == plan.label_owner and blk.parties[0] != party
-            return y_q.reshape(-1, 1) if label_side else parts_q[party]
+            return y_q.reshape(-1, 1) if plan.label_operand(blk, party) else parts_q[party]
 
         A, B = operand(enc), operand(resp)
         raw = exact_integer_gram(_ints(A, p), _ints(B, p))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,7 +30,7 @@ from vfl.exceptions import ConfigurationError, PrivacyLeakWarning, PrivacyParame
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import party_radii
 from vfl.privacy.accounting import PartyPrivacy, PrivacyReport, gaussian_mu_of_blocks
-from vfl.privacy.calibration import calibrate_mu, epsilon_of, validate_delta, validate_epsilon
+from vfl.privacy.calibration import calibrate_mu, classical_sigma, epsilon_of, validate_delta, validate_epsilon
 from vfl.privacy.sensitivity import (
     gaussian_party_sensitivities,
     gaussian_sensitivities,
@@ -45,7 +45,7 @@ MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
 DEFAULT_DOMAIN = {"none": "linf", "laplace-fm": "linf", "gaussian-fm": "l2", "relaxed-fm": "l2"}
 
 __all__ = ["NoiseSpec", "Mechanism", "NoMechanism", "LaplaceFM", "GaussianFM", "RelaxedFM", "make_mechanism",
-           "MECHANISMS", "DEFAULT_DOMAIN", "draw_noise"]
+           "MECHANISMS", "DEFAULT_DOMAIN", "draw_noise", "symmetric_noise"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,13 @@ class Mechanism:
         return self.entry_noise(block)
 
     def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
-        """Draw the block's noise (symmetric for diagonal M blocks)."""
-        return np.zeros(block.shape)
+        """Draw the block's noise: i.i.d. :meth:`entry_noise`, or for a diagonal M block the symmetric noise of
+        :attr:`diagonal_layout` (:func:`symmetric_noise`)."""
+        if block.diagonal:
+            noise, halves = symmetric_noise(self.diagonal_layout, block.shape[0],
+                                            lambda shape: draw_noise(self.diagonal_noise(block), shape, rng))
+            return noise / halves
+        return draw_noise(self.entry_noise(block), block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
@@ -123,12 +128,28 @@ def draw_noise(spec: NoiseSpec, shape: tuple[int, ...], rng: np.random.Generator
     return np.zeros(shape)
 
 
-def _upper_mirrored(spec: NoiseSpec, d: int, rng: np.random.Generator) -> np.ndarray:
-    """vech layout: d(d+1)/2 i.i.d. draws on a <= b, copied to the lower triangle."""
-    E = np.zeros((d, d))
+def symmetric_noise(layout: str, d: int, draw: Callable[[tuple[int, ...]], np.ndarray],
+                    batch: tuple[int, ...] = ()) -> tuple[np.ndarray, int]:
+    """The noise of a diagonal M block (d x d, symmetric) as ``(H, halves)``: the noise is ``H / halves``.
+
+    The one definition of both layouts (spec §0.4, §2.4), shared by the float mechanisms, the exact-integer
+    networked release (:func:`vfl.privacy.fixed_point.single_party_block`, which adds ``halves * raw + H`` to stay
+    in integers) and the audit (leading ``batch`` axes):
+
+    * ``"iso"``: ``E + E^T`` with E (d x d) i.i.d., halves = 2, i.e. (E + E^T)/2: diagonal entries have the
+      drawn distribution, off-diagonal ones half its variance (Gaussian);
+    * ``"vech"``: d(d+1)/2 i.i.d. draws on a <= b copied to the lower triangle, halves = 1.
+
+    ``draw(shape)`` returns i.i.d. draws of the diagonal entry distribution (floats or exact integers).
+    """
+    if layout == "iso":
+        E = draw((*batch, d, d))
+        return E + np.swapaxes(E, -1, -2), 2
     iu = np.triu_indices(d)
-    E[iu] = draw_noise(spec, (iu[0].size,), rng)
-    return E + np.triu(E, 1).T
+    values = draw((*batch, iu[0].size))
+    U = np.zeros((*batch, d, d), dtype=np.asarray(values).dtype)
+    U[..., iu[0], iu[1]] = values
+    return U + np.swapaxes(np.triu(U, 1), -1, -2), 1
 
 
 class LaplaceFM(Mechanism):
@@ -149,12 +170,6 @@ class LaplaceFM(Mechanism):
 
     def entry_noise(self, block: Block) -> NoiseSpec:
         return NoiseSpec("laplace", self.scale)
-
-    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
-        spec = self.entry_noise(block)
-        if block.kind == "M" and block.parties[0] == block.parties[1]:
-            return _upper_mirrored(spec, block.shape[0], rng)
-        return draw_noise(spec, block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
@@ -219,12 +234,12 @@ class GaussianFM(Mechanism):
             if self.epsilon >= 1.0:
                 raise PrivacyParameterError(
                     f"calibration='classical' is only proven for epsilon < 1 (got {self.epsilon}); use 'analytic'")
-            c = math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.epsilon
+            c = classical_sigma(self.epsilon, self.delta)
             self.taus = {k: v * math.sqrt(jp) * c for k, v in self.sens.items()}
         elif calibration == "paper":
             warnings.warn("calibration='paper' reproduces Tasnim et al.'s per-block noise, whose real epsilon is "
                           "larger than the requested one (see privacy_report_)", PrivacyLeakWarning, stacklevel=3)
-            c = math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.epsilon
+            c = classical_sigma(self.epsilon, self.delta, require_proven=False)   # Tasnim et al. use it for any eps
             paper = gaussian_sensitivities(plan.model, self.n_samples, paper=True, release_beta=plan.release_beta)
             self.taus = {k: v * c for k, v in paper.items()}
         else:
@@ -240,15 +255,6 @@ class GaussianFM(Mechanism):
 
     def diagonal_noise(self, block: Block) -> NoiseSpec:
         return NoiseSpec("gaussian", self.taus[block.kind])
-
-    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
-        if block.kind == "M" and block.parties[0] == block.parties[1]:
-            d = block.shape[0]
-            if self.sym == "iso":
-                E = rng.normal(0.0, self.taus["M"], size=(d, d))
-                return (E + E.T) / 2.0
-            return _upper_mirrored(NoiseSpec("gaussian", self.taus["M"]), d, rng)
-        return draw_noise(self.entry_noise(block), block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:
@@ -302,12 +308,6 @@ class RelaxedFM(Mechanism):
 
     def diagonal_noise(self, block: Block) -> NoiseSpec:
         return NoiseSpec("gaussian", self.tau)
-
-    def block_noise(self, block: Block, rng: np.random.Generator) -> np.ndarray:
-        if block.kind == "M" and block.parties[0] == block.parties[1]:
-            E = rng.normal(0.0, self.tau, size=block.shape)
-            return (E + E.T) / 2.0
-        return draw_noise(self.entry_noise(block), block.shape, rng)
 
     @property
     def diagonal_std(self) -> float:

@@ -64,7 +64,7 @@ def block_l1_mass(plan: DissectionPlan, block: Block) -> float:
         dk = block.shape[0]
         return 2.0 * dk if lin else dk / 2.0
     dk, dl = block.shape
-    if block.parties[0] == block.parties[1]:
+    if block.diagonal:
         return dk * (dk + 1) / 2.0 if lin else dk * (dk + 1) / 16.0
     return float(dk * dl) if lin else dk * dl / 8.0
 

@@ -69,16 +69,14 @@ RANDOMNESS_MODES = ("short-exponent", "standard")
 def product_shape(plan: DissectionPlan, block: Block) -> tuple[int, int]:
     """Shape of a cross block's secure product (encryptor operand columns x responder operand columns)."""
     def width(party: int) -> int:
-        if block.kind == "alpha" and party == plan.label_owner and block.parties[0] != party:
-            return 1
-        return plan.feature_counts[party]
+        return 1 if plan.label_operand(block, party) else plan.feature_counts[party]
 
     return (width(block.encryptor), width(block.responder))  # type: ignore[arg-type]
 
 
 def operand_of(plan: DissectionPlan, block: Block, party: int, X: np.ndarray, y: np.ndarray | None) -> np.ndarray:
     """A party's operand of a cross block: its columns, or y for the label side of alpha[k]."""
-    if block.kind == "alpha" and party == plan.label_owner and block.parties[0] != party:
+    if plan.label_operand(block, party):
         assert y is not None
         return y.reshape(-1, 1)
     return X
