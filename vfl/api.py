@@ -24,7 +24,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, PartyFailure
 from vfl.net.config import row_id_digest
-from vfl.net.coordinator import Coordinator, RunSettings
+from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
 from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
 from vfl.rng import RandomState
@@ -88,7 +88,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
                            fit_intercept=fit_intercept, randomness=randomness)
     settings.validate()
-    fm = mechanism not in ("bcd", "dp-bcd")
+    fm = mechanism not in BCD_MECHANISMS
     datas = [p.local_data(use_bounds=fm) for p in parties]
     if random_state is None:
         seeds: list[Any] = [None] * len(parties)

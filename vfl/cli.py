@@ -32,11 +32,21 @@ from vfl.exceptions import (
     VFLError,
 )
 from vfl.net.messages import MAX_MESSAGE_BYTES
+from vfl.protocols.settings import (
+    ABORT_RULES,
+    BCD_MECHANISMS,
+    FM_MECHANISMS,
+    GAUSSIAN_CALIBRATIONS,
+    LAPLACE_VARIANTS,
+    MODELS,
+    NOISE_CALIBRATIONS,
+    RANDOMNESS_MODES,
+)
+from vfl.protocols.settings import MECHANISMS as VERTICAL_MECHANISMS
 
 __all__ = ["cli", "main", "exit_code_for"]
 
-MODELS = ("linear", "logistic")
-MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd", "bcd", "cape-fm")
+MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint rows (vfl.net.cape_cli)
 TEST_NOISE_MODES = ("none", "zero-sum-only")
 
 
@@ -105,9 +115,9 @@ def cli() -> None:
               help="Fixed-point fractional bits of the secure products (default: vfl.secure's default).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' *.key files.")
-@click.option("--calibration", type=click.Choice(["analytic", "classical", "paper"]), default=None,
+@click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
               help="gaussian-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon reported).")
-@click.option("--fm-sensitivity", type=click.Choice(["paper", "xu", "zhang", "tight"]), default=None,
+@click.option("--fm-sensitivity", type=click.Choice(LAPLACE_VARIANTS), default=None,
               help="laplace-fm sensitivity variant.")
 @click.option("--gamma", type=float, default=1.2, show_default=True, help="DP-BCD utility factor gamma.")
 @click.option("--rounds", type=int, default=5, show_default=True,
@@ -115,15 +125,15 @@ def cli() -> None:
 @click.option("--tol", type=float, default=None,
               help="(DP-)BCD: stop after the first round with |RSS_{t-1} - RSS_t| / (|RSS_t| + 0.1) < TOL, checked by "
                    "the label owner (a data-dependent decision the DP-BCD accounting does not charge).")
-@click.option("--abort-rule", type=click.Choice(["paper", "resample", "ignore"]), default="paper", show_default=True,
+@click.option("--abort-rule", type=click.Choice(ABORT_RULES), default="paper", show_default=True,
               help="DP-BCD utility check: paper = abort the run (Alg. 2); see docs/dp_bcd.md for the others.")
-@click.option("--noise-calibration", type=click.Choice(["half-normal", "gaussian-vector"]), default="half-normal",
+@click.option("--noise-calibration", type=click.Choice(NOISE_CALIBRATIONS), default="half-normal",
               show_default=True, help="DP-BCD noise sampler (see docs/dp_bcd.md).")
 @click.option("--seed", type=int, default=None,
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
-@click.option("--randomness", type=click.Choice(["short-exponent", "standard"]), default="short-exponent",
+@click.option("--randomness", type=click.Choice(RANDOMNESS_MODES), default="short-exponent",
               show_default=True,
               help="Paillier encryption randomness: short-exponent (fast; adds a small-exponent discrete-log "
                    "assumption, see docs/secure_products.md) or standard (textbook r^n, ~4x slower).")
@@ -163,7 +173,7 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
         options["calibration"] = calibration
     if fm_sensitivity:
         options["fm_sensitivity"] = fm_sensitivity
-    if mechanism in ("bcd", "dp-bcd"):
+    if mechanism in BCD_MECHANISMS:
         options.update(abort_rule=abort_rule, noise_calibration=noise_calibration)
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
@@ -327,7 +337,7 @@ def keys(out: str, names: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------------------------------------- demo
 @cli.command()
 @click.option("--rows", type=int, default=1000, show_default=True, help="Rows of the synthetic data set.")
-@click.option("--mechanism", type=click.Choice(MECHANISMS[:4]), default="gaussian-fm", show_default=True,
+@click.option("--mechanism", type=click.Choice(FM_MECHANISMS), default="gaussian-fm", show_default=True,
               help="Mechanism to demonstrate.")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy budget epsilon.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta.")

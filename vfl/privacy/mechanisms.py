@@ -42,10 +42,12 @@ from vfl.privacy.sensitivity import (
 )
 
 MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
+GAUSSIAN_CALIBRATIONS = ("analytic", "classical", "paper")   # gaussian-fm's calibration= (spec §2.3)
+SYM_LAYOUTS = ("iso", "mirror")                              # gaussian-fm's sym= (spec §2.4)
 DEFAULT_DOMAIN = {"none": "linf", "laplace-fm": "linf", "gaussian-fm": "l2", "relaxed-fm": "l2"}
 
 __all__ = ["NoiseSpec", "Mechanism", "NoMechanism", "LaplaceFM", "GaussianFM", "RelaxedFM", "make_mechanism",
-           "MECHANISMS", "DEFAULT_DOMAIN", "draw_noise", "symmetric_noise"]
+           "MECHANISMS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "DEFAULT_DOMAIN", "draw_noise", "symmetric_noise"]
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,7 @@ class GaussianFM(Mechanism):
         super().__init__(plan, n_samples, domain=domain, **kw)
         self.epsilon = validate_epsilon(epsilon)
         self.delta = validate_delta(delta)
-        if sym not in ("iso", "mirror"):
+        if sym not in SYM_LAYOUTS:
             raise ConfigurationError(f"sym must be 'iso' or 'mirror', got {sym!r}")
         self.sym = sym
         self.calibration = calibration

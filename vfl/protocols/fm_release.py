@@ -48,6 +48,7 @@ from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS
+from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import (
     EncryptedBlock,
@@ -62,7 +63,6 @@ __all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "
 #: Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
 #: only compete for the same cores, and it keeps the process-pool start-up simple.
 SECURE_LOCK = threading.Lock()
-RANDOMNESS_MODES = ("short-exponent", "standard")
 
 
 # ------------------------------------------------------------------ shared rules

@@ -15,12 +15,23 @@ from vfl.exceptions import ConfigurationError
 from vfl.fm.dissection import DissectionPlan
 from vfl.models.bcd import ABORT_RULES, NOISE_CALIBRATIONS
 from vfl.privacy.calibration import validate_delta, validate_epsilon
-from vfl.privacy.mechanisms import DEFAULT_DOMAIN, make_mechanism
+from vfl.privacy.mechanisms import DEFAULT_DOMAIN, GAUSSIAN_CALIBRATIONS, SYM_LAYOUTS, make_mechanism
+from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
+from vfl.privacy.sensitivity import LAPLACE_VARIANTS
+from vfl.secure.fastmath import RANDOMNESS_MODES
 
-__all__ = ["RunSettings", "FM_MECHANISMS", "BCD_MECHANISMS"]
+__all__ = ["RunSettings", "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
+           "ABORT_RULES", "NOISE_CALIBRATIONS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "LAPLACE_VARIANTS",
+           "RANDOMNESS_MODES"]
 
-FM_MECHANISMS = ("none", "laplace-fm", "gaussian-fm", "relaxed-fm")
+# The registries of a run's names, each defined once where its concept lives and collected here for the roles and
+# the faces (vfl.cli's choices): FM mechanisms (vfl.privacy.mechanisms) and their options (calibration, sym,
+# fm_sensitivity: vfl.privacy.sensitivity), the (DP-)BCD mechanisms and options (vfl.models.bcd), and the Paillier
+# encryption randomness modes (vfl.secure.fastmath).
 BCD_MECHANISMS = ("bcd", "dp-bcd")
+MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS
+MODELS = ("linear", "logistic")
+BCD_OPTIONS = ("abort_rule", "noise_calibration")
 
 
 @dataclass(kw_only=True)
@@ -54,16 +65,15 @@ class RunSettings:
         """
         if isinstance(self.n_parties, bool) or not isinstance(self.n_parties, int) or not 1 <= self.n_parties <= 1000:
             raise ConfigurationError(f"--parties must be an integer in [1, 1000], got {self.n_parties}")
-        if self.model not in ("linear", "logistic"):
+        if self.model not in MODELS:
             raise ConfigurationError(f"model must be linear or logistic, got {self.model!r}")
-        if self.mechanism not in FM_MECHANISMS + BCD_MECHANISMS:
-            raise ConfigurationError(f"unknown mechanism {self.mechanism!r}; choose one of "
-                                     f"{', '.join(FM_MECHANISMS + BCD_MECHANISMS)}")
+        if self.mechanism not in MECHANISMS:
+            raise ConfigurationError(f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
         if self.mechanism in BCD_MECHANISMS and self.model != "linear":
             raise ConfigurationError("bcd and dp-bcd train linear regression only")
         if self.key_bits < 2048 and not self.allow_insecure_keys:
             raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
-        if self.randomness not in ("short-exponent", "standard"):
+        if self.randomness not in RANDOMNESS_MODES:
             raise ConfigurationError(f"randomness must be 'short-exponent' or 'standard', got {self.randomness!r}")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
@@ -102,7 +112,7 @@ class RunSettings:
             raise ConfigurationError(f"--gamma must be a number > 1, got {self.gamma}")
         if self.tol is not None and not (math.isfinite(self.tol) and self.tol > 0):
             raise ConfigurationError(f"--tol must be a number > 0, got {self.tol}")
-        unknown = set(self.mechanism_options) - {"abort_rule", "noise_calibration"}
+        unknown = set(self.mechanism_options) - set(BCD_OPTIONS)
         if unknown:
             raise ConfigurationError(f"option(s) {sorted(unknown)} do not apply to mechanism {self.mechanism}")
         if self.mechanism_options.get("abort_rule", "paper") not in ABORT_RULES:
