@@ -38,21 +38,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from vfl.exceptions import DataValidationError, EncodingOverflowError, KeyValidationError, ProtocolError
-
-try:  # gmpy2 is a declared dependency; fall back to Python ints (3-10x slower) if it is missing
-    from gmpy2 import legendre as _legendre
-    from gmpy2 import mpz as _mpz
-    from gmpy2 import powmod as _powmod
-except ImportError:  # pragma: no cover - gmpy2 is installed in every supported environment
-    _mpz = int
-
-    def _powmod(base: int, exp: int, mod: int) -> int:
-        return pow(base, exp, mod)
-
-    def _legendre(a: int, p: int) -> int:
-        r = pow(a, (p - 1) // 2, p)
-        return -1 if r == p - 1 else int(r)
-
+from vfl.secure.fastmath import legendre as _legendre  # the one gmpy2 shim (Python-int fallback there)
+from vfl.secure.fastmath import mpz as _mpz
+from vfl.secure.fastmath import powmod as _powmod
 
 __all__ = [
     "MODP_2048_PRIME",
@@ -85,7 +73,6 @@ _PUBLIC_VALUE_BYTES = 256
 
 SECAGG_PRECISION_BITS = 32
 _LABEL = b"vfl-secagg-v1"
-_MODULUS_BITS = 64  # masks live in Z_{2^64}
 
 
 def validate_public_value(value: int) -> int:

@@ -48,6 +48,7 @@ try:  # pragma: no cover - exercised by whichever backend is installed
     powmod: Callable[[Any, Any, Any], Any] = gmpy2.powmod
     invert: Callable[[Any, Any], Any] = gmpy2.invert
     gcd: Callable[[Any, Any], Any] = gmpy2.gcd
+    legendre: Callable[[Any, Any], int] = gmpy2.legendre
 except ImportError:  # pragma: no cover
     HAVE_GMPY2 = False
     mpz = int
@@ -59,6 +60,10 @@ except ImportError:  # pragma: no cover
         return pow(a, -1, m)
 
     gcd = math.gcd
+
+    def legendre(a: Any, p: Any) -> int:
+        r = pow(a, (p - 1) // 2, p)
+        return -1 if r == p - 1 else int(r)
 
 
 SHORT_EXPONENT_BITS = 256
@@ -426,7 +431,3 @@ def multiexp_columns(bases_by_group: list[list[Any]], tasks: list[tuple[int, lis
     payload = {"bases": bases_by_group, "modulus": modulus}
     return run_pool(_multiexp_task, tasks, workers, payload, progress)
 
-
-def flatten(groups: Iterable[Iterable[Any]]) -> list[Any]:
-    """Concatenate nested iterables into one list."""
-    return [x for g in groups for x in g]
