@@ -43,8 +43,9 @@ def _datas(blocks, y):
 
 
 def _settings(mechanism: str, **kw) -> RunSettings:
+    kw = {"key_bits": 1024, "allow_insecure_keys": True, **kw}
     return RunSettings(n_parties=2, model="linear", mechanism=mechanism, epsilon=None if mechanism == "none" else 2.0,
-                       key_bits=1024, allow_insecure_keys=True, precision_bits=P_BITS, **kw)
+                       precision_bits=P_BITS, **kw)
 
 
 def _registrations(datas: list[LocalData]) -> list[Registration]:
@@ -86,10 +87,11 @@ def _prepared(blocks, y, plan: DissectionPlan, domain: str):
     return parts, prepare_fixed_point(y_unit, precision_bits=P_BITS, domain="linf", n_features_total=total)
 
 
-def test_without_noise_the_assembled_objective_is_the_numpy_objective_of_the_prepared_data():
-    blocks, y = _split()
+def test_without_noise_the_assembled_objective_is_the_numpy_objective_of_the_prepared_data(vertical_split,
+                                                                                          fast_insecure_keys):
+    blocks, y = vertical_split
     rngs = [np.random.default_rng(s) for s in (1, 2)]
-    coordinator, _, seen = run_in_process(_settings("none"), _datas(blocks, y), rngs)
+    coordinator, _, seen = run_in_process(_settings("none", **fast_insecure_keys), _datas(blocks, y), rngs)
     assert MessageType.ENC_REQUEST in seen and MessageType.MASKED_RESPONSE in seen and MessageType.SHARE in seen
     parts, y_q = _prepared(blocks, y, coordinator.plan, coordinator.mech.domain)
     exact = linear_objective(np.hstack(parts), y_q)
@@ -99,7 +101,7 @@ def test_without_noise_the_assembled_objective_is_the_numpy_objective_of_the_pre
     np.testing.assert_allclose(assembled.alpha, exact.alpha, rtol=0, atol=1e-12)
     release = coordinator.finish()
     assert release.label_bounds == [-1.0, 1.0] and release.intercept_party == 0
-    assert np.all(np.isfinite(release.w)) and release.w.shape == (4,)
+    assert np.all(np.isfinite(release.w)) and release.w.shape == (5,)
 
 
 def test_the_in_process_protocol_is_bit_identical_to_the_simulated_release():

@@ -1,0 +1,29 @@
+"""Shared fixtures (tests mirror the package layout; see docs/architecture.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+#: 1024-bit INSECURE Paillier keys: fast tests only (users get >= 2048 bits)
+FAST_INSECURE_KEYS = {"key_bits": 1024, "allow_insecure_keys": True}
+
+
+@pytest.fixture
+def fast_insecure_keys() -> dict:
+    """Keyword arguments for 1024-bit INSECURE test keys (RunSettings / vfl.fit)."""
+    return dict(FAST_INSECURE_KEYS)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A fixed-seed generator: reproducible test data (never privacy noise a user would get)."""
+    return np.random.default_rng(20260)
+
+
+@pytest.fixture
+def vertical_split(rng: np.random.Generator):
+    """Two parties' columns in [-1, 1] (3 and 1 features) and a linear label in [-1, 1] held by the first."""
+    X = rng.uniform(-1, 1, (80, 4))
+    y = np.clip(X @ np.array([0.4, -0.3, 0.2, 0.1]) + 0.05 * rng.normal(size=80), -1, 1)
+    return [X[:, :3], X[:, 3:]], y

@@ -1,0 +1,46 @@
+"""vfl.secure.packing: slot widths, slots per plaintext, pack/unpack and overflow refusal."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vfl.exceptions import ConfigurationError, EncodingOverflowError
+from vfl.secure.encoding import offset
+from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits, pack, unpack
+
+
+def test_layout_widths_follow_the_documented_formulas():
+    layout = SlotLayout(key_bits=2048, n_rows=1000, precision_bits=16, value_bound=1.0, noise_bits=64)
+    o = offset(16, 1.0)
+    assert layout.offset == o and layout.max_accumulation == 1000 * (2 * o) ** 2
+    v = (1000 * (2 * o) ** 2 + 2 * 2**64).bit_length()
+    assert layout.value_bits == v and layout.slot_bits == v + MIN_MASK_BITS + 1
+    assert layout.slots_per_ciphertext == (2048 - 1) // layout.slot_bits
+    s = layout.slots_per_ciphertext
+    assert layout.n_groups(s) == 1 and layout.n_groups(s + 1) == 2
+    assert list(layout.group_columns(s + 1, 1)) == [s]
+    assert default_noise_bits(16) == 64
+
+
+def test_a_packed_plaintext_stays_below_the_key_modulus():
+    layout = SlotLayout(key_bits=1024, n_rows=50, precision_bits=12, value_bound=1.0, noise_bits=56)
+    top = [(1 << layout.slot_bits) - 1] * layout.slots_per_ciphertext
+    assert pack(top, layout.slot_bits).bit_length() <= 1024 - 1
+
+
+@given(st.lists(st.integers(0, 2**40 - 1), min_size=1, max_size=8))
+def test_unpack_inverts_pack(values):
+    assert unpack(pack(values, 40), 40, len(values)) == values
+
+
+def test_overflowing_values_and_layouts_are_refused():
+    with pytest.raises(EncodingOverflowError, match="does not fit"):
+        pack([1 << 8], 8)
+    with pytest.raises(EncodingOverflowError, match="beyond its slots"):
+        unpack(1 << 16, 8, 2)
+    with pytest.raises(EncodingOverflowError, match="more than a"):
+        SlotLayout(key_bits=128, n_rows=10**6, precision_bits=40, value_bound=1.0, noise_bits=100)
+    with pytest.raises(ConfigurationError, match="mask_bits"):
+        SlotLayout(key_bits=2048, n_rows=10, precision_bits=16, value_bound=1.0, noise_bits=64, mask_bits=20)
