@@ -209,7 +209,7 @@ def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] |
 
         validate_labels(y, "logistic")
         return y, None
-    yb = resolve_bounds(None if y_bounds is None else [tuple(y_bounds)], y[:, None], what="label")
+    yb = resolve_bounds(None if y_bounds is None else [tuple(y_bounds)], y[:, None], what="label")  # type: ignore[list-item]
     return to_unit_interval(y[:, None], yb, out_of_bounds=out_of_bounds, feature_names=["label"])[:, 0], yb
 
 

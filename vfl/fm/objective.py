@@ -127,7 +127,7 @@ def _finish(beta: float, alpha: np.ndarray, M: np.ndarray, n: int, form: Form) -
 
 def linear_objective(X: np.ndarray, y: np.ndarray, *, form: Form = "average") -> QuadraticObjective:
     """Exact coefficients of sum/mean (y_i - x_i^T w)^2 (Zhang et al. 2012, §4.1; spec §1.1)."""
-    X, y = validate_xy(X, y)
+    X, y = validate_xy(X, y)  # type: ignore[assignment]   # y given, so y returned
     return _finish(float(y @ y), -2.0 * (X.T @ y), X.T @ X, X.shape[0], form)
 
 
@@ -136,7 +136,7 @@ def logistic_objective(X: np.ndarray, y: np.ndarray, *, form: Form = "average") 
 
     In sum form the constant is N ln 2; in average form ln 2 (data-independent, never noised).
     """
-    X, y = validate_xy(X, y)
+    X, y = validate_xy(X, y)  # type: ignore[assignment]   # y given, so y returned
     validate_labels(y, "logistic")
     n = X.shape[0]
     return _finish(n * np.log(2.0), X.T @ (0.5 - y), (X.T @ X) / 8.0, n, form)

@@ -101,7 +101,8 @@ class BCDCoordinator:
         self.ring = [(self.label_owner + j) % self.k for j in range(self.k)]
         self.coefs: dict[int, np.ndarray] = {}
         self.ledger: list[LedgerEntry] = []
-        self.eps_r = per_message_epsilon(s.epsilon, self.k, s.rounds) if s.mechanism == "dp-bcd" else 0.0
+        self.eps_r = (per_message_epsilon(s.epsilon, self.k, s.rounds)  # type: ignore[arg-type]   # validated
+                      if s.mechanism == "dp-bcd" else 0.0)
         self.seeded = False
         self.rounds_run, self.converged = s.rounds, False
 
@@ -195,7 +196,8 @@ class BCDParty:
         self.private = plan.mechanism == "dp-bcd"
         p = self.params = BCDParams.from_params(plan.params, self.private)
         try:
-            self.eps_r = per_message_epsilon(float(p.epsilon), self.k, p.rounds) if self.private else 0.0
+            self.eps_r = (per_message_epsilon(float(p.epsilon), self.k, p.rounds)  # type: ignore[arg-type]
+                          if self.private else 0.0)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
         if self.names[self.index] != data.name or plan.n_samples != data.n_rows:

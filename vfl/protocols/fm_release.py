@@ -150,7 +150,7 @@ class FMCoordinator:
         # FM runs: the label owner carries the public constant column (spec pitfall 4); it counts in its radius
         self.intercept_party = self.label_owner if s.fit_intercept else None
         counts = [len(r.features) + (1 if i == self.intercept_party else 0) for i, r in enumerate(regs)]
-        self.plan = DissectionPlan(counts, self.label_owner, model=s.model)
+        self.plan = DissectionPlan(counts, self.label_owner, model=s.model)  # type: ignore[arg-type]  # validated
         opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
         self.mech = make_mechanism(s.mechanism, plan=self.plan, n_samples=self.n, epsilon=s.epsilon, delta=s.delta,
                                    domain=s.domain, party_names=[r.name for r in regs], **opts)
@@ -307,7 +307,8 @@ class FMParty:
         if plan.me.name != data.name or plan.me.n_features != data.X.shape[1] + int(self.intercept):
             raise ProtocolError("the plan does not describe this party")
         self.names = plan.names
-        self.plan = DissectionPlan([q.n_features for q in plan.parties], plan.label_owner, model=plan.model)
+        self.plan = DissectionPlan([q.n_features for q in plan.parties], plan.label_owner,
+                                   model=plan.model)  # type: ignore[arg-type]   # DissectionPlan checks it
         self.mech = make_mechanism(plan.mechanism, plan=self.plan, n_samples=self.n, epsilon=p.epsilon,
                                    delta=p.delta, domain=p.domain, party_names=self.names, seeded=seeded,
                                    **p.mechanism_options)
@@ -342,7 +343,8 @@ class FMParty:
         ready: dict[str, Any] = {"seeded": self.seeded}
         if X_fm.shape[1]:
             bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
-            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=p.domain, n_features_total=total,
+            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=p.domain,  # type: ignore[arg-type]
+                                             n_features_total=total,
                                              feature_names=d.feature_names)
             ready.update(bounds=bounds.to_list(), bounds_from_data=bool(bounds.from_data))
         if self.intercept:
@@ -379,7 +381,7 @@ class FMParty:
         return Out(type="enc_request", body={"block": block.name, "to": responder, "wire": header},
                    payload=[public_key_to_bytes(pub), *frames])
 
-    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
+    def _offset_fixed(self, block: Block, shape: tuple[int, int]) -> np.ndarray:
         """This party's local offset of the block in raw fixed-point units, oriented like the product."""
         return cross_block_offset(self.plan, block, self.index, self.Xp, shape,
                                   precision_bits=self.params.precision_bits)
@@ -412,7 +414,7 @@ class FMParty:
         response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
         with SECURE_LOCK:
             share = enc.decrypt(response)
-        share = share + self._offset_fixed(block, share.shape)
+        share = share + self._offset_fixed(block, share.shape)  # type: ignore[arg-type]   # 2-D
         return [Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
 
     # ------------------------------------------------------------------ dispatch (caller's thread)

@@ -102,7 +102,8 @@ class RunSettings:
         opts = {k: v for k, v in self.mechanism_options.items() if k != "domain"}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # calibration="paper" warns once more when the real run builds it
-            make_mechanism(self.mechanism, plan=DissectionPlan([1], 0, model=self.model), n_samples=1,
+            make_mechanism(self.mechanism, plan=DissectionPlan([1], 0, model=self.model),  # type: ignore[arg-type]
+                           n_samples=1,
                            epsilon=self.epsilon, delta=self.delta, domain=self.domain, **opts)
 
     def _validate_bcd(self) -> None:
