@@ -133,7 +133,7 @@ def zero_sum_noise(taus: Sequence[float], shape: tuple[int, ...], rngs: Sequence
     return [v - total / S for v in e_hat], e_hat
 
 
-def aggregate_noise_std(taus: Sequence[float], weights: Sequence[float]) -> float:
+def aggregate_noise_std(taus: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray) -> float:
     """Std of sum_s w_s (e_s + g_s) per entry: sqrt(sum_t (w_t - 1/S)^2 tau_t^2 + sum_s w_s^2 tau_s^2 / S).
 
     The coefficient of e^_t is w_t - (1/S) sum_s w_s = w_t - 1/S; equal weights give tau/S (Lemma 1).
@@ -203,7 +203,7 @@ def site_coefficients(X: np.ndarray, y: np.ndarray, model: str, *, release_beta:
     return blocks
 
 
-def combine_releases(releases: Sequence[dict[str, np.ndarray]], weights: Sequence[float],
+def combine_releases(releases: Sequence[dict[str, np.ndarray]], weights: Sequence[float] | np.ndarray,
                      noise_std: dict[str, float], *, lambda_floor: float | None = None, beta: float = 0.0,
                      min_pos: int = 1, fallback: str = "raise") -> tuple[QuadraticObjective, Any, float]:
     """Aggregator side: Lambda^_j = sum_s w_s Lambda^_j^s, projection (spec §2.5) and w = -(1/2) M_+^{-1} alpha.

@@ -241,6 +241,8 @@ def align_in_process(id_lists: Sequence[Sequence[Any]], *, min_rows: int = 1) ->
     queue = [(o.to, o) for o in coordinator.start()]
     while queue:
         to, out = queue.pop(0)
+        if to is None:
+            raise ProtocolError("alignment message without a recipient")
         for reply in parties[to].on_message(out):
             queue.extend((o.to, o) for o in coordinator.on_message(to, reply))
     if not coordinator.done or not all(p.done for p in parties):
