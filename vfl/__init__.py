@@ -17,6 +17,8 @@ from vfl.exceptions import (
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.objective import QuadraticObjective
 from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
+from vfl.models.cape_djica import CapeDJICA
+from vfl.models.cape_pca import CapePCA
 from vfl.models.capefm import CapeFM
 from vfl.models.estimators import LinearRegression, LogisticRegression
 from vfl.privacy.accounting import PrivacyReport
@@ -25,7 +27,9 @@ from vfl.privacy.mechanisms import make_mechanism
 __version__ = "0.1.0"
 
 __all__ = [
+    "CapeDJICA",
     "CapeFM",
+    "CapePCA",
     "NoisyGradientDescent",
     "ObjectivePerturbation",
     "DataBoundsWarning",

@@ -6,5 +6,6 @@
 * :mod:`vfl.privacy.fixed_point` – the networked release on the fixed-point grid with exact discrete noise.
 * :mod:`vfl.privacy.accounting` – privacy reports and composition.
 * :mod:`vfl.privacy.cape_accounting` – CAPE noise shares and accounting.
+* :mod:`vfl.privacy.ica_accounting` – multi-round accounting (dp-accounting RDP/PLD, moments, strong composition).
 * :mod:`vfl.privacy.audit` – statistical privacy audit (``python -m vfl.privacy.audit``).
 """
