@@ -15,6 +15,14 @@ class DataValidationError(VFLError, ValueError):
     """Input data are malformed: NaN, wrong shape, mismatched rows, labels outside their set, ..."""
 
 
+class DataTypeError(DataValidationError, TypeError):
+    """Input data hold values that are not numbers (a dict, a string, ...)."""
+
+
+class NotFittedError(VFLError, ValueError, AttributeError):
+    """A model was used before ``fit`` (ValueError and AttributeError, like scikit-learn's)."""
+
+
 class PrivacyParameterError(VFLError, ValueError):
     """A privacy parameter is invalid (epsilon <= 0, delta outside (0, 1), classical calibration with eps >= 1)."""
 
@@ -53,6 +61,10 @@ class PrivacyLeakWarning(UserWarning):
 
 class DataBoundsWarning(PrivacyLeakWarning):
     """Clipping bounds were inferred from the private data instead of being declared publicly."""
+
+
+class DataConversionWarning(UserWarning):
+    """Input was converted (a column-vector y raveled to 1-D), as scikit-learn's warning of the same name."""
 
 
 class SlowBackendWarning(RuntimeWarning):

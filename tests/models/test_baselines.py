@@ -123,8 +123,13 @@ def test_noisy_gd_bad_parameters() -> None:
         NoisyGradientDescent(accounting="moments", bounds=(-1, 1)).fit(X, y)
     with pytest.raises(ConfigurationError, match="steps"):
         NoisyGradientDescent(steps=0, bounds=(-1, 1)).fit(X, y)
-    with pytest.raises(DataValidationError, match=r"\{0, 1\}"):
-        NoisyGradientDescent(bounds=(-1, 1)).fit(X, 2 * y - 1)
+    with pytest.raises(DataValidationError, match="3 classes"):
+        NoisyGradientDescent(bounds=(-1, 1)).fit(X, np.arange(len(y)) % 3)
+    # {-1, +1} labels are encoded as 0/1 through classes_ (spec pitfall 5): the same model as 0/1 labels
+    pm = NoisyGradientDescent(bounds=(-1, 1), random_state=3).fit(X, 2 * y - 1)
+    zo = NoisyGradientDescent(bounds=(-1, 1), random_state=3).fit(X, y)
+    np.testing.assert_array_equal(pm.coef_, zo.coef_)
+    assert list(pm.classes_) == [-1, 1]
     with pytest.raises(DataValidationError, match="model"):
         NoisyGradientDescent(model="poisson", bounds=(-1, 1)).fit(X, y)
 
@@ -162,8 +167,11 @@ def test_objective_perturbation_exact_minimiser_and_label_mapping() -> None:
     assert np.linalg.norm(grad) <= 1e-10
     rep = est.privacy_report_
     assert rep.epsilon == 1.0 and rep.delta is None and rep.mechanism == "objective-perturbation"
-    with pytest.raises(DataValidationError, match=r"\{0, 1\}"):
-        ObjectivePerturbation(bounds=(-1, 1)).fit(X, y_pm)
+    # {-1, +1} at the API is encoded through classes_ (never fed as-is): same model as {0, 1}
+    same = ObjectivePerturbation(bounds=(-1, 1), regularization=0.01, random_state=3).fit(X, y_pm)
+    np.testing.assert_array_equal(same.coef_unit_, est.coef_unit_)
+    with pytest.raises(DataValidationError, match="continuous"):
+        ObjectivePerturbation(bounds=(-1, 1)).fit(X, y_pm * 0.5 + 0.25)
 
 
 def test_objective_perturbation_converges_to_nonprivate_as_eps_grows() -> None:

@@ -6,7 +6,10 @@ FM sensitivities hold only on a public domain:
 * ``"l2"``   (D2, Tasnim et al. 2023; Chaudhuri et al. 2011): ||x||_2 <= 1.
 
 Raw columns are mapped to [-1, 1] with *declared* bounds (like diffprivlib's ``bounds``):
-x_unit = 2 (x - lo)/(hi - lo) - 1, a public affine map that keeps per-record sensitivity. For D2 each
+x_unit = 2 (x - lo)/(hi - lo) - 1, a public affine map that keeps per-record sensitivity. A model without
+intercept needs a *linear* map (the affine offset -1 - 2 lo/(hi - lo) would act as a hidden intercept):
+``symmetric=True`` maps by the pure scaling x_unit = x / m, m = max(|lo|, |hi|), i.e. with the symmetric
+bounds (-m, m) (values are still checked against the declared (lo, hi)). For D2 each
 party k then bounds its own block by r_k = sqrt(d_k/d) (sum_k r_k^2 = 1), either by the public scaling
 x^k / sqrt(d) (default; never active clipping) or by clipping rows x^k min(1, r_k/||x^k||).
 Bounds taken from the data leak (pitfall 2): that is allowed only with a :class:`DataBoundsWarning`.
@@ -69,6 +72,11 @@ class ColumnBounds:
     def to_list(self) -> list[list[float]]:
         return [[float(a), float(b)] for a, b in zip(self.lower, self.upper, strict=True)]
 
+    def symmetric(self) -> ColumnBounds:
+        """(-m, m), m = max(|lo|, |hi|): the unit map becomes the pure scaling x / m (no hidden intercept)."""
+        m = np.maximum(np.abs(self.lower), np.abs(self.upper))
+        return ColumnBounds(-m, m, from_data=self.from_data)
+
 
 def validate_domain(domain: str) -> Domain:
     if domain not in ("linf", "l2"):
@@ -126,11 +134,12 @@ def resolve_bounds(bounds: BoundsLike | ColumnBounds, X: np.ndarray,
 
 
 def to_unit_interval(X: np.ndarray, bounds: ColumnBounds, *, out_of_bounds: str = "raise",
-                     feature_names: Sequence[str] | None = None) -> np.ndarray:
+                     feature_names: Sequence[str] | None = None, symmetric: bool = False) -> np.ndarray:
     """Map each column from [lo, hi] to [-1, 1]; values outside the declared bounds raise or are clipped.
 
     Clipping to *declared* bounds is per-record and keeps the sensitivity; raising (default) tells the user
-    their bounds are wrong instead of silently distorting the data.
+    their bounds are wrong instead of silently distorting the data. ``symmetric``: the linear map x / m
+    (models without intercept; module docstring).
     """
     X = np.asarray(X, dtype=float)
     one_d = X.ndim == 1
@@ -147,13 +156,20 @@ def to_unit_interval(X: np.ndarray, bounds: ColumnBounds, *, out_of_bounds: str 
                 f"value {X2[r, c]:g} in {name} (row {r}) lies outside its declared bounds [{lo[c]:g}, {hi[c]:g}]"
             )
         X2 = np.clip(X2, lo, hi)
+    if symmetric:
+        lo, hi = -np.maximum(np.abs(lo), np.abs(hi)), np.maximum(np.abs(lo), np.abs(hi))
     U = 2.0 * (X2 - lo) / (hi - lo) - 1.0
     return U[:, 0] if one_d else U
 
 
-def from_unit_interval_coefficients(w_unit: np.ndarray, bounds: ColumnBounds, column_scale: np.ndarray | float = 1.0
-                                    ) -> tuple[np.ndarray, float]:
-    """Coefficients in original units for a model ``w . (s * u(x))`` with u the unit map: (coef, intercept)."""
+def from_unit_interval_coefficients(w_unit: np.ndarray, bounds: ColumnBounds, column_scale: np.ndarray | float = 1.0,
+                                    *, symmetric: bool = False) -> tuple[np.ndarray, float]:
+    """Coefficients in original units for a model ``w . (s * u(x))`` with u the unit map: (coef, intercept).
+
+    With ``symmetric`` (u(x) = x / m) the intercept is exactly 0.
+    """
+    if symmetric:
+        bounds = bounds.symmetric()
     w = np.asarray(w_unit, dtype=float) * column_scale
     width = bounds.upper - bounds.lower
     coef = 2.0 * w / width
@@ -179,15 +195,16 @@ def clip_rows(X: np.ndarray, radius: float) -> np.ndarray:
 
 def prepare_party_block(X_k: np.ndarray, *, bounds: ColumnBounds, domain: Domain, n_features_total: int,
                         radius: float | None = None, row_norm: str = "scale", out_of_bounds: str = "raise",
-                        feature_names: Sequence[str] | None = None) -> tuple[np.ndarray, float]:
+                        feature_names: Sequence[str] | None = None, symmetric: bool = False
+                        ) -> tuple[np.ndarray, float]:
     """Map one party's raw columns into its share of the public domain; returns (block, column_scale).
 
     ``linf``: unit interval only (scale 1). ``l2``: ``row_norm="scale"`` multiplies by 1/sqrt(d), which
     bounds ||x^k|| by r_k = sqrt(d_k/d) without clipping; ``row_norm="clip"`` clips rows to ``radius``
-    (default r_k) and returns scale 1.
+    (default r_k) and returns scale 1. ``symmetric``: the linear unit map (runs without intercept).
     """
     domain = validate_domain(domain)
-    U = to_unit_interval(X_k, bounds, out_of_bounds=out_of_bounds, feature_names=feature_names)
+    U = to_unit_interval(X_k, bounds, out_of_bounds=out_of_bounds, feature_names=feature_names, symmetric=symmetric)
     if domain == "linf":
         return U, 1.0
     d_k = U.shape[1]
@@ -201,8 +218,12 @@ def prepare_party_block(X_k: np.ndarray, *, bounds: ColumnBounds, domain: Domain
 
 
 def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] | None = None,
-                   out_of_bounds: str = "raise") -> tuple[np.ndarray, ColumnBounds | None]:
-    """Linear: map y from its declared bounds to [-1, 1]. Logistic: check y in {0, 1} (spec pitfall 5)."""
+                   out_of_bounds: str = "raise", symmetric: bool = False) -> tuple[np.ndarray, ColumnBounds | None]:
+    """Linear: map y from its declared bounds to [-1, 1]. Logistic: check y in {0, 1} (spec pitfall 5).
+
+    ``symmetric`` (no intercept): y / m, m = max(|lo|, |hi|); the returned bounds are then (-m, m), the ones
+    that map the model back (y = m * y_unit).
+    """
     y = np.asarray(y, dtype=float)
     if model == "logistic":
         from vfl.fm.objective import validate_labels
@@ -210,7 +231,9 @@ def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] |
         validate_labels(y, "logistic")
         return y, None
     yb = resolve_bounds(None if y_bounds is None else [tuple(y_bounds)], y[:, None], what="label")  # type: ignore[list-item]
-    return to_unit_interval(y[:, None], yb, out_of_bounds=out_of_bounds, feature_names=["label"])[:, 0], yb
+    y_unit = to_unit_interval(y[:, None], yb, out_of_bounds=out_of_bounds, feature_names=["label"],
+                              symmetric=symmetric)[:, 0]
+    return y_unit, (yb.symmetric() if symmetric else yb)
 
 
 FLOAT_MARGIN = 2.0**-48   # absorbs the float rounding of u/sqrt(d) and c*x (relative error <= 2^-50 per value)

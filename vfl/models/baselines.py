@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, DataValidationError, VFLError
+from vfl.exceptions import ConfigurationError, VFLError
 from vfl.fm.domain import (
     BoundsLike,
     ColumnBounds,
@@ -43,7 +43,9 @@ from vfl.fm.domain import (
     prepare_party_block,
     resolve_bounds,
 )
-from vfl.fm.objective import validate_labels, validate_model, validate_xy
+from vfl.fm.objective import validate_model
+from vfl.models.base import LinearModelBase, sigmoid
+from vfl.models.estimators import finish_report
 from vfl.privacy.accounting import (
     PrivacyReport,
     noisy_gd_epsilon_exact,
@@ -51,7 +53,7 @@ from vfl.privacy.accounting import (
     noisy_gd_sigma_for,
 )
 from vfl.privacy.calibration import validate_delta, validate_epsilon
-from vfl.rng import RandomState, is_seeded, make_rng
+from vfl.rng import RandomState, make_rng
 
 __all__ = [
     "NoisyGradientDescent",
@@ -90,95 +92,49 @@ def sample_objective_perturbation_noise(n_features: int, eps_pp: float, rng: np.
     return rng.gamma(shape=n_features, scale=2.0 / eps_pp) * direction
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+class _L2DomainEstimator(LinearModelBase):
+    """Shared plumbing: public bounds -> l2 domain, intercept column, coefficients back in original units.
 
-
-class _L2DomainEstimator:
-    """Shared plumbing: public bounds -> l2 domain, intercept column, coefficients back in original units."""
+    ``fit_intercept=False``: the pure scaling x / max(|lo|, |hi|) (no hidden intercept, ``intercept_ = 0``).
+    """
 
     _model = "logistic"
 
-    def get_params(self, deep: bool = True) -> dict:
-        import inspect
-
-        return {p: getattr(self, p) for p in inspect.signature(type(self).__init__).parameters if p != "self"}
-
-    def set_params(self, **params) -> _L2DomainEstimator:
-        valid = self.get_params()
-        for k, v in params.items():
-            if k not in valid:
-                raise ConfigurationError(f"unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
-
-    def _flag_data_bounds(self) -> None:
-        """Bounds inferred from the data void the guarantee (spec pitfall 2): the report says so."""
-        if self.bounds_.from_data:
-            self.privacy_report_.mark_data_dependent("the feature bounds")
-        y_bounds = getattr(self, "y_bounds_", None)
-        if y_bounds is not None and y_bounds.from_data:
-            self.privacy_report_.mark_data_dependent("the label bounds")
+    def _finish_report(self) -> None:
+        """Randomness source, fixed seed and data-derived bounds (spec pitfall 2) decide formal_dp."""
+        finish_report(self.privacy_report_, self.random_state, [self.bounds_, getattr(self, "y_bounds_", None)],
+                      ["the feature bounds", "the label bounds"])
 
     def _prepare(self, X, y, feature_names: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray]:
-        if feature_names is None and hasattr(X, "columns"):
-            feature_names = [str(c) for c in X.columns]
-        X, y = validate_xy(X, y)
+        X, y, feature_names = self._validate_fit_input(X, y, feature_names)
         self.bounds_: ColumnBounds = resolve_bounds(self.bounds, X, feature_names)
         d = X.shape[1] + (1 if self.fit_intercept else 0)
         U, scale = prepare_party_block(X, bounds=self.bounds_, domain="l2", n_features_total=d, row_norm="scale",
-                                       out_of_bounds=self.out_of_bounds, feature_names=feature_names)
+                                       out_of_bounds=self.out_of_bounds, feature_names=feature_names,
+                                       symmetric=not self.fit_intercept)
         self._col_scale = scale
         self._icpt_value = 1.0 / math.sqrt(d)
         if self.fit_intercept:
             U = np.hstack([U, np.full((U.shape[0], 1), self._icpt_value)])
-        self.n_features_in_ = X.shape[1]
         if self._model == "logistic":
-            validate_labels(y, "logistic")
-            self.classes_ = np.array([0, 1])
             return U, y
-        y_unit, self.y_bounds_ = prepare_labels(y, "linear", y_bounds=self.y_bounds, out_of_bounds=self.out_of_bounds)
+        y_unit, self.y_bounds_ = prepare_labels(y, "linear", y_bounds=self.y_bounds, out_of_bounds=self.out_of_bounds,
+                                                symmetric=not self.fit_intercept)
         return U, y_unit
 
     def _set_coefficients(self, w: np.ndarray) -> None:
         self.coef_unit_ = w
         p = self.n_features_in_
-        coef, icpt = from_unit_interval_coefficients(w[:p], self.bounds_, self._col_scale)
+        coef, icpt = from_unit_interval_coefficients(w[:p], self.bounds_, self._col_scale,
+                                                     symmetric=not self.fit_intercept)
         if self.fit_intercept:
             icpt += float(w[-1] * self._icpt_value)
         if self._model == "linear":
             lo, hi = float(self.y_bounds_.lower[0]), float(self.y_bounds_.upper[0])
             half = (hi - lo) / 2.0
-            coef, icpt = half * coef, lo + half * (1.0 + icpt)
+            coef, icpt = half * coef, (lo + half * (1.0 + icpt) if self.fit_intercept else 0.0)
         self.coef_ = coef
         self.intercept_ = float(icpt)
-
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "coef_"):
-            raise ConfigurationError("this estimator is not fitted yet: call fit(X, y) first")
-        X, _ = validate_xy(X)
-        if X.shape[1] != self.n_features_in_:
-            raise DataValidationError(f"X has {X.shape[1]} columns, the model was fitted on {self.n_features_in_}")
-        return X @ self.coef_ + self.intercept_
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        if self._model != "logistic":
-            raise ConfigurationError("predict_proba is only defined for logistic regression")
-        p1 = _sigmoid(self.decision_function(X))
-        return np.column_stack([1.0 - p1, p1])
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        z = self.decision_function(X)
-        return (z >= 0.0).astype(int) if self._model == "logistic" else z
-
-    def score(self, X: np.ndarray, y: np.ndarray) -> float:
-        """Accuracy (logistic) or R^2 (linear)."""
-        X, y = validate_xy(X, y)
-        if self._model == "logistic":
-            return float(np.mean(self.predict(X) == y))
-        r = y - self.predict(X)
-        tss = float(((y - y.mean()) ** 2).sum())
-        return 1.0 - float(r @ r) / tss if tss > 0 else float("nan")
 
 
 # ------------------------------------------------------------------------------ noisy gradient descent
@@ -211,7 +167,7 @@ class NoisyGradientDescent(_L2DomainEstimator):
     def _per_row_gradients(self, U: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
         z = U @ w
         if self._model == "logistic":
-            return (_sigmoid(z) - y)[:, None] * U          # norm <= 1 on D2: never clipped
+            return (sigmoid(z) - y)[:, None] * U          # norm <= 1 on D2: never clipped
         G = (2.0 * (z - y))[:, None] * U
         norms = np.linalg.norm(G, axis=1)
         return G * np.minimum(1.0, self.clip / np.maximum(norms, np.finfo(float).tiny))[:, None]
@@ -244,7 +200,7 @@ class NoisyGradientDescent(_L2DomainEstimator):
         w = np.zeros(d)
         for _ in range(steps):
             if self._model == "logistic":   # ||grad|| <= 1 on D2: no clipping, no per-row gradient matrix
-                mean_grad = U.T @ (_sigmoid(U @ w) - y_in) / n
+                mean_grad = U.T @ (sigmoid(U @ w) - y_in) / n
             else:
                 mean_grad = self._per_row_gradients(U, y_in, w).mean(axis=0)
             g = mean_grad + rng.normal(0.0, tau, size=d)
@@ -258,13 +214,12 @@ class NoisyGradientDescent(_L2DomainEstimator):
             "noisy-gd", self._model, eps, eps_exact, delta, domain="l2 (||x||_2 <= 1)",
             calibration=f"{self.accounting} accounting over T={steps} Gaussian steps",
             sensitivities={"L2 per step (2C/N)": sensitivity}, noise_scales={"tau": tau},
-            seeded=is_seeded(self.random_state),
             notes=["T-fold composition is one Gaussian mechanism with mu = sqrt(T) Delta/tau (exact epsilon)",
                    f"RDP bound (Mironov 2017, optimal order) for the same noise: epsilon = {eps_rdp:.4g}"],
             extra={"steps": steps, "learning_rate": eta, "clip": self.clip, "epsilon_exact": eps_exact,
                    "epsilon_rdp": eps_rdp},
         )
-        self._flag_data_bounds()
+        self._finish_report()
         return self
 
 
@@ -298,7 +253,7 @@ class ObjectivePerturbation(_L2DomainEstimator):
         n = U.shape[0]
         m = y_pm * (U @ w)
         value = float(np.mean(np.logaddexp(0.0, -m)) + 0.5 * ridge * (w @ w) + (b @ w) / n)
-        s = _sigmoid(-m)                               # -l'(m)
+        s = sigmoid(-m)                               # -l'(m)
         grad = -(U.T @ (y_pm * s)) / n + ridge * w + b / n
         curv = s * (1.0 - s)
         hess = (U.T * curv) @ U / n + ridge * np.eye(w.size)
@@ -345,10 +300,10 @@ class ObjectivePerturbation(_L2DomainEstimator):
         self.privacy_report_ = PrivacyReport(
             "objective-perturbation", "logistic", eps, eps, None, domain="l2 (||x||_2 <= 1)",
             calibration="Chaudhuri et al. 2011 Alg. 2 (c = 1/4)",
-            noise_scales={"epsilon_pp": eps_pp, "gamma_scale": 2.0 / eps_pp}, seeded=is_seeded(self.random_state),
+            noise_scales={"epsilon_pp": eps_pp, "gamma_scale": 2.0 / eps_pp},
             notes=["pure epsilon-DP for the exact minimiser (solved to gradient norm <= tol)",
                    "labels {0,1} mapped to {-1,+1} internally"],
             extra={"regularization": lam, "Delta_r": delta_r, "tol": self.tol},
         )
-        self._flag_data_bounds()
+        self._finish_report()
         return self

@@ -51,12 +51,15 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from vfl.exceptions import DataValidationError, DPBCDAbort, PrivacyParameterError
+from vfl.privacy.accounting import DP_BCD_REASON, NO_FORMAL_GUARANTEE, apply_formal_dp, formal_dp_status
 from vfl.rng import RandomState, is_seeded, make_rng, spawn
 
 __all__ = [
     "ABORT_RULES",
     "NOISE_CALIBRATIONS",
     "FORMAL_DP_REASON",
+    "bcd_privacy_report",
+    "dp_bcd_notes",
     "QRLeastSquares",
     "least_squares_step",
     "sample_dp_bcd_noise",
@@ -78,10 +81,8 @@ __all__ = [
 
 ABORT_RULES = ("paper", "resample", "ignore")
 NOISE_CALIBRATIONS = ("half-normal", "gaussian-vector")
-FORMAL_DP_REASON = (
-    "DP-BCD is locally-sensitive DP over a tiny universe with data-dependent noise, and the receiving "
-    "party learns X*beta~ = v_in - v_out exactly (spec 4.5), so no formal (eps, delta)-DP guarantee holds"
-)
+FORMAL_DP_REASON = DP_BCD_REASON
+NO_FORMAL_GUARANTEE_BCD = NO_FORMAL_GUARANTEE["bcd"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -408,6 +409,34 @@ class LedgerEntry:
     epsilon: float
 
 
+def dp_bcd_notes(abort_rule: str, noise_calibration: str, tol: float | None, *,
+                 relayed: bool = False) -> tuple[str, ...]:
+    """The caveats every DP-BCD report carries (in-process and networked: one list)."""
+    notes = []
+    if relayed:
+        notes.append("remainders are relayed by the coordinator, which sees them as the receiving party does")
+    if abort_rule == "resample":
+        notes.append("abort_rule='resample' releases the conditional noise distribution; not covered by eps'")
+    if abort_rule == "ignore":
+        notes.append("abort_rule='ignore' skips the utility check of Alg. 2; utility study only")
+    if noise_calibration == "gaussian-vector":
+        notes.append("noise_calibration='gaussian-vector' reads eq. (12) literally (no Jacobian)")
+    if tol is not None:
+        notes.append("the data-dependent stopping decision (tol) is a release the paper's accounting omits")
+    return tuple(notes)
+
+
+def bcd_privacy_report(*, relayed: bool = False, tol: float | None = None) -> dict:
+    """Report of plain (noise-free) BCD: formal_dp decided by the one rule (always false: no noise)."""
+    notes = ["BCD adds no noise: the model and every remainder reveal the data"]
+    if relayed:
+        notes.append("remainders are relayed by the coordinator, which sees them as the receiving party does")
+    if tol is not None:
+        notes.append("the data-dependent stopping decision (tol) is a release")
+    return apply_formal_dp({"mechanism": "bcd", "epsilon": None, "notes": notes,
+                            "reason": NO_FORMAL_GUARANTEE_BCD}, "bcd")
+
+
 @dataclass(frozen=True)
 class DPBCDPrivacyReport:
     """Privacy statement of a DP-BCD run (spec 4.3-4.5). ``formal_dp`` is always False."""
@@ -425,6 +454,12 @@ class DPBCDPrivacyReport:
     notes: tuple[str, ...] = ()
     formal_dp: bool = False
     reason: str = FORMAL_DP_REASON
+    formal_dp_reasons: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:  # decided by the one rule (vfl.privacy.accounting.formal_dp_status)
+        formal, reasons = formal_dp_status("dp-bcd", seeded=self.seeded)
+        object.__setattr__(self, "formal_dp", formal)
+        object.__setattr__(self, "formal_dp_reasons", tuple(reasons))
 
     @property
     def epsilon_spent_nominal(self) -> float:
@@ -440,6 +475,7 @@ class DPBCDPrivacyReport:
         out = asdict(self)
         out["ledger"] = [asdict(e) for e in self.ledger]
         out["notes"] = list(self.notes)
+        out["formal_dp_reasons"] = list(self.formal_dp_reasons)
         out["messages_sent"] = len(self.ledger)
         out["epsilon_spent_nominal"] = self.epsilon_spent_nominal
         out["epsilon_conservative"] = self.epsilon_conservative
@@ -551,21 +587,13 @@ def run_dp_bcd(
             break
         rss_previous = rss
 
-    notes = []
-    if abort_rule == "resample":
-        notes.append("abort_rule='resample' releases the conditional noise distribution; not covered by eps'")
-    if abort_rule == "ignore":
-        notes.append("abort_rule='ignore' skips the utility check of Alg. 2; utility study only")
-    if noise_calibration == "gaussian-vector":
-        notes.append("noise_calibration='gaussian-vector' reads eq. (12) literally (no Jacobian)")
-    if tol is not None:
-        notes.append("the data-dependent stopping decision (tol) is a release the paper's accounting omits")
+    notes = dp_bcd_notes(abort_rule, noise_calibration, tol)
     privacy = DPBCDPrivacyReport(
         epsilon_nominal=float(epsilon), epsilon_per_message=eps_r, messages_planned=k * rounds,
         ledger=tuple(ledger), gamma=float(gamma), rounds=int(rounds), parties=k, abort_rule=abort_rule,
         noise_calibration=noise_calibration,
         seeded=is_seeded(random_state if not isinstance(random_state, Sequence) else random_state[0]),
-        notes=tuple(notes),
+        notes=notes,
     )
     reference_rounds = rounds if abort_reason is not None else rounds_run  # the planned T after an abort
     r2_star = run_bcd(blocks, y, rounds=reference_rounds, label_party=label_party).r2

@@ -42,6 +42,7 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning, PrivacyParameterError
 from vfl.fm.objective import QuadraticObjective, fm_objective, validate_labels, validate_xy
 from vfl.fm.solver import solve_details
+from vfl.privacy.accounting import apply_formal_dp
 from vfl.privacy.calibration import calibrate_mu, classical_sigma, delta_gaussian, validate_delta, validate_epsilon
 from vfl.privacy.cape_accounting import (
     cape_sigma_z,
@@ -52,7 +53,7 @@ from vfl.privacy.cape_accounting import (
     worst_case_q,
 )
 from vfl.privacy.sensitivity import gaussian_sensitivities
-from vfl.rng import RandomState, is_seeded, make_rng, spawn
+from vfl.rng import RandomState, is_seeded, make_rng, randomness_source, spawn
 from vfl.secure.aggregation import secure_sum
 
 __all__ = [
@@ -224,9 +225,12 @@ def combine_releases(releases: Sequence[dict[str, np.ndarray]], weights: Sequenc
 def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n_rows: np.ndarray,
                    weights: np.ndarray, sens: dict[str, np.ndarray], taus: dict[str, np.ndarray], info: dict[str, Any],
                    noise_std: dict[str, float], lambda_floor: float, n_floored: int, *, noise: bool | str = True,
-                   seeded: bool = False, dropout: str = "no dropout recovery (a missing site aborts the run)"
-                   ) -> dict[str, Any]:
+                   seeded: bool = False, dropout: str = "no dropout recovery (a missing site aborts the run)",
+                   randomness: str | None = None) -> dict[str, Any]:
     """The capeFM privacy report (per-site eps and delta with the corrected kappa; spec §3.3-3.4).
+
+    ``formal_dp``/``formal_dp_reasons`` come from the one rule (:func:`vfl.privacy.accounting.formal_dp_status`):
+    false when the noise was disabled or drawn from a fixed seed.
 
     ``noise`` False (or a test mode string) means the noise was disabled: ``true_epsilon`` is then inf in process
     (None once serialised by the networked runs, where JSON has no infinity).
@@ -234,7 +238,7 @@ def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n
     N = int(np.sum(n_rows))
     release_beta = "beta" in sens
     pooled = {k: float(gaussian_sensitivities(model, N, release_beta=release_beta)[k]) for k in sens}
-    return {
+    report = {
         "mechanism": "capeFM", "model": model, "calibration": calibration,
         "noise": noise, "claimed_epsilon": epsilon, "delta": delta,
         **info,
@@ -250,6 +254,9 @@ def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n
         "threat_model": "honest-but-curious sites and aggregator; aggregator + n_colluders sites may collude; "
                         + dropout,
     }
+    if randomness is not None:
+        report["randomness"] = randomness
+    return apply_formal_dp(report, "capeFM", noise=noise is True, seeded=seeded)
 
 
 class CapeFM:
@@ -340,7 +347,8 @@ class CapeFM:
         self.solve_result_ = result
         self.privacy_report_ = cape_fm_report(
             self.model, self.calibration, self.epsilon, self.delta, n_rows, weights, sens, taus, info, noise_std,
-            floor, result.n_floored, noise=self.add_noise, seeded=is_seeded(self.random_state))
+            floor, result.n_floored, noise=self.add_noise, seeded=is_seeded(self.random_state),
+            randomness=randomness_source(self.random_state))
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:

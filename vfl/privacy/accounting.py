@@ -3,18 +3,31 @@
 A :class:`PrivacyReport` states the guarantee of one whole release: global (eps, delta), the
 neighbouring relation, per-party eps^(k), the paper-claimed epsilon next to the true one, and notes.
 Noisy gradient descent gets exact (Gaussian-DP composition) and RDP accounting.
+
+**The one formal_dp rule** (:func:`formal_dp_status`; every report path calls it): a report says
+``formal_dp: true`` only when (1) the mechanism has a formal (eps, delta)-DP proof and added its noise,
+(2) no bound (feature or label clipping bounds) was taken from the private data (spec pitfall 2), and
+(3) the noise came from OS entropy, not a fixed seed (noise anyone can regenerate can be subtracted).
+Otherwise ``formal_dp: false`` and ``formal_dp_reasons`` lists every reason that applies.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vfl.privacy.calibration import calibrate_mu, epsilon_of, validate_delta
 
 __all__ = [
+    "FORMAL_DP_RULE",
+    "NO_FORMAL_GUARANTEE",
+    "DP_BCD_REASON",
+    "SEEDED_REASON",
+    "formal_dp_status",
+    "apply_formal_dp",
     "PartyPrivacy",
     "PrivacyReport",
     "NEIGHBOURING",
@@ -28,6 +41,53 @@ __all__ = [
 ]
 
 NEIGHBOURING = "bounded DP: replace one row (features of every party and the label); N and the row alignment are public"
+
+
+FORMAL_DP_RULE = (
+    "formal_dp is true only when the mechanism has a formal (eps, delta)-DP proof and added its noise, every "
+    "bound was declared publicly (none taken from the data), and the noise came from OS entropy (no fixed seed)"
+)
+DP_BCD_REASON = (
+    "DP-BCD is locally-sensitive DP over a tiny universe with data-dependent noise, and the receiving "
+    "party learns X*beta~ = v_in - v_out exactly (spec 4.5), so no formal (eps, delta)-DP guarantee holds"
+)
+SEEDED_REASON = "the noise was drawn from a fixed seed (random_state): anyone with the seed can remove it"
+NO_FORMAL_GUARANTEE: dict[str, str] = {
+    "none": "mechanism 'none' adds no noise: the model reveals its training data",
+    "bcd": "BCD adds no noise: the model and every remainder reveal the data",
+    "dp-bcd": DP_BCD_REASON,
+}
+
+
+def formal_dp_status(mechanism: str, *, noise: bool = True, data_dependent: Sequence[str] = (),
+                     seeded: bool = False, other_reasons: Sequence[str] = ()) -> tuple[bool, list[str]]:
+    """THE rule deciding ``formal_dp`` for every report (module docstring); returns (formal_dp, reasons).
+
+    ``mechanism``: its name (``"none"``, ``"bcd"``, ``"dp-bcd"`` have no formal guarantee, see
+    :data:`NO_FORMAL_GUARANTEE`); ``noise``: False when a noisy mechanism was run without noise;
+    ``data_dependent``: what came from the private data (e.g. ``"the feature bounds"``); ``seeded``: a fixed
+    seed was used; ``other_reasons``: further reasons a caller already recorded (kept, deduplicated).
+    """
+    reasons: list[str] = []
+    if mechanism in NO_FORMAL_GUARANTEE:
+        reasons.append(NO_FORMAL_GUARANTEE[mechanism])
+    elif not noise:
+        reasons.append(f"{mechanism} was run without noise")
+    reasons += [f"{what} were taken from the private data (spec pitfall 2)" for what in data_dependent]
+    if seeded:
+        reasons.append(SEEDED_REASON)
+    reasons += [r for r in other_reasons if r not in reasons]
+    return (not reasons, reasons)
+
+
+def apply_formal_dp(report: dict[str, Any], mechanism: str, *, noise: bool = True,
+                    data_dependent: Sequence[str] = (), seeded: bool = False) -> dict[str, Any]:
+    """Set ``formal_dp``/``formal_dp_reasons`` of a dict report (capeFM, BCD) by :func:`formal_dp_status`."""
+    previous = [r for r in report.get("formal_dp_reasons", []) if isinstance(r, str)]
+    report["formal_dp"], report["formal_dp_reasons"] = formal_dp_status(
+        mechanism, noise=noise, data_dependent=data_dependent, seeded=seeded, other_reasons=previous)
+    report["seeded"] = bool(seeded or report.get("seeded", False))
+    return report
 
 
 @dataclass
@@ -44,7 +104,12 @@ class PartyPrivacy:
 
 @dataclass
 class PrivacyReport:
-    """What a release guarantees. ``epsilon`` is the true guarantee; ``epsilon_claimed`` what was asked for."""
+    """What a release guarantees. ``epsilon`` is the true guarantee; ``epsilon_claimed`` what was asked for.
+
+    ``formal_dp`` and ``formal_dp_reasons`` are decided by :func:`formal_dp_status` from ``mechanism``,
+    ``seeded`` and ``data_dependent`` (never set by hand); :meth:`mark_data_dependent` and
+    :meth:`mark_seeded` re-decide. A ``formal_dp=False`` passed in (a stored report) is kept.
+    """
 
     mechanism: str
     model: str
@@ -61,14 +126,36 @@ class PrivacyReport:
     seeded: bool = False
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    data_dependent: list[str] = field(default_factory=list)
+    formal_dp_reasons: list[str] = field(default_factory=list)
+    randomness: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.formal_dp and not self.formal_dp_reasons:  # a stored report that said no, without reasons
+            self.formal_dp_reasons = ["the stored report recorded formal_dp: false"]
+        self._decide()
+
+    def _decide(self) -> None:
+        self.formal_dp, self.formal_dp_reasons = formal_dp_status(
+            self.mechanism, noise=True, data_dependent=self.data_dependent, seeded=self.seeded,
+            other_reasons=self.formal_dp_reasons)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def mark_data_dependent(self, what: str) -> None:
         """Bounds taken from the private data (spec pitfall 2): no formal guarantee; say what leaked."""
-        self.formal_dp = False
-        self.notes.append(f"{what} were taken from the private data: NOT differentially private")
+        if what not in self.data_dependent:
+            self.data_dependent.append(what)
+            self.notes.append(f"{what} were taken from the private data: NOT differentially private")
+        self._decide()
+
+    def mark_seeded(self, source: str | None = None) -> None:
+        """The noise came from a fixed seed (reproducible): no formal guarantee."""
+        self.seeded = True
+        if source is not None:
+            self.randomness = source
+        self._decide()
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), **kwargs)
@@ -79,7 +166,7 @@ class PrivacyReport:
 
         lines = [f"Privacy report: {self.mechanism} ({self.model} regression)"]
         if not self.formal_dp:
-            lines.append("  formal DP guarantee: NO")
+            lines.append("  formal DP guarantee: NO (" + "; ".join(self.formal_dp_reasons) + ")")
         if self.epsilon is None:
             lines.append("  no noise: no differential privacy")
         else:
@@ -104,6 +191,8 @@ class PrivacyReport:
             lines.append(f"  party {p.party} ({p.name}): epsilon^(k) = {fmt(p.epsilon)}{extra}")
         if self.seeded:
             lines.append("  WARNING: noise drawn from a fixed seed (reproducible experiment, not for release)")
+        if self.randomness:
+            lines.append(f"  randomness: {self.randomness}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -113,7 +113,7 @@ class Mechanism:
         return self.diagonal_std * math.sqrt(self.plan.n_features)
 
     def privacy_report(self) -> PrivacyReport:
-        return PrivacyReport(self.name, self.model, None, None, None, formal_dp=False, domain=self.domain,
+        return PrivacyReport(self.name, self.model, None, None, None, domain=self.domain,
                              notes=["mechanism 'none' adds no noise: the model reveals its training data"])
 
 
