@@ -203,3 +203,61 @@ def test_bounds_from_data_void_formal_dp_in_every_report():
     assert not inferred.privacy_report_.formal_dp and not gd.privacy_report_.formal_dp
     assert any("NOT differentially private" in n for n in inferred.privacy_report_.notes)
     assert declared.privacy_report_.formal_dp
+
+
+# ------------------------------------------------------------------ issue 13 item 1: fit_intercept=False
+def _asymmetric_data(seed: int, n: int = 2000, d: int = 20):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 3.0, size=(n, d))            # asymmetric: the affine unit map has an offset
+    w = rng.normal(size=d)
+    y_lin = X @ w + 0.2 * rng.normal(size=n) + 1.5      # a true intercept the model must NOT absorb
+    z = X @ (w / 4) - 0.2 * np.sum(w)
+    y_log = (z + rng.logistic(size=n) > 0).astype(int)
+    return X, y_lin, y_log
+
+
+@pytest.mark.parametrize("bounds", [None, (-1.0, 3.0)], ids=["data-bounds", "declared-asymmetric"])
+@pytest.mark.parametrize("domain", ["linf", "l2"])
+def test_no_intercept_linear_equals_lstsq_through_origin(bounds, domain: str) -> None:
+    """Regression (issue 13): the affine unit map re-introduced an intercept (0.056 off, intercept_ -0.0115)."""
+    X, y, _ = _asymmetric_data(0)
+    y_bounds = None if bounds is None else (float(y.min()) - 1.0, float(y.max()) + 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataBoundsWarning)
+        est = vfl.LinearRegression(mechanism="none", fit_intercept=False, bounds=bounds, y_bounds=y_bounds,
+                                   domain=domain).fit(X, y)
+    ref = np.linalg.lstsq(X, y, rcond=None)[0]
+    np.testing.assert_allclose(est.coef_, ref, rtol=0, atol=1e-6)
+    assert est.intercept_ == 0.0
+    np.testing.assert_allclose(est.predict(X), X @ ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("bounds", [None, (-1.0, 3.0)], ids=["data-bounds", "declared-asymmetric"])
+def test_no_intercept_logistic_equals_taylor_minimiser_through_origin(bounds) -> None:
+    X, _, y = _asymmetric_data(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataBoundsWarning)
+        est = vfl.LogisticRegression(mechanism="none", fit_intercept=False, bounds=bounds).fit(X, y)
+    n = X.shape[0]
+    ref = -0.5 * np.linalg.solve(X.T @ X / (8 * n), X.T @ (0.5 - y) / n)   # Taylor FM minimiser on raw X
+    np.testing.assert_allclose(est.coef_, ref, rtol=0, atol=1e-6)
+    assert est.intercept_ == 0.0
+
+
+def test_no_intercept_baselines_have_zero_intercept() -> None:
+    from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
+
+    X, y_lin, y_log = _asymmetric_data(2, n=300, d=4)
+    for est, y in [(NoisyGradientDescent(model="linear", steps=5, bounds=(-1.0, 3.0), y_bounds=(-40.0, 40.0),
+                                         fit_intercept=False), y_lin),
+                   (ObjectivePerturbation(bounds=(-1.0, 3.0), fit_intercept=False), y_log)]:
+        est.fit(X, y)
+        assert est.intercept_ == 0.0
+        np.testing.assert_allclose(est.predict(X) if est._model == "linear" else est._decision(X), X @ est.coef_)
+
+
+def test_no_intercept_out_of_bounds_still_checked_against_declared_bounds() -> None:
+    X, y, _ = _asymmetric_data(3, n=50, d=3)
+    with pytest.raises(DataValidationError, match=r"outside its declared bounds \[-1, 2\]"):
+        vfl.LinearRegression(mechanism="none", fit_intercept=False, bounds=(-1.0, 2.0),
+                             y_bounds=(-100.0, 100.0)).fit(X, y)

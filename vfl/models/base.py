@@ -13,6 +13,7 @@ scikit-learn itself is not needed at run time (only ``__sklearn_tags__`` imports
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 from typing import Any
 
@@ -57,6 +58,10 @@ def check_features(X: Any) -> np.ndarray:
             arr = arr.astype(float)
         except (TypeError, ValueError) as exc:
             raise DataTypeError(f"X must contain only numbers ({exc})") from None
+    if arr.ndim == 1:
+        raise DataValidationError(f"X must be a 2-D array (rows x features), got shape {arr.shape}. Reshape your data "
+                                  "either using array.reshape(-1, 1) if your data has a single feature or "
+                                  "array.reshape(1, -1) if it contains a single sample.")
     if arr.ndim == 2 and arr.shape[1] == 0:
         raise DataValidationError(f"0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
     if arr.ndim == 2 and arr.shape[0] == 0:
@@ -117,8 +122,8 @@ def encode_binary_labels(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise DataValidationError(f"logistic regression needs samples of 2 classes, but the data contain only one "
                                   f"class: {classes.tolist()}")
     if classes.size > 2:
-        raise DataValidationError(f"logistic regression here is binary: found {classes.size} classes "
-                                  f"{classes[:5].tolist()} (multiclass targets are not supported)")
+        raise DataValidationError(f"Only binary classification is supported. Logistic regression here is binary: "
+                                  f"found {classes.size} classes {classes[:5].tolist()}")
     return classes, (y == classes[1]).astype(float)
 
 
@@ -205,7 +210,7 @@ class LinearModelBase:
 
     def _check_is_fitted(self) -> None:
         if not hasattr(self, "coef_"):
-            raise NotFittedError(f"this {type(self).__name__} instance is not fitted yet: call fit(X, y) first")
+            raise _not_fitted_error(f"this {type(self).__name__} instance is not fitted yet: call fit(X, y) first")
 
     def _validate_predict_input(self, X: Any) -> np.ndarray:
         self._check_is_fitted()
@@ -218,13 +223,20 @@ class LinearModelBase:
         return X
 
     # -------------------------------------------------------------- the model
-    def decision_function(self, X: Any) -> np.ndarray:
+    def _decision(self, X: Any) -> np.ndarray:
         """z = X coef_ + intercept_ in original units."""
         return self._validate_predict_input(X) @ self.coef_ + self.intercept_
 
+    @property
+    def decision_function(self) -> Any:
+        """Logistic only: z = X coef_ + intercept_, the log-odds of classes_[1] (linear models use predict)."""
+        if not self._is_classifier():
+            raise AttributeError(f"{type(self).__name__} with a linear model has no decision_function: use predict")
+        return self._decision
+
     def predict(self, X: Any) -> np.ndarray:
         """Linear: z. Logistic: classes_[1] where z >= 0 (P >= 1/2), else classes_[0]."""
-        z = self.decision_function(X)
+        z = self._decision(X)
         if self._is_classifier():
             return self.classes_[(z >= 0.0).astype(int)]
         return z
@@ -237,7 +249,7 @@ class LinearModelBase:
         return self._predict_proba
 
     def _predict_proba(self, X: Any) -> np.ndarray:
-        p1 = sigmoid(self.decision_function(X))
+        p1 = sigmoid(self._decision(X))
         return np.column_stack([1.0 - p1, p1])
 
     def score(self, X: Any, y: Any) -> float:
@@ -249,6 +261,20 @@ class LinearModelBase:
                 y = y[:, 0]
             return float(np.mean(y_hat == y))
         return r2_score(check_target(y, y_hat.shape[0]), y_hat)
+
+
+_SKLEARN_NOT_FITTED: dict[type, type] = {}
+
+
+def _not_fitted_error(message: str) -> NotFittedError:
+    """Our NotFittedError; when scikit-learn is loaded, also an instance of sklearn's (its tools catch that)."""
+    sk = sys.modules.get("sklearn.exceptions")
+    if sk is None:
+        return NotFittedError(message)
+    base = sk.NotFittedError
+    if base not in _SKLEARN_NOT_FITTED:
+        _SKLEARN_NOT_FITTED[base] = type("NotFittedError", (NotFittedError, base), {"__module__": __name__})
+    return _SKLEARN_NOT_FITTED[base](message)
 
 
 def _column_names(X: Any) -> list[str] | None:
