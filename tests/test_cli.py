@@ -181,3 +181,30 @@ def test_demo_stops_the_other_processes_as_soon_as_one_fails():
     assert all(p.poll() is not None for p in sleepers)
     ok = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]
     assert wait_all(ok, timeout=60) == [0, 0]
+
+
+@pytest.mark.parametrize("model_text, data_text, text", [
+    (None, "x3,x2,other\n1,0,7\n", "unknown feature(s) 'x1'"),
+    ("{not json", "x3,x2,x1\n1,0,7\n", "is not valid JSON"),
+    ('{"model": "linear"}', "x3,x2,x1\n1,0,7\n", "not a vfl-model/1 model file"),
+    ("[1, 2]", "x3,x2,x1\n1,0,7\n", "not a vfl-model/1 model file"),
+    (None, "x3,x2,x1\n1,nan,7\n", "'nan' is not finite"),
+    (None, "x3,x2,x1\n1,abc,7\n", "'abc' is not a number"),
+])
+def test_predict_user_errors_are_one_line_and_print_nothing(tmp_path, capsys, model_text, data_text, text):
+    """`vfl predict` with a wrong data file or a broken model file: exit 2, one line, no predictions printed."""
+    path = tmp_path / "model.json"
+    if model_text is None:
+        parties = [PartyColumns("a", ["x1", "x2"], [[0, 10], [-1, 1]], 0.5, True), PartyColumns("b", ["x3"], [[0, 2]])]
+        FittedModel("linear", "none", parties, np.array([0.2, -0.4, 0.6]), [0.0, 100.0], {"mechanism": "none"},
+                    3).to_json(path)
+    else:
+        path.write_text(model_text)
+    data = tmp_path / "data.csv"
+    data.write_text(data_text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, out, err = _run(capsys, "predict", "--model", str(path), "--data", str(data))
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vfl: error:") and text in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
