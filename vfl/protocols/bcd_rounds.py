@@ -31,11 +31,12 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DPBCDAbort, ProtocolError
 from vfl.models.bcd import (
-    FORMAL_DP_REASON,
     DPBCDPrivacyReport,
     LedgerEntry,
     QRLeastSquares,
     _converged,
+    bcd_privacy_report,
+    dp_bcd_notes,
     dp_bcd_step,
     least_squares_step,
     per_message_epsilon,
@@ -164,20 +165,17 @@ class BCDCoordinator:
     def finish(self) -> BCDRelease:
         s = self.settings
         w = np.concatenate([self.coefs[i] for i in range(self.k)])
-        notes: tuple[str, ...] = ("remainders are relayed by the coordinator, which sees them as the receiving "
-                                  "party does",)
-        if s.tol is not None:
-            notes += ("the data-dependent stopping decision (tol) is a release the paper's accounting omits",)
+        # the same report builders as the in-process runs (vfl.models.bcd), so the caveats and formal_dp (the one
+        # rule, vfl.privacy.accounting.formal_dp_status) cannot drift apart
         if s.mechanism == "dp-bcd":
             p = self.params
+            notes = dp_bcd_notes(p.abort_rule, p.noise_calibration, s.tol, relayed=True)
             report = DPBCDPrivacyReport(float(s.epsilon), self.eps_r, self.k * s.rounds,  # type: ignore[arg-type]
                                         tuple(self.ledger), float(s.gamma), s.rounds, self.k, p.abort_rule,
                                         p.noise_calibration, self.seeded, notes=notes).to_dict()
             report["mechanism"] = "dp-bcd"
         else:
-            report = {"mechanism": "bcd", "formal_dp": False, "epsilon": None,
-                      "notes": ["BCD adds no noise: the model and every remainder reveal the data"],
-                      "reason": FORMAL_DP_REASON}
+            report = bcd_privacy_report(relayed=True, tol=s.tol)
         return BCDRelease(w=w, report=report, rounds_run=self.rounds_run, converged=self.converged)
 
 

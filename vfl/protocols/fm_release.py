@@ -47,6 +47,7 @@ from vfl.privacy.fixed_point import (
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
+from vfl.rng import CHACHA_ROUNDS
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS
 from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
@@ -266,23 +267,28 @@ class FMCoordinator:
                          domain=self.mech.domain, precision_bits=self.precision_bits)
 
     def _report(self) -> tuple[dict, list[float] | None]:
-        """The mechanism's privacy report, flagged where bounds came from the data; the label bounds (linear)."""
-        report = self.mech.privacy_report().to_dict()
-        notes = report.setdefault("notes", [])
+        """The mechanism's privacy report and the label bounds (linear).
+
+        ``formal_dp`` is decided by the one rule (:func:`vfl.privacy.accounting.formal_dp_status`, through the
+        report's ``mark_*`` methods): false for a mechanism without noise, for any bound a party took from its
+        data, and when any party drew its noise from a fixed seed.
+        """
+        rep = self.mech.privacy_report()
+        seeded = any(r.seeded for r in self.ready.values())
+        rep.randomness = ("a fixed seed (random_state) at one or more parties: reproducible, not for release"
+                          if seeded else f"ChaCha{CHACHA_ROUNDS} keyed from OS entropy at every party")
+        if seeded:
+            rep.mark_seeded()
         for r in self.regs:
             if r.bounds_from_data:
-                notes.append(f"party {r.name}'s feature bounds were taken from its data: NOT differentially private")
-                report["formal_dp"] = False
-        if any(r.seeded for r in self.ready.values()):
-            report["seeded"] = True
+                rep.mark_data_dependent(f"party {r.name}'s feature bounds")
         owner = self.label_owner
         label_info = self.ready.get(owner, ReadyBody())
         label_bounds = (label_info.checked_label_bounds(self.regs[owner].name)
                         if self.settings.model == "linear" else None)
         if label_info.label_bounds_from_data:
-            notes.append("the label bounds were taken from the data: NOT differentially private")
-            report["formal_dp"] = False
-        return report, label_bounds
+            rep.mark_data_dependent("the label bounds")
+        return rep.to_dict(), label_bounds
 
 
 # ------------------------------------------------------------------ party side
@@ -304,6 +310,9 @@ class FMParty:
             raise ConfigurationError(f"the coordinator asked for {p.key_bits}-bit keys; this party refuses keys "
                                      "below 2048 bits (allow_insecure_keys is for tests only)")
         self.intercept = plan.me.intercept
+        # no party carries the constant column: a run without intercept, whose maps must be pure scalings
+        # (an affine map into [-1, 1] would re-introduce a hidden intercept; vfl.fm.domain)
+        self.no_intercept = not any(q.intercept for q in plan.parties)
         if plan.me.name != data.name or plan.me.n_features != data.X.shape[1] + int(self.intercept):
             raise ProtocolError("the plan does not describe this party")
         self.names = plan.names
@@ -344,9 +353,12 @@ class FMParty:
         if X_fm.shape[1]:
             bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
             self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=p.domain,  # type: ignore[arg-type]
-                                             n_features_total=total,
-                                             feature_names=d.feature_names)
-            ready.update(bounds=bounds.to_list(), bounds_from_data=bool(bounds.from_data))
+                                             n_features_total=total, feature_names=d.feature_names,
+                                             symmetric=self.no_intercept)
+            # without intercept the map is x / m with the symmetric bounds (-m, m), m = max(|lo|, |hi|): those are
+            # the public bounds the model file maps back with (intercept exactly 0)
+            public = bounds.symmetric() if self.no_intercept else bounds
+            ready.update(bounds=public.to_list(), bounds_from_data=bool(bounds.from_data))
         if self.intercept:
             # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
             constant = 1.0 / np.sqrt(total) if p.domain == "l2" else 1.0
@@ -357,7 +369,7 @@ class FMParty:
                                       n_features_total=total)
         if self.index == self.plan.label_owner:
             assert d.y is not None
-            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds)
+            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds, symmetric=self.no_intercept)
             self.yp = prepare_fixed_point(yp, precision_bits=p.precision_bits, domain="linf", n_features_total=total)
             if yb is not None:
                 self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
