@@ -103,7 +103,8 @@ def _one_error_line(err: str) -> str:
 
 
 def _prepared(data):
-    """Joined prepared data (linf domain: unit interval, no row scaling) as the parties compute it."""
+    """Joined prepared data as the parties compute it without intercept (linf domain, no row scaling): the pure
+    scaling x / max(|lo|, |hi|) of each column and of the label (issue 13: no hidden intercept)."""
     from vfl.net.config import load_bounds_file, read_party_csv
 
     b = load_bounds_file(data["bounds"])
@@ -113,7 +114,8 @@ def _prepared(data):
     names = a.feature_names + c.feature_names
     cb = ColumnBounds(np.array([b[n][0] for n in names]), np.array([b[n][1] for n in names]))
     yb = ColumnBounds(np.array([b["score"][0]]), np.array([b["score"][1]]))
-    return X, to_unit_interval(X, cb), a.y, to_unit_interval(a.y[:, None], yb)[:, 0]
+    return (X, to_unit_interval(X, cb, symmetric=True), a.y,
+            to_unit_interval(a.y[:, None], yb, symmetric=True)[:, 0], float(np.max(np.abs(b["score"]))))
 
 
 def test_mechanism_none_reproduces_least_squares_and_predict(procs, data, tmp_path):
@@ -126,11 +128,13 @@ def test_mechanism_none_reproduces_least_squares_and_predict(procs, data, tmp_pa
     assert procs.finish(a)[0] == 0 and procs.finish(b)[0] == 0
     assert "Privacy report: none" in stdout
     doc = json.loads(out.read_text())
-    X, U, y, y_unit = _prepared(data)
+    X, U, y, y_unit, y_scale = _prepared(data)
     ref = np.linalg.lstsq(U, y_unit, rcond=None)[0]
     np.testing.assert_allclose(doc["w"], ref, atol=1e-6)
-    # original units: coef/intercept reproduce the least-squares prediction
-    pred_ref = (U @ ref + 1) / 2 * 100.0
+    # original units: least squares through the origin on the raw columns, intercept exactly 0
+    np.testing.assert_allclose(doc["coef"], np.linalg.lstsq(X, y, rcond=None)[0], rtol=0, atol=1e-6)
+    assert doc["intercept"] == 0.0
+    pred_ref = U @ ref * y_scale
     res = subprocess.run([*VFL, "predict", "--model", str(out), "--data", str(data["alice"]).replace(
         "alice", "joined")], capture_output=True, text=True)
     assert res.returncode == 2 and "not found" in _one_error_line(res.stderr)
