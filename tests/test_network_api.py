@@ -102,8 +102,10 @@ def test_bounds_from_data_warn_and_are_reported():
     with pytest.warns(DataBoundsWarning):
         model = fit([Party("a", blocks[0], y, label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
                     mechanism="gaussian-fm", epsilon=1.0, **FAST)
-    assert any("party a's feature bounds were taken from its data" in n for n in model.privacy_report["notes"])
-    assert model.privacy_report["formal_dp"] is False
+    rep = model.privacy_report
+    assert any("party a's feature bounds were taken from the private data" in n for n in rep["notes"])
+    assert rep["formal_dp"] is False      # the one rule (issue 13): the reason is listed
+    assert rep["formal_dp_reasons"] == ["party a's feature bounds were taken from the private data (spec pitfall 2)"]
 
 
 def test_api_errors_are_specific():
