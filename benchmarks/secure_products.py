@@ -85,7 +85,7 @@ def _ours_once(A: np.ndarray, B: np.ndarray, keypair: tuple, *, randomness: str,
                precompute: bool) -> dict[str, float]:
     """One run of the packed protocol through the wire format; times and operation counts."""
     pk, sk = keypair
-    holder = ProductEncryptor(sk, A, precision_bits=P, randomness=randomness, workers=workers)
+    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, randomness=randomness, workers=workers)
     responder = ProductResponder(B, precision_bits=P, randomness=randomness, workers=workers)
     offline = 0.0
     if precompute:

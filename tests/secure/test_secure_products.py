@@ -148,8 +148,8 @@ def test_overflow_raises_before_anything_is_decrypted(insecure_test_keypair):
     seen = []
     pk, sk = insecure_test_keypair
     with pytest.raises(EncodingOverflowError):
-        ProductEncryptor(sk, np.array([[1.5]]), precision_bits=P, on_decrypt=seen.append)
-    holder = ProductEncryptor(sk, np.ones((3, 2)), precision_bits=P, on_decrypt=seen.append, workers=1)
+        ProductEncryptor(sk, np.array([[1.5]]), response_cols=1, precision_bits=P, on_decrypt=seen.append)
+    holder = ProductEncryptor(sk, np.ones((3, 2)), response_cols=1, precision_bits=P, on_decrypt=seen.append, workers=1)
     block = holder.request()
     with pytest.raises(EncodingOverflowError):
         ProductResponder(np.full((3, 1), -1.01), precision_bits=P)
@@ -164,7 +164,7 @@ def test_overflow_raises_before_anything_is_decrypted(insecure_test_keypair):
 
 def test_wire_messages_are_validated(insecure_test_keypair):
     pk, sk = insecure_test_keypair
-    holder = ProductEncryptor(sk, np.eye(4)[:, :2], precision_bits=P, workers=1)
+    holder = ProductEncryptor(sk, np.eye(4)[:, :2], response_cols=1, precision_bits=P, workers=1)
     header, frames = holder.request().to_wire()
     assert EncryptedBlock.from_wire(header, frames, pk).ciphertexts
     for field, value in [("slot_bits", header["slot_bits"] - 1), ("mask_bits", 20), ("n_rows", 5),
@@ -185,7 +185,7 @@ def test_wire_messages_are_validated(insecure_test_keypair):
 def test_sessions_are_single_use_and_bound_to_their_response(insecure_test_keypair):
     pk, sk = insecure_test_keypair
     A, B = np.full((4, 2), 0.5), np.full((4, 1), -0.5)
-    holder = ProductEncryptor(sk, A, precision_bits=P, workers=1)
+    holder = ProductEncryptor(sk, A, response_cols=1, precision_bits=P, workers=1)
     block = holder.request()
     with pytest.raises(ProtocolError):
         holder.request()
@@ -195,7 +195,7 @@ def test_sessions_are_single_use_and_bound_to_their_response(insecure_test_keypa
         responder.respond(block)
     with pytest.raises(ProtocolError, match="agreed"):
         ProductResponder(B, precision_bits=P - 1, workers=1).respond(block)
-    other = ProductEncryptor(sk, A, precision_bits=P, workers=1)
+    other = ProductEncryptor(sk, A, response_cols=1, precision_bits=P, workers=1)
     other.request()
     with pytest.raises(ProtocolError, match="another session"):
         other.decrypt(response)
@@ -364,7 +364,7 @@ def test_responder_refuses_a_request_with_other_noise_bits_and_never_quotes_its_
     to squeeze the slot) is refused; an over-bound noise entry raises without printing the secret value."""
     pk, sk = insecure_test_keypair
     A, B = np.full((4, 2), 0.5), np.full((4, 1), -0.5)
-    shrunk = ProductEncryptor(sk, A, precision_bits=P, noise_bits=8, workers=1).request()
+    shrunk = ProductEncryptor(sk, A, response_cols=1, precision_bits=P, noise_bits=8, workers=1).request()
     with pytest.raises(ProtocolError, match="noise_bits"):
         ProductResponder(B, precision_bits=P, workers=1).respond(shrunk, np.array([[300], [-7]]))
     agreed = ProductResponder(B, precision_bits=P, noise_bits=8, workers=1)
@@ -376,7 +376,7 @@ def test_responder_refuses_a_request_with_other_noise_bits_and_never_quotes_its_
 @pytest.mark.parametrize("frame", ["abc", None, 3.5, [b"x"]])
 def test_malformed_frames_raise_protocol_errors_not_tracebacks(insecure_test_keypair, frame):
     pk, sk = insecure_test_keypair
-    holder = ProductEncryptor(sk, np.eye(2), precision_bits=P, workers=1)
+    holder = ProductEncryptor(sk, np.eye(2), response_cols=2, precision_bits=P, workers=1)
     header, frames = holder.request().to_wire()
     with pytest.raises(ProtocolError):
         EncryptedBlock.from_wire(header, [frame], pk)

@@ -38,7 +38,7 @@ def exact(A, B):
 def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None, workers=1):
     """Both roles through the wire format of the streamed protocol; returns (shares, chunks, wire frames)."""
     pk, sk = keypair
-    holder = ProductEncryptor(sk, A, precision_bits=P, workers=workers, executor=executor,
+    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=workers, executor=executor,
                               max_frame_bytes=max_frame_bytes)
     responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
     header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
@@ -69,7 +69,7 @@ def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(
 def test_stream_with_several_column_groups_per_row_is_exact(keypair):
     rng = np.random.default_rng(2)
     A, B = rng.uniform(-1, 1, (40, 19)), rng.uniform(-1, 1, (40, 2))
-    groups = ProductEncryptor(keypair[1], A, precision_bits=P).n_groups
+    groups = ProductEncryptor(keypair[1], A, response_cols=1, precision_bits=P).n_groups
     assert groups >= 2
     share_a, share_b, frames, _ = stream_product(keypair, A, B, max_frame_bytes=7 * groups * 256)
     assert len(frames) == 6 and {len(f) for f in frames} == {7 * groups * 256, 5 * groups * 256}
@@ -86,7 +86,8 @@ def test_chunk_size_follows_the_key_and_the_frame_limit(keypair):
 
 def test_frame_over_the_responders_limit_is_refused_naming_limit_and_fix(keypair):
     pk, sk = keypair
-    holder = ProductEncryptor(sk, np.zeros((50, 1)), precision_bits=P, workers=1, max_frame_bytes=50 * 256)
+    holder = ProductEncryptor(sk, np.zeros((50, 1)), response_cols=1, precision_bits=P, workers=1,
+                              max_frame_bytes=50 * 256)
     header, frames = holder.stream_header().to_wire()
     with pytest.raises(ProtocolError, match=r"limit of 2560 B.*smaller chunks") as info:
         ProductStreamHeader.from_wire(header, frames, pk, max_frame_bytes=2560)
@@ -99,7 +100,7 @@ def test_frame_over_the_responders_limit_is_refused_naming_limit_and_fix(keypair
 def test_chunks_out_of_order_foreign_or_missing_are_refused(keypair):
     pk, sk = keypair
     A = np.full((30, 2), 0.5)
-    holder = ProductEncryptor(sk, A, precision_bits=P, workers=1, max_frame_bytes=10 * 256)
+    holder = ProductEncryptor(sk, A, response_cols=2, precision_bits=P, workers=1, max_frame_bytes=10 * 256)
     stream = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
     chunks = list(holder.encrypted_chunks())
     assert len(chunks) == 3
@@ -122,7 +123,8 @@ def test_a_row_source_value_out_of_bounds_raises_before_its_chunk_is_encrypted(k
     _, sk = keypair
     A = np.zeros((25, 1))
     A[17, 0] = 1.5
-    holder = ProductEncryptor(sk, ArrayRows(A), precision_bits=P, workers=1, max_frame_bytes=10 * 256)
+    holder = ProductEncryptor(sk, ArrayRows(A), response_cols=1, precision_bits=P, workers=1,
+                              max_frame_bytes=10 * 256)
     holder.stream_header()
     emitted = []
     with pytest.raises(EncodingOverflowError):

@@ -6,6 +6,12 @@ L2 sensitivity Delta is (eps, delta)-DP iff ``delta >= delta_gaussian(eps, mu)``
     delta_G(eps; mu) = Phi(-eps/mu + mu/2) - exp(eps) * Phi(-eps/mu - mu/2).
 
 Everything else in vfl calls these functions; nothing re-derives a calibration.
+
+Ranges (issue 14, item 5): epsilon must lie in [:data:`EPSILON_MIN`, :data:`EPSILON_MAX`]. Beyond the top the
+guarantee is void anyway (use mechanism ``none`` deliberately) and ``delta_G`` loses all precision (it overflowed
+to NaN near 1e155 and the bisection never ended); below the bottom the noise scale (``Delta / eps``) overflows the
+fixed-point noise range of the secure products and floats. Every search loop has an iteration bound and a NaN
+check, so no input can make a calibration run forever.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from scipy.special import log_ndtr, ndtr
 from vfl.exceptions import PrivacyParameterError
 
 __all__ = [
+    "EPSILON_MIN",
+    "EPSILON_MAX",
     "validate_epsilon",
     "validate_delta",
     "delta_gaussian",
@@ -30,15 +38,36 @@ __all__ = [
 ]
 
 
+EPSILON_MIN = 1e-9
+"""Smallest accepted epsilon: the noise scale Delta/eps must stay representable (fixed point, floats)."""
+EPSILON_MAX = 1e9
+"""Largest accepted epsilon: beyond it a DP claim means nothing and ``delta_G`` is numerically void."""
+_MAX_DOUBLINGS = 200
+_MAX_BISECTIONS = 200
+
+
 def validate_epsilon(epsilon: float) -> float:
-    """Return epsilon as float; raise PrivacyParameterError unless it is finite and > 0."""
+    """Return epsilon as float; raise PrivacyParameterError unless it is a number in [EPSILON_MIN, EPSILON_MAX]."""
     try:
         eps = float(epsilon)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PrivacyParameterError(f"epsilon must be a number, got {epsilon!r}") from None
     if not math.isfinite(eps) or eps <= 0:
         raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not EPSILON_MIN <= eps <= EPSILON_MAX:
+        raise PrivacyParameterError(
+            f"epsilon must lie in [{EPSILON_MIN:g}, {EPSILON_MAX:g}], got {eps:g}"
+            + (" (no meaningful guarantee; use mechanism 'none' deliberately)" if eps > EPSILON_MAX
+               else " (the noise scale Delta/epsilon would overflow)"))
     return eps
+
+
+def _checked_delta(epsilon: float, mu: float) -> float:
+    value = delta_gaussian(epsilon, mu)
+    if not math.isfinite(value):
+        raise PrivacyParameterError(f"Gaussian calibration is numerically undefined at epsilon={epsilon:g}, "
+                                    f"mu={mu:g}")
+    return value
 
 
 def validate_delta(delta: float) -> float:
@@ -79,21 +108,29 @@ def calibrate_mu(epsilon: float, delta: float, *, rtol: float = 1e-12) -> float:
 
     delta_G is increasing in mu: bracket [0, mu_hi] by doubling, bisect to relative tolerance ``rtol``
     and return the lower end, so the result is always on the private side.
+    Both loops are bounded (:data:`_MAX_DOUBLINGS`, :data:`_MAX_BISECTIONS`) and a non-finite ``delta_G`` raises
+    :class:`PrivacyParameterError` instead of steering the search.
     """
     eps = validate_epsilon(epsilon)
     dlt = validate_delta(delta)
     hi = 1.0
-    while delta_gaussian(eps, hi) <= dlt:
+    for _ in range(_MAX_DOUBLINGS):
+        if _checked_delta(eps, hi) > dlt:
+            break
         hi *= 2.0
-        if hi > 1e8:  # pragma: no cover - only for absurd eps
-            raise PrivacyParameterError(f"cannot calibrate Gaussian noise for epsilon={eps}, delta={dlt}")
+    else:
+        raise PrivacyParameterError(f"cannot calibrate Gaussian noise for epsilon={eps:g}, delta={dlt:g}")
     lo = 0.0
-    while hi - lo > rtol * hi:
+    for _ in range(_MAX_BISECTIONS):
+        if hi - lo <= rtol * hi:
+            break
         mid = 0.5 * (lo + hi)
-        if delta_gaussian(eps, mid) <= dlt:
+        if _checked_delta(eps, mid) <= dlt:
             lo = mid
         else:
             hi = mid
+    if lo <= 0.0:
+        raise PrivacyParameterError(f"cannot calibrate Gaussian noise for epsilon={eps:g}, delta={dlt:g}")
     return lo
 
 
@@ -106,14 +143,20 @@ def epsilon_of(mu: float, delta: float, *, rtol: float = 1e-12) -> float:
     mu = float(mu)
     if mu < 0 or not math.isfinite(mu):
         raise PrivacyParameterError(f"mu must be finite and >= 0, got {mu!r}")
-    if mu == 0.0 or delta_gaussian(0.0, mu) <= dlt:
+    if mu == 0.0 or _checked_delta(0.0, mu) <= dlt:
         return 0.0
     lo, hi = 0.0, 1.0
-    while delta_gaussian(hi, mu) > dlt:
+    for _ in range(_MAX_DOUBLINGS):
+        if _checked_delta(hi, mu) <= dlt:
+            break
         lo, hi = hi, hi * 2.0
-    while hi - lo > rtol * hi:
+    else:
+        raise PrivacyParameterError(f"cannot compute the epsilon of a Gaussian mechanism with mu={mu:g}")
+    for _ in range(_MAX_BISECTIONS):
+        if hi - lo <= rtol * hi:
+            break
         mid = 0.5 * (lo + hi)
-        if delta_gaussian(mid, mu) > dlt:
+        if _checked_delta(mid, mu) > dlt:
             lo = mid
         else:
             hi = mid

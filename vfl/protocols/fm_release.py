@@ -53,7 +53,6 @@ from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import (
     EncryptedBlock,
-    MaskedResponse,
     ProductEncryptor,
     ProductResponder,
     combine_shares,
@@ -384,8 +383,10 @@ class FMParty:
         if self.keypair is None:
             self.keypair = generate_keypair(p.key_bits, allow_insecure=p.allow_insecure_keys)
         pub, priv = self.keypair
-        enc = ProductEncryptor(priv, self._operand(block), precision_bits=p.precision_bits,
-                               randomness=p.randomness, progress=self.progress, workers=self.workers)
+        # the responder's width comes from the plan this party accepted, never from the response (issue 14)
+        enc = ProductEncryptor(priv, self._operand(block), response_cols=product_shape(self.plan, block)[1],
+                               precision_bits=p.precision_bits, randomness=p.randomness, progress=self.progress,
+                               workers=self.workers)
         self.encryptors[block.name] = enc
         with SECURE_LOCK:
             header, frames = enc.request().to_wire()
@@ -423,7 +424,7 @@ class FMParty:
         enc = self.encryptors.get(block.name)
         if enc is None:
             raise ProtocolError(f"masked response for {block.name}, which this party did not request")
-        response = MaskedResponse.from_wire(msg.body["wire"], [msg.blob(0)], enc.public_key)
+        response = enc.response_from_wire(msg.body["wire"], [msg.blob(0)])
         with SECURE_LOCK:
             share = enc.decrypt(response)
         share = share + self._offset_fixed(block, share.shape)  # type: ignore[arg-type]   # 2-D

@@ -73,6 +73,9 @@ WIRE_VERSION = 1
 RERANDOMISATION = "standard"
 """Randomness of the responder's fresh ``Enc(0)``: always full-size, whatever the encryption mode (see respond)."""
 MAX_ROWS = 10_000_000
+MAX_ECHO_TAGS = 1 << 21
+"""Request ciphertexts whose 64-bit tag the key holder keeps to refuse a literal echo (beyond: the count bound)."""
+_TAG_MASK = (1 << 64) - 1
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Default bound on one streamed ciphertext frame (32 768 rows of one 2048-bit ciphertext each)."""
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -357,14 +360,22 @@ class ProductEncryptor:
     ``on_decrypt(plaintext: int)`` is called with every plaintext this object ever decrypts (audit
     hook). ``randomness``: ``"short-exponent"`` (default) or ``"standard"``; see
     :mod:`vfl.secure.fastmath`. ``noise_bits`` (default ``2p + 32``) bounds the responder's noise.
+    ``response_cols`` is the number of responder columns ``d_b`` the key holder expects, derived by the caller
+    from the agreed plan (never from the response itself): :meth:`decrypt` refuses any response that does not
+    hold exactly ``response_cols x n_groups`` ciphertexts, so whoever relays the response can make the key holder
+    decrypt at most that many plaintexts (issue 14, item 1).
     """
 
-    def __init__(self, private_key: paillier.PaillierPrivateKey, A: Any, *, precision_bits: int,
+    def __init__(self, private_key: paillier.PaillierPrivateKey, A: Any, *, response_cols: int, precision_bits: int,
                  value_bound: float = 1.0, noise_bits: int | None = None, mask_bits: int = MIN_MASK_BITS,
                  randomness: str = "short-exponent", workers: int | None = None, progress: bool = False,
                  on_decrypt: Callable[[int], None] | None = None, executor: Any = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         warn_if_slow_backend()
+        if isinstance(response_cols, bool) or not isinstance(response_cols, (int, np.integer)) or not (
+                1 <= int(response_cols) <= MAX_COLS):
+            raise ConfigurationError(f"response_cols must be an int in [1, {MAX_COLS}], got {response_cols!r}")
+        self.response_cols = int(response_cols)
         self._private_key = private_key
         self.public_key: paillier.PaillierPublicKey = private_key.public_key
         self._source, self._encoded, self._col_sums = _encoded_source(A, "A", precision_bits, float(value_bound))
@@ -388,6 +399,8 @@ class ProductEncryptor:
         self._streamed = False
         self._complete = False
         self._decrypted = False
+        #: low 64 bits of every request ciphertext (echo check in decrypt); kept up to MAX_ECHO_TAGS ciphertexts
+        self._request_tags: set[int] = set()
         self.stats: dict[str, int] = {}
 
     @property
@@ -447,6 +460,9 @@ class ProductEncryptor:
             results = bounded_map(ex, encrypt_rows_task, arguments(), 2 * parallel + 1)
             for t in range(header.n_chunks):
                 frame = b"".join(next(results) for _ in range(tasks_per_chunk[t]))
+                if len(self._request_tags) < MAX_ECHO_TAGS:
+                    self._request_tags.update(int.from_bytes(frame[i - 8:i], "big")
+                                              for i in range(width, len(frame) + 1, width))
                 bar.update(header.chunk_size(t) * G)
                 yield EncryptedChunk(self.session, t, t * self.chunk_rows, header.chunk_size(t), frame)
         if self._encoded is None:
@@ -464,8 +480,28 @@ class ProductEncryptor:
                for chunk in self.encrypted_chunks() for i in range(0, len(chunk.frame), width)]
         return EncryptedBlock(self.session, self.public_key, self.layout, self.n_cols, cts)
 
+    def expected_response(self) -> dict[str, int]:
+        """The response shape this key holder derived itself (request + agreed ``response_cols``)."""
+        return {"slot_bits": self.layout.slot_bits, "n_enc_cols": self.n_cols, "n_resp_cols": self.response_cols,
+                "n_groups": self.n_groups}
+
+    def response_from_wire(self, header: dict[str, Any], frames: list[bytes]) -> MaskedResponse:
+        """Parse a response only if its declared shape is the expected one (checked before any ciphertext)."""
+        if isinstance(header, dict):
+            expected = self.expected_response()
+            declared = {k: header.get(k) for k in expected}
+            if declared != expected:
+                raise ProtocolError(f"response declares shape {declared}, this key holder expects {expected} "
+                                    "(derived from the agreed plan); refused without decrypting")
+        return MaskedResponse.from_wire(header, frames, self.public_key)
+
     def decrypt(self, response: MaskedResponse) -> np.ndarray:
-        """Decrypt the masked response (step 3): the key holder's share, ``d_a x d_b`` object ints."""
+        """Decrypt the masked response (step 3): the key holder's share, ``d_a x d_b`` object ints.
+
+        Only ``response_cols x n_groups`` ciphertexts of this session, none of them one of this key holder's own
+        request ciphertexts, are ever decrypted; anything else raises :class:`ProtocolError` before the first
+        decryption.
+        """
         if not self._complete or self._decrypted:
             raise ProtocolError("decrypt() needs exactly one prior, completed request() and may run once")
         if response.session != self.session:
@@ -476,9 +512,17 @@ class ProductEncryptor:
             self.layout.slot_bits, self.n_cols, self.n_groups
         ):
             raise ProtocolError("response layout does not match the request")
+        expected = self.response_cols * self.n_groups
+        if response.n_resp_cols != self.response_cols or len(response.ciphertexts) != expected:
+            raise ProtocolError(f"response has {response.n_resp_cols} columns ({len(response.ciphertexts)} "
+                                f"ciphertexts); the agreed plan gives {self.response_cols} ({expected}) — refused "
+                                "without decrypting")
+        if any(int(c) & _TAG_MASK in self._request_tags for c in response.ciphertexts):
+            raise ProtocolError("response contains this key holder's own request ciphertexts (echo); refused "
+                                "without decrypting")
         self._decrypted = True
         self.stats["decryptions"] = len(response.ciphertexts)
-        d_b, G, O = response.n_resp_cols, self.n_groups, self.layout.offset
+        d_b, G, O = self.response_cols, self.n_groups, self.layout.offset
         share = np.empty((self.n_cols, d_b), dtype=object)
         for k in range(d_b):
             for g in range(G):
@@ -792,7 +836,8 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
     X_enc, X_resp = (X_a, X_b) if encryptor == "a" else (X_b, X_a)
     noise_oriented = None if noise is None else (np.asarray(noise) if encryptor == "a" else np.asarray(noise).T)
 
-    holder = ProductEncryptor(private_key, X_enc, precision_bits=precision_bits, value_bound=value_bound,
+    holder = ProductEncryptor(private_key, X_enc, response_cols=X_resp.shape[1], precision_bits=precision_bits,
+                              value_bound=value_bound,
                               noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress,
                               on_decrypt=on_decrypt)
     responder = ProductResponder(X_resp, precision_bits=precision_bits, value_bound=value_bound,
@@ -802,7 +847,7 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
     header, frames = holder.request().to_wire()
     response, share_resp = responder.respond(EncryptedBlock.from_wire(header, frames, public_key), noise_oriented)
     header, frames = response.to_wire()
-    share_holder = holder.decrypt(MaskedResponse.from_wire(header, frames, public_key))
+    share_holder = holder.decrypt(holder.response_from_wire(header, frames))
     if encryptor == "b":
         share_holder, share_resp = share_holder.T, share_resp.T
     return ProductRun(share_holder, share_resp, encryptor, holder.layout)

@@ -1,0 +1,142 @@
+"""Issue 14, item 1 (key-holder side): a hostile relay must not turn the key holder into a decryption oracle.
+
+The red team's attack: the coordinator echoed bob's own request ciphertexts back as a "masked response"
+declaring ``n_resp_cols = N``; bob decrypted all of them and his share revealed his whole table. The key holder
+now decrypts only ``response_cols x n_groups`` ciphertexts, ``response_cols`` derived from the agreed plan.
+
+FAST TESTS: 1024-bit INSECURE test keys (``allow_insecure=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vfl.exceptions import ProtocolError
+from vfl.secure import MaskedResponse, ProductEncryptor, ProductResponder, generate_keypair
+from vfl.secure.encoding import quantize
+from vfl.secure.fastmath import cached_encrypter
+from vfl.secure.keys import ciphertexts_to_bytes
+
+P = 24
+
+
+@pytest.fixture(scope="module")
+def insecure_test_keypair():
+    return generate_keypair(1024, allow_insecure=True)
+
+
+def _echo_response(holder_header: dict, holder_frames: list[bytes], n_resp_cols: int, n_groups: int,
+                   ciphertexts: list[int] | None = None, pk=None) -> tuple[dict, list[bytes]]:
+    """What the hostile coordinator sends: the key holder's own request, re-labelled as a response."""
+    header = {"kind": MaskedResponse.KIND, "version": 1, "session": holder_header["session"],
+              "key_fingerprint": holder_header["key_fingerprint"],
+              "ciphertext_bytes": holder_header["ciphertext_bytes"], "slot_bits": holder_header["slot_bits"],
+              "n_enc_cols": holder_header["n_cols"], "n_resp_cols": n_resp_cols, "n_groups": n_groups}
+    frames = holder_frames if ciphertexts is None else [ciphertexts_to_bytes(pk, ciphertexts)]
+    return header, frames
+
+
+def _recover_rows(share: np.ndarray, holder: ProductEncryptor) -> np.ndarray:
+    """The attacker's decoding of an echoed share: s[j, i] + O colsum_j = a'_ij, so a_int = s + O colsum - O."""
+    O = holder.layout.offset
+    col_sums = np.array(holder._col_sums, dtype=object)
+    return np.array([[int(share[j, i]) + O * int(col_sums[j]) - O for j in range(share.shape[0])]
+                     for i in range(share.shape[1])], dtype=object)
+
+
+def test_echoed_request_with_n_resp_cols_n_is_refused_before_any_decryption(insecure_test_keypair):
+    """Regression for the red team's table-recovery attack (fails on the unfixed decrypt, which accepted it)."""
+    pk, sk = insecure_test_keypair
+    rng = np.random.default_rng(14)
+    bob = rng.uniform(-1, 1, (12, 4))        # bob's raw table (the key holder's columns)
+    seen: list[int] = []
+    holder = ProductEncryptor(sk, bob, response_cols=3, precision_bits=P, workers=1, on_decrypt=seen.append)
+    header, frames = holder.request().to_wire()
+    n, G = bob.shape[0], header["n_groups"]
+    echo_header, echo_frames = _echo_response(header, frames, n_resp_cols=n, n_groups=G)
+    with pytest.raises(ProtocolError, match="expects"):
+        holder.response_from_wire(echo_header, echo_frames)
+    # even a response object that slipped past parsing is refused by decrypt itself
+    echoed = MaskedResponse.from_wire(echo_header, echo_frames, pk)
+    with pytest.raises(ProtocolError, match="agreed plan"):
+        holder.decrypt(echoed)
+    assert seen == []   # not one plaintext decrypted
+
+
+def test_the_echo_attack_is_real_when_the_width_is_not_bounded(insecure_test_keypair):
+    """The test above can fail: if the width the key holder accepts were N (what the unfixed decrypt effectively
+    allowed, taking it from the response), a re-randomised echo reveals every raw value of bob's table — so the
+    plan-derived width, not luck, is what stops the attack. A literal echo is caught even then."""
+    pk, sk = insecure_test_keypair
+    rng = np.random.default_rng(15)
+    bob = rng.uniform(-1, 1, (6, 3))
+    holder = ProductEncryptor(sk, bob, response_cols=6, precision_bits=P, workers=1)
+    block = holder.request()
+    header, frames = block.to_wire()
+    G = block.n_groups
+    echo_header, echo_frames = _echo_response(header, frames, n_resp_cols=6, n_groups=G)
+    with pytest.raises(ProtocolError, match="echo"):
+        holder.decrypt(holder.response_from_wire(echo_header, echo_frames))
+    holder = ProductEncryptor(sk, bob, response_cols=6, precision_bits=P, workers=1)
+    block = holder.request()
+    header, _ = block.to_wire()
+    enc = cached_encrypter(pk.n, randomness="standard")
+    fresh = [int(enc.rerandomise(c)) for c in block.ciphertexts]
+    h, f = _echo_response(header, [], n_resp_cols=6, n_groups=G, ciphertexts=fresh, pk=pk)
+    share = holder.decrypt(holder.response_from_wire(h, f))
+    assert _recover_rows(share, holder).tolist() == quantize(bob, P, 1.0).tolist()
+
+
+def test_rerandomised_echo_leaks_at_most_response_cols_rows(insecure_test_keypair):
+    """A coordinator holding the public key can re-randomise the echo; then the plan-derived count is the bound:
+    at most ``response_cols x n_groups`` plaintexts (here 2 of bob's 10 rows), never the table."""
+    pk, sk = insecure_test_keypair
+    rng = np.random.default_rng(16)
+    bob = rng.uniform(-1, 1, (10, 3))
+    seen: list[int] = []
+    holder = ProductEncryptor(sk, bob, response_cols=2, precision_bits=P, workers=1, on_decrypt=seen.append)
+    block = holder.request()
+    header, _ = block.to_wire()
+    enc = cached_encrypter(pk.n, randomness="standard")
+    G = block.n_groups
+    rerandomised = [int(enc.rerandomise(c)) for c in block.ciphertexts]
+    # asking for all N rows is refused outright
+    h_all, f_all = _echo_response(header, [], n_resp_cols=10, n_groups=G, ciphertexts=rerandomised, pk=pk)
+    with pytest.raises(ProtocolError):
+        holder.response_from_wire(h_all, f_all)
+    assert seen == []
+    # the plan's count goes through: 2 rows' worth of plaintexts, exactly response_cols x G decryptions
+    h_two, f_two = _echo_response(header, [], n_resp_cols=2, n_groups=G, ciphertexts=rerandomised[: 2 * G], pk=pk)
+    share = holder.decrypt(holder.response_from_wire(h_two, f_two))
+    assert len(seen) == 2 * G
+    leaked = _recover_rows(share, holder)
+    assert leaked.shape == (2, 3)
+    assert leaked.tolist() == quantize(bob[:2], P, 1.0).tolist()   # the documented residual (threat_model.md)
+
+
+def test_honest_response_of_the_plan_width_still_decrypts(insecure_test_keypair):
+    pk, sk = insecure_test_keypair
+    rng = np.random.default_rng(17)
+    A, B = rng.uniform(-1, 1, (9, 2)), rng.uniform(-1, 1, (9, 3))
+    holder = ProductEncryptor(sk, A, response_cols=3, precision_bits=P, workers=1)
+    block = holder.request()
+    response, share_b = ProductResponder(B, precision_bits=P, workers=1).respond(block)
+    share_a = holder.decrypt(holder.response_from_wire(*response.to_wire()))
+    assert (share_a + share_b).tolist() == quantize(A, P, 1.0).T.dot(quantize(B, P, 1.0)).tolist()
+    # a responder with one column too many (plan says 3) is refused
+    holder2 = ProductEncryptor(sk, A, response_cols=3, precision_bits=P, workers=1)
+    wide, _ = ProductResponder(np.hstack([B, B[:, :1]]), precision_bits=P, workers=1).respond(holder2.request())
+    with pytest.raises(ProtocolError):
+        holder2.response_from_wire(*wide.to_wire())
+
+
+@pytest.mark.parametrize("cols", [0, -1, True, 2.5, None])
+def test_response_cols_is_required_and_validated(insecure_test_keypair, cols):
+    from vfl.exceptions import ConfigurationError
+
+    _, sk = insecure_test_keypair
+    with pytest.raises(ConfigurationError):
+        ProductEncryptor(sk, np.ones((3, 1)), response_cols=cols, precision_bits=P)
+    with pytest.raises(TypeError):
+        ProductEncryptor(sk, np.ones((3, 1)), precision_bits=P)  # no default: the caller must derive it
