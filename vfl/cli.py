@@ -353,16 +353,47 @@ def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int,
 
 
 # ---------------------------------------------------------------------------------------------- entry point
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the coordinator sends ABORT, a party reports to the coordinator."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated("terminated by SIGTERM")
+
+
+def _end_children() -> None:
+    """Kill this process's pool workers (they would also die with it: vfl.secure.fastmath.die_with_parent)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one readable line and a non-zero exit code on every user error."""
+    import signal
+    import threading
+
     warnings.showwarning = _show_warning
     warnings.simplefilter("always", PrivacyLeakWarning)
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="vfl", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("vfl: interrupted", err=True)
+    except click.exceptions.Abort as exc:  # click wraps KeyboardInterrupt (and our SIGTERM) in Abort
+        _end_children()
+        cause = exc.__cause__ or exc.__context__
+        click.echo(f"vfl: {'terminated' if isinstance(cause, Terminated) else 'interrupted'}", err=True)
         return 130
     except click.ClickException as exc:
         click.echo(f"vfl: error: {exc.format_message()}", err=True)
@@ -370,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     except VFLError as exc:
         click.echo(f"vfl: error: {exc}", err=True)
         return exit_code_for(exc)
-    except KeyboardInterrupt:
-        click.echo("vfl: interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        _end_children()
+        click.echo(f"vfl: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}", err=True)
         return 130
     return 0
 

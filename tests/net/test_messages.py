@@ -30,15 +30,17 @@ def test_round_trip_all_payload_kinds():
     rng = np.random.default_rng(0)
     arr = rng.normal(size=(3, 4))
     big = [0, 1, -1, 2**2048 + 12345, -(2**3000) + 7, 255, -256, -128, 127, 128]
-    msg = Message(MessageType.SHARE, {"block": "M[0,1]"},
-                  [arr, IntArray.of(np.array(big, dtype=object).reshape(2, 5)), b"\x00raw", np.arange(5)])
+    msg = Message(MessageType.SHARE, {"block": "M[0,1]"}, [IntArray.of(np.array(big, dtype=object).reshape(2, 5))])
     msg.sender, msg.run, msg.seq = "bob", "ab12", 7
     out = decode(encode(msg))
     assert out.type is MessageType.SHARE and out.sender == "bob" and out.run == "ab12" and out.seq == 7
+    assert out.ints(0).shape == (2, 5) and out.ints(0).ravel().tolist() == big
+    out = decode(encode(Message(MessageType.BLOCK, {"block": "M[0,0]"}, [arr])))
     np.testing.assert_array_equal(out.array(0), arr)
-    assert out.ints(1).shape == (2, 5) and out.ints(1).ravel().tolist() == big
-    assert out.blob(2) == b"\x00raw"
-    np.testing.assert_array_equal(out.array(3), np.arange(5))
+    out = decode(encode(Message(MessageType.BCD_REMAINDER, {"round": 1, "to": "a"}, [np.arange(5)])))
+    np.testing.assert_array_equal(out.array(0), np.arange(5))
+    out = decode(encode(Message(MessageType.ENC_REQUEST, {"block": "b", "to": "a", "wire": {}}, [b"\x00raw", b""])))
+    assert out.blob(0) == b"\x00raw" and out.blob(1) == b""
 
 
 def test_signed_big_endian_ints():

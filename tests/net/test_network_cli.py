@@ -190,9 +190,11 @@ def test_three_parties_label_owner_without_features(procs, tmp_path):
 
 @pytest.mark.parametrize("case", ["rows", "ids", "duplicate", "two_labels"])
 def test_registration_errors(procs, data, tmp_path, case):
+    """A conflicting REGISTER is refused (ABORT to that party only; issue 14: a stranger's REGISTER must not end
+    the run); when the registration window closes the coordinator names the refusal and exits 2."""
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    c = _coordinator(procs, url, out, "--mechanism", "none")
+    c = _coordinator(procs, url, out, "--mechanism", "none", timeout=10)
     a = _alice(procs, url, data)
     time.sleep(0.3)  # alice registers first, so the second party is the offender
     if case == "rows":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import time
 
-import numpy as np
 import pytest
 import zmq
 
@@ -41,6 +40,7 @@ def test_round_trip(server):
         client.send(_register())
         peer, msg = server.recv(5)
         assert msg.type is MessageType.REGISTER and msg.sender == "alice" and msg.seq == 1
+        server.bind_peer(peer, "alice")   # what the coordinator does when it accepts the registration
         server.send(peer, Message(MessageType.WELCOME, {"run": RUN}))
         welcome = client.recv(5)
         assert welcome.type is MessageType.WELCOME and client.run_id == RUN
@@ -118,7 +118,7 @@ def test_curve_authorised_and_refused(tmp_path):
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 bad.recv(0.2)
-        server.send(peer, Message(MessageType.WELCOME, {"run": RUN}, [np.zeros(2)]))
+        server.send(peer, Message(MessageType.WELCOME, {"run": RUN}))
         assert good.recv(5).type is MessageType.WELCOME
     finally:
         good.close()

@@ -28,7 +28,7 @@ from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure
 from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
-from vfl.net.transport import CurveServerKeys, ServerTransport
+from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import Out, RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
@@ -39,6 +39,7 @@ __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_M
 
 HEARTBEAT_SECONDS = 1.0
 MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
+MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
 
 
 class Coordinator:
@@ -57,7 +58,10 @@ class Coordinator:
         self.out = out
         self.log = log or (lambda s: None)
         self.run_id = secrets.token_hex(16)
-        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes)
+        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
+                                         on_reject=self.log)
+        #: peers whose REGISTER was refused (each is answered once; a stray REGISTER never ends the run)
+        self.refused: dict[bytes, VFLError] = {}
         self.endpoint = self.transport.endpoint
         self.parties: list[Registration] = []
         self.result: FittedModel | None = None
@@ -97,7 +101,15 @@ class Coordinator:
 
     # ------------------------------------------------------------------ helpers
     def _send(self, peer: bytes, msg: Message) -> None:
-        self.transport.send(peer, msg)
+        """Non-blocking send; a dropped message to a registered party ends the run naming that party."""
+        try:
+            self.transport.send(peer, msg)
+        except PeerUnreachable as exc:
+            name = self.transport.peer_names.get(peer)
+            if name is None:
+                raise
+            raise PartyFailure(f"party {name} is unreachable (vanished or not reading): {msg.type.value} "
+                               "dropped; run aborted, no model written") from exc
 
     def _abort(self, exc: BaseException) -> None:
         reason = str(exc) or type(exc).__name__
@@ -149,9 +161,15 @@ class Coordinator:
             return None
         return reg, msg
 
-    def _refuse(self, peer: bytes, reason: str) -> None:
+    def _refuse(self, peer: bytes, reason: str, error: VFLError | None = None) -> None:
+        """Answer a REGISTER we cannot accept with ABORT, once per peer and never blocking (issue 14, item 2)."""
+        if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
+            return
+        self.refused[peer] = error or ConfigurationError(reason)
+        self.log(f"  refused a registration: {reason}")
         try:
-            self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error": "ConfigurationError"}))
+            self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
+                                                        "error": type(error or ConfigurationError()).__name__}))
         except VFLError:
             pass
 
@@ -163,8 +181,13 @@ class Coordinator:
         while len(self.parties) < k:
             if time.monotonic() > deadline:
                 have = ", ".join(r.name for r in self.parties) or "none"
-                raise PartyFailure(f"only {len(self.parties)} of {k} parties registered within "
-                                   f"{self.settings.timeout:g} s (registered: {have}); run aborted")
+                text = (f"only {len(self.parties)} of {k} parties registered within {self.settings.timeout:g} s "
+                        f"(registered: {have}); run aborted")
+                if self.refused:  # report what was refused, with the class of the first refusal (exit code)
+                    first = next(iter(self.refused.values()))
+                    reasons = "; ".join(dict.fromkeys(str(e) for e in self.refused.values()))
+                    raise type(first)(f"{text}; refused registration(s): {reasons[:1500]}")
+                raise PartyFailure(text)
             self.heartbeat()
             self.check_liveness()
             got = self.transport.recv(0.2)
@@ -179,13 +202,16 @@ class Coordinator:
             if msg.type is not MessageType.REGISTER:
                 self.transport._reject(f"{msg.type.value} from an unregistered peer")
                 continue
+            if peer in self.refused:
+                continue
             try:
                 reg = self._parse_registration(peer, msg)
                 self._check_registration(reg)
-            except VFLError as exc:
-                self._refuse(peer, str(exc))
-                raise
+            except VFLError as exc:  # a stray or conflicting REGISTER is refused; the run goes on (issue 14)
+                self._refuse(peer, str(exc), exc)
+                continue
             self.parties.append(reg)
+            self.transport.bind_peer(peer, reg.name)
             self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
                      + (", label owner" if reg.label_owner else ""))

@@ -21,6 +21,12 @@ Decoding validates everything before any value reaches protocol code: sizes
 type, identifiers, sequence numbers, each body field's type, and each frame against its descriptor.
 Anything wrong raises :class:`vfl.exceptions.ProtocolError` with one readable line.
 
+Cheap checks come first (issue 14, item 3: one "ints" frame of small integers used to cost ~40 s of CPU and
+2 GB before its sender was even looked at): total size, then the header, then the frame kinds each message type
+may carry (:data:`FRAME_KINDS`: only SHARE carries integers, a REGISTER or HEARTBEAT carries no frame at all),
+then every frame's declared size (at most :data:`MAX_INTS` integers), then the caller's ``accept`` check
+(the transport's sender, run id and sequence number) -- and only then is any payload parsed.
+
 The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
 
     party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row-ID digest
@@ -55,6 +61,7 @@ REGISTER (role "site") / WELCOME as above, then
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +77,8 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_HEADER_BYTES",
     "MAX_FRAMES",
+    "MAX_INTS",
+    "FRAME_KINDS",
     "MessageType",
     "Message",
     "IntArray",
@@ -86,6 +95,7 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # whole message; the socket also enforces
 MAX_HEADER_BYTES = 256 * 1024
 MAX_FRAMES = 64
 MAX_INT_BYTES = 16 * 1024  # one big integer (a 4096-bit key's n^2 is 1 KiB; shares are smaller)
+MAX_INTS = 1 << 20  # integers in one frame: a share is d_enc x d_resp (1000 x 1000 fits)
 MAX_DIMS = 4
 
 ALLOWED_DTYPES = {"<f8": np.float64, "<i8": np.int64, "<u8": np.uint64, "|u1": np.uint8, "|b1": np.bool_}
@@ -222,6 +232,27 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
 }
 
 
+#: payload frame kinds each message type may carry (any one of the listed tuples); types not listed (added by
+#: later protocols) may carry any frames within the general limits
+FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
+    MessageType.REGISTER: ((),),
+    MessageType.WELCOME: ((),),
+    MessageType.PLAN: ((),),
+    MessageType.READY: ((),),
+    MessageType.ENC_REQUEST: (("bytes", "bytes"),),
+    MessageType.MASKED_RESPONSE: (("bytes",),),
+    MessageType.SHARE: (("ints",),),
+    MessageType.BLOCK: (("array",),),
+    MessageType.BCD_REMAINDER: (("array",),),
+    MessageType.BCD_COEF: ((), ("array",)),
+    MessageType.BCD_STOP: ((),),
+    MessageType.RESULT: ((),),
+    MessageType.HEARTBEAT: ((),),
+    MessageType.ABORT: ((),),
+    MessageType.ERROR: ((),),
+}
+
+
 def validate_name(name: str, what: str = "party name") -> str:
     """Party names are short identifiers: letters, digits, '_', '.', '-' (at most 64 characters)."""
     if not _is_name(name):
@@ -299,40 +330,55 @@ def _encode_payload(p: Payload) -> tuple[dict, bytes]:
     raise ProtocolError(f"unsupported payload type {type(p).__name__}")
 
 
-def _decode_payload(desc: Any, data: bytes) -> Payload:
+def _check_descriptor(desc: Any, size: int) -> str:
+    """Validate one frame descriptor against the frame's byte length without reading the frame; its kind."""
     if not isinstance(desc, dict):
         raise ProtocolError("frame descriptor is not an object")
     kind = desc.get("kind")
     if kind == "bytes":
         if set(desc) != {"kind"}:
             raise ProtocolError("bytes descriptor has unexpected fields")
-        return bytes(data)
+        return kind
+    if kind not in ("ints", "array"):
+        raise ProtocolError(f"unknown frame kind {kind!r}")
     shape = desc.get("shape")
     if not _shape_ok(shape):
         raise ProtocolError(f"invalid frame shape {shape!r}")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape) if shape else 1
     if kind == "ints":
         if set(desc) != {"kind", "shape"}:
             raise ProtocolError("ints descriptor has unexpected fields")
-        if count * 5 > len(data):
-            raise ProtocolError(f"integer frame of {len(data)} bytes cannot hold {count} integers")
+        if count > MAX_INTS:
+            raise ProtocolError(f"integer frame declares {count} integers (limit {MAX_INTS})")
+        if not count * 5 <= size <= count * (4 + MAX_INT_BYTES):
+            raise ProtocolError(f"integer frame of {size} bytes cannot hold {count} integers")
+        return kind
+    if set(desc) != {"kind", "dtype", "shape"}:
+        raise ProtocolError("array descriptor has unexpected fields")
+    dtype = ALLOWED_DTYPES.get(desc.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None:
+        raise ProtocolError(f"dtype {desc.get('dtype')!r} is not allowed on the wire")
+    if count * np.dtype(dtype).itemsize != size:
+        raise ProtocolError(f"array frame has {size} bytes, shape {shape} needs {count * np.dtype(dtype).itemsize}")
+    return kind
+
+
+def _decode_payload(desc: dict, data: memoryview) -> Payload:
+    """Parse one frame whose descriptor :func:`_check_descriptor` accepted."""
+    kind = desc["kind"]
+    if kind == "bytes":
+        return bytes(data)
+    shape = desc["shape"]
+    count = math.prod(shape) if shape else 1
+    if kind == "ints":
         arr = np.empty(count, dtype=object)
         arr[:] = ints_from_bytes(data, count)
         return IntArray(arr.reshape(shape))
-    if kind == "array":
-        if set(desc) != {"kind", "dtype", "shape"}:
-            raise ProtocolError("array descriptor has unexpected fields")
-        dtype = ALLOWED_DTYPES.get(desc.get("dtype"))  # type: ignore[arg-type]
-        if dtype is None:
-            raise ProtocolError(f"dtype {desc.get('dtype')!r} is not allowed on the wire")
-        itemsize = np.dtype(dtype).itemsize
-        if count * itemsize != len(data):
-            raise ProtocolError(f"array frame has {len(data)} bytes, shape {shape} needs {count * itemsize}")
-        arr = np.frombuffer(data, dtype=np.dtype(desc["dtype"])).astype(dtype).reshape(shape)
-        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise ProtocolError("array frame contains NaN or infinity")
-        return arr
-    raise ProtocolError(f"unknown frame kind {kind!r}")
+    dtype = ALLOWED_DTYPES[desc["dtype"]]
+    arr = np.frombuffer(data, dtype=np.dtype(desc["dtype"])).astype(dtype).reshape(shape)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ProtocolError("array frame contains NaN or infinity")
+    return arr
 
 
 # ------------------------------------------------------------------ messages
@@ -389,25 +435,33 @@ def encode(msg: Message) -> list[bytes]:
     return [raw, *frames]
 
 
-def decode(frames: Sequence[bytes], *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
-    """ZeroMQ frames -> validated Message, or ProtocolError (never any other exception)."""
+def decode(frames: Sequence[Any], *, max_bytes: int = MAX_MESSAGE_BYTES,
+           accept: Callable[[Message], None] | None = None) -> Message:
+    """ZeroMQ frames (bytes or buffers) -> validated Message, or ProtocolError (never any other exception).
+
+    ``accept(message)`` is called with the validated header (``payload`` still empty) after every size and
+    descriptor check and before any payload frame is parsed; it rejects by raising :class:`ProtocolError`.
+    """
     try:
-        return _decode(frames, max_bytes)
+        return _decode(frames, max_bytes, accept)
     except ProtocolError:
         raise
     except Exception as exc:  # defensive: malformed input must never surface as a crash
         raise ProtocolError(f"malformed message: {type(exc).__name__}") from None
 
 
-def _decode(frames: Sequence[bytes], max_bytes: int) -> Message:
+def _decode(frames: Sequence[Any], max_bytes: int, accept: Callable[[Message], None] | None) -> Message:
     if not frames:
         raise ProtocolError("empty message")
     if len(frames) > MAX_FRAMES + 1:
         raise ProtocolError(f"message has {len(frames)} frames (limit {MAX_FRAMES + 1})")
-    total = sum(len(f) for f in frames)
+    views = [memoryview(f).cast("B") for f in frames]
+    total = sum(v.nbytes for v in views)
     if total > max_bytes:
         raise ProtocolError(f"message of {total} bytes exceeds the {max_bytes}-byte limit")
-    raw = bytes(frames[0])
+    if views[0].nbytes > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {views[0].nbytes} bytes exceeds {MAX_HEADER_BYTES}")
+    raw = bytes(views[0])
     if len(raw) > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
@@ -434,8 +488,15 @@ def _decode(frames: Sequence[bytes], max_bytes: int) -> Message:
     if not isinstance(descs, list) or len(descs) != len(frames) - 1:
         raise ProtocolError(f"header declares {len(descs) if isinstance(descs, list) else '?'} frames, "
                             f"{len(frames) - 1} arrived")
-    payload = [_decode_payload(d, bytes(f)) for d, f in zip(descs, frames[1:], strict=True)]
-    return Message(mtype, header["body"], payload, sender, run, seq)
+    kinds = tuple(_check_descriptor(d, v.nbytes) for d, v in zip(descs, views[1:], strict=True))
+    allowed = FRAME_KINDS.get(mtype)
+    if allowed is not None and kinds not in allowed:
+        raise ProtocolError(f"{mtype.value} may not carry frames {list(kinds)}")
+    msg = Message(mtype, header["body"], [], sender, run, seq)
+    if accept is not None:
+        accept(msg)   # sender / run / sequence checks before a single payload byte is parsed
+    msg.payload = [_decode_payload(d, v) for d, v in zip(descs, views[1:], strict=True)]
+    return msg
 
 
 def _reject_constant(name: str) -> None:

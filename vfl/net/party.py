@@ -184,6 +184,9 @@ class PartyNode:
         except Exception as exc:  # an unexpected bug: tell the coordinator, then surface it
             self._send_error(t, exc)
             raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (vfl.cli): the coordinator aborts now, naming this party
+            self._send_error(t, ConfigurationError(f"party {self.data.name} was interrupted (SIGINT/SIGTERM)"))
+            raise
         finally:
             self._stop.set()
             t.close()

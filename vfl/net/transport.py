@@ -5,9 +5,18 @@
   coordinator can report the duplicate. Party-to-party messages are relayed by the coordinator (it
   holds no decryption key; what it can see is listed in docs/threat_model.md).
 * ``ZMQ_MAXMSGSIZE`` on the ROUTER disconnects a peer that sends an oversized frame before it is
-  buffered; :func:`vfl.net.messages.decode` re-checks the total size and every field. A frame that does
-  not decode is counted in :attr:`ServerTransport.rejected` and dropped: bad input never ends a run
-  and never crashes the coordinator.
+  buffered. Messages are read frame by frame without copying (:func:`recv_message`): once the running total
+  passes ``max_message_bytes`` (or :data:`~vfl.net.messages.MAX_FRAMES`) the rest is discarded unread.
+  :func:`vfl.net.messages.decode` then checks the header, the frame kinds and declared sizes, and the
+  transport checks the sender (bound to the peer, and with CURVE to its key), run id and sequence number --
+  all before any payload is parsed. A message that fails is counted in :attr:`ServerTransport.rejected`,
+  logged through ``on_reject`` and dropped: bad input never ends a run and never crashes the coordinator.
+* Every send is bounded (issue 14, item 2): the coordinator sends non-blocking (a peer that stops reading
+  loses the message, :class:`PeerUnreachable`, never stalls the run) with ``ZMQ_SNDTIMEO`` as a second bound;
+  parties give up after ``timeout`` seconds.
+* CURVE identities (issue 14, item 4): the ZAP handler tags each message with its client's public key
+  (``User-Id``); the transport maps every key in the allowed-keys directory to its file name (``alice.key``
+  -> ``alice``) and drops any message whose sender name is not the one bound to its key.
 * CURVE (CurveZMQ, RFC 26): the coordinator holds a server key pair and authorises a directory of
   client public keys through a ZAP authenticator (``zmq.auth``); parties know the server's public key.
   ``vfl keys`` writes the certificates (:func:`write_certificates`).
@@ -17,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +38,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
-from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
+from vfl.net.messages import MAX_FRAMES, MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
 
 __all__ = [
     "CurveServerKeys",
@@ -39,11 +49,56 @@ __all__ = [
     "ServerTransport",
     "ClientTransport",
     "COORDINATOR_NAME",
+    "PeerUnreachable",
+    "recv_message",
+    "curve_key_names",
 ]
 
 COORDINATOR_NAME = "coordinator"
 LINGER_MS = 2000
 SEND_TIMEOUT_SECONDS = 10.0  # a party gives up on a message the coordinator cannot take
+SERVER_SEND_TIMEOUT_MS = 1000  # second bound on a coordinator send (it sends non-blocking anyway)
+
+
+class PeerUnreachable(ProtocolError):
+    """A message to a peer was dropped: the peer is gone or has stopped reading (its queue is full)."""
+
+
+def recv_message(sock: zmq.Socket, max_bytes: int, *, routed: bool) -> tuple[bytes, list[zmq.Frame], str | None,
+                                                                            str | None]:
+    """Read one multipart message frame by frame without copying.
+
+    Returns ``(identity, frames, user_id, problem)``: ``identity`` is the ROUTER's peer frame (``b""`` when
+    ``routed`` is false), ``user_id`` the ZAP User-Id (the client's Z85 CURVE key) or None, ``problem`` a reason
+    when the message exceeded ``max_bytes`` in total or :data:`MAX_FRAMES` frames -- its remaining frames are then
+    received and dropped at once, never kept or copied.
+    """
+    first = sock.recv(copy=False)
+    identity = bytes(first.bytes) if routed else b""
+    frames: list[zmq.Frame] = [] if routed else [first]
+    total = 0 if routed else len(first)
+    problem = None
+    more = first.more
+    while more:
+        frame = sock.recv(copy=False)
+        more = frame.more
+        if problem is not None:
+            continue
+        total += len(frame)
+        frames.append(frame)
+        if total > max_bytes:
+            problem = f"message of more than {max_bytes} bytes in total"
+        elif len(frames) > MAX_FRAMES + 1:
+            problem = f"message of more than {MAX_FRAMES + 1} frames"
+        if problem is not None:
+            frames.clear()
+    user_id = None
+    if frames:
+        try:
+            user_id = frames[0].get("User-Id")
+        except zmq.ZMQError:  # no ZAP handler (no CURVE): messages carry no User-Id
+            user_id = None
+    return identity, frames, user_id or None, problem
 
 
 # ------------------------------------------------------------------ CURVE keys
@@ -97,6 +152,22 @@ def _load_cert(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
     return pub, sec
 
 
+def curve_key_names(allowed_dir: str | Path) -> dict[str, str]:
+    """Z85 public key -> party name for every ``NAME.key`` in the allowed-keys directory (one name per key)."""
+    names: dict[str, str] = {}
+    for path in sorted(Path(allowed_dir).glob("*.key")):
+        name = path.name[: -len(".key")]
+        if name == COORDINATOR_NAME:
+            continue
+        pub, _ = _load_cert(path, secret=False)
+        key = pub.decode("ascii")
+        if key in names:
+            raise ConfigurationError(f"the same CURVE public key is authorised as {names[key]!r} and {name!r}; "
+                                     "one key may identify one party only")
+        names[key] = name
+    return names
+
+
 def load_server_keys(curve_dir: str | Path, allowed_dir: str | Path | None = None) -> CurveServerKeys:
     """Coordinator keys from ``DIR/coordinator.key_secret``; clients allowed = ``*.key`` in ``allowed_dir``
     (default: DIR itself)."""
@@ -132,13 +203,21 @@ class ServerTransport:
 
     def __init__(self, bind: str, *, run_id: str, curve: CurveServerKeys | None = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, context: zmq.Context | None = None,
-                 audit: Callable[[bytes, list[bytes]], None] | None = None) -> None:
+                 audit: Callable[[bytes, list[bytes]], None] | None = None,
+                 on_reject: Callable[[str], None] | None = None) -> None:
         self.run_id = run_id
         self.audit = audit
         self.max_message_bytes = int(max_message_bytes)
         self.rejected = 0
+        self.dropped_sends = 0
         self.last_rejection = ""
+        self.on_reject = on_reject
         self.last_seen: dict[bytes, float] = {}
+        #: peer identity -> the party name it registered as (set by the coordinator); its sender name from then on
+        self.peer_names: dict[bytes, str] = {}
+        #: CURVE: Z85 client key -> the only party name it may use (None without CURVE)
+        self.key_names: dict[str, str] | None = None
+        self.peer_keys: dict[bytes, str] = {}
         self._seq = 0
         self._peer_seq: dict[bytes, int] = {}
         self._ctx = context or zmq.Context.instance()
@@ -147,7 +226,9 @@ class ServerTransport:
         self.sock.setsockopt(zmq.LINGER, LINGER_MS)
         self.sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDTIMEO, SERVER_SEND_TIMEOUT_MS)
         if curve is not None:
+            self.key_names = curve_key_names(curve.allowed_dir)
             self._auth = ThreadAuthenticator(self._ctx)
             self._auth.start()
             self._auth.configure_curve(domain="*", location=str(curve.allowed_dir))
@@ -166,14 +247,20 @@ class ServerTransport:
             raise ConfigurationError(f"cannot bind {bind}: {exc}") from None
 
     def send(self, peer: bytes, msg: Message) -> None:
-        """Send to one peer; ProtocolError if the peer is gone (ROUTER_MANDATORY)."""
+        """Send to one peer without blocking; :class:`PeerUnreachable` if the peer is gone (ROUTER_MANDATORY) or
+        not reading (its queue is full): the message is dropped and the caller's liveness checks decide."""
         self._seq += 1
         msg.sender, msg.run, msg.seq = COORDINATOR_NAME, self.run_id, self._seq
         frames = encode(msg)
         try:
-            self.sock.send_multipart([peer, *frames], copy=False)
+            self.sock.send_multipart([peer, *frames], flags=zmq.DONTWAIT, copy=False)
         except zmq.ZMQError as exc:
-            raise ProtocolError(f"cannot reach peer: {exc}") from None
+            self.dropped_sends += 1
+            raise PeerUnreachable(f"cannot reach peer ({exc}); message dropped") from None
+
+    def bind_peer(self, peer: bytes, name: str) -> None:
+        """From now on every message from ``peer`` must name ``name`` as its sender (the party registered)."""
+        self.peer_names[peer] = name
 
     def recv(self, timeout: float) -> tuple[bytes, Message] | None:
         """Next valid message within ``timeout`` seconds, or None."""
@@ -182,36 +269,53 @@ class ServerTransport:
             remaining = deadline - time.monotonic()
             if not self.sock.poll(max(0, int(remaining * 1000)), zmq.POLLIN):
                 return None
-            frames = self.sock.recv_multipart(copy=True)
+            peer, frames, user_id, problem = recv_message(self.sock, self.max_message_bytes, routed=True)
             if self.audit is not None and frames:
-                self.audit(frames[0], list(frames[1:]))
-            if len(frames) < 2:
-                self._reject("message without identity or header")
+                self.audit(peer, [bytes(f) for f in frames])
+            if problem is not None or not frames:
+                self._reject(problem or "message without identity or header", peer)
                 continue
-            peer, body = frames[0], frames[1:]
             try:
-                msg = decode(body, max_bytes=self.max_message_bytes)
-                self._check_envelope(peer, msg)
+                msg = decode(frames, max_bytes=self.max_message_bytes,
+                             accept=functools.partial(self._check_envelope, peer, user_id=user_id))
             except ProtocolError as exc:
-                self._reject(str(exc))
+                self._reject(str(exc), peer)
                 continue
+            if user_id is not None:
+                self.peer_keys[peer] = user_id
             self.last_seen[peer] = time.monotonic()
             return peer, msg
 
-    def _check_envelope(self, peer: bytes, msg: Message) -> None:
+    def _check_envelope(self, peer: bytes, msg: Message, *, user_id: str | None = None) -> None:
+        """Sender, CURVE key, run id and sequence number: checked before any payload is parsed."""
         if msg.run != self.run_id and not (msg.type is MessageType.REGISTER and msg.run == ""):
             raise ProtocolError(f"message for another run ({msg.run or 'none'})")
+        if self.key_names is not None:
+            bound = self.key_names.get(user_id or "")
+            if bound is None:
+                raise ProtocolError("message from a CURVE key that is not in the allowed-keys directory")
+            if msg.sender != bound:
+                raise ProtocolError(f"the CURVE key of {bound!r} sent a message as {msg.sender!r}")
+        registered = self.peer_names.get(peer)
+        if registered is None:
+            if msg.type not in (MessageType.REGISTER, MessageType.ERROR, MessageType.HEARTBEAT):
+                raise ProtocolError(f"{msg.type.value} from an unregistered peer")
+        elif msg.sender != registered:
+            raise ProtocolError(f"peer registered as {registered} claims to be {msg.sender}")
         last = self._peer_seq.get(peer, -1)
         if msg.seq <= last:
             raise ProtocolError(f"sequence number {msg.seq} after {last} (replayed or reordered)")
         self._peer_seq[peer] = msg.seq
 
-    def _reject(self, reason: str) -> None:
+    def _reject(self, reason: str, peer: bytes | None = None) -> None:
         self.rejected += 1
         self.last_rejection = reason
+        if self.on_reject is not None:
+            who = self.peer_names.get(peer or b"") or "an unregistered peer"
+            self.on_reject(f"rejected wire input from {who}: {reason}")
 
-    def close(self) -> None:
-        self.sock.close(linger=LINGER_MS)
+    def close(self, linger_ms: int = LINGER_MS) -> None:
+        self.sock.close(linger=linger_ms)
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
@@ -274,7 +378,15 @@ class ClientTransport:
                                 "authorised, or the coordinator key is wrong)")
         if self.sock not in events:
             return None
-        msg = decode(self.sock.recv_multipart(copy=True), max_bytes=self.max_message_bytes)
+        _, frames, _, problem = recv_message(self.sock, self.max_message_bytes, routed=False)
+        if problem is not None:
+            raise ProtocolError(f"the coordinator sent a {problem}")
+        msg = decode(frames, max_bytes=self.max_message_bytes, accept=self._check_envelope)
+        self.last_seen = time.monotonic()
+        return msg
+
+    def _check_envelope(self, msg: Message) -> None:
+        """Sender, sequence number and run id, before any payload is parsed."""
         if msg.sender != COORDINATOR_NAME:
             raise ProtocolError(f"message from {msg.sender!r}, expected the coordinator")
         if msg.seq <= self._peer_seq:
@@ -284,8 +396,6 @@ class ClientTransport:
             self.run_id = msg.run  # an ABORT may answer the REGISTER itself
         if msg.run != self.run_id:
             raise ProtocolError(f"message for another run ({msg.run})")
-        self.last_seen = time.monotonic()
-        return msg
 
     def close(self) -> None:
         if self._monitor is not None:

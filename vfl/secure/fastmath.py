@@ -313,9 +313,48 @@ def multiexp_cost(n_bases: int, exponent_bits: int) -> int:
 
 # ----------------------------------------------------------------------------- process pool
 _WORKER: dict[str, Any] = {}
+_PR_SET_PDEATHSIG = 1
+WATCHDOG_SECONDS = 0.5
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (worker) process end when ``parent_pid`` does, however the parent dies (issue 14, item 6).
+
+    On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill us the moment the parent exits, even by
+    SIGKILL; everywhere a daemon thread also polls ``os.getppid()`` every :data:`WATCHDOG_SECONDS` (re-parenting
+    means the parent is gone) and exits. The check right after ``prctl`` closes the race of a parent that died
+    before it was called.
+    """
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the watchdog below still works
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watchdog() -> None:
+        while True:
+            threading.Event().wait(WATCHDOG_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watchdog, daemon=True, name="vfl-parent-watchdog").start()
+    # a terminal's Ctrl-C / SIGTERM goes to the parent, which ends the pool; workers must not print tracebacks
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _init_worker(payload: dict[str, Any]) -> None:
+    parent = payload.get("parent_pid")
+    if isinstance(parent, int):
+        die_with_parent(parent)
     _WORKER.clear()
     _WORKER.update(payload)
     if "encrypter_state" in payload:
@@ -363,9 +402,19 @@ def run_pool(func: Callable[[Any], Any], tasks: list[Any], workers: int, payload
     weights = [1] * len(tasks) if weights is None else list(weights)
     if workers <= 1:
         raise ValueError("run_pool is for workers > 1; run serial work in the calling thread")
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(tasks))), mp_context=_context(),
-                             initializer=_init_worker, initargs=(payload,)) as ex:
-        return _collect(ex.map(func, tasks), progress, weights)
+    payload = {**payload, "parent_pid": os.getpid()}   # workers die with this process (die_with_parent)
+    ex = ProcessPoolExecutor(max_workers=max(1, min(workers, len(tasks))), mp_context=_context(),
+                             initializer=_init_worker, initargs=(payload,))
+    try:
+        result = _collect(ex.map(func, tasks), progress, weights)
+    except BaseException:
+        # interrupted (Ctrl-C / SIGTERM) or failed: kill the workers now instead of waiting for their tasks
+        for proc in list(getattr(ex, "_processes", {}).values()):
+            proc.kill()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+    return result
 
 
 def _collect(results: Iterable[Any], progress: Callable[[int], None] | None, weights: list[int]) -> list[Any]:
