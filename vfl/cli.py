@@ -69,6 +69,23 @@ def _echo(text: str) -> None:
     click.echo(text, err=False)
 
 
+def check_writable(out: str, *, force: bool) -> None:
+    """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file."""
+    import tempfile
+
+    path = Path(out)
+    if path.exists() and not force:
+        raise ConfigurationError(f"{out} exists; refusing to overwrite it (use --force)")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigurationError(f"cannot write {out}: folder {folder} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".check"):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="vfl")
 def cli() -> None:
@@ -107,7 +124,9 @@ def cli() -> None:
 @click.option("--max-run-time", type=float, default=86400.0, show_default=True,
               help="Seconds after which the whole run is aborted even if every party still sends heartbeats.")
 @click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
-              help="Where to write the model JSON (atomically; nothing is written on failure).")
+              help="Where to write the model JSON (atomically; nothing is written on failure). Checked for "
+                   "writability before the run; an existing file is refused unless --force.")
+@click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier modulus size for parties.")
 @click.option("--insecure-test-keys", is_flag=True,
               help="Allow keys below 2048 bits (tests only; every party must allow it too).")
@@ -129,7 +148,7 @@ def cli() -> None:
               help="DP-BCD utility check: paper = abort the run (Alg. 2); see docs/dp_bcd.md for the others.")
 @click.option("--noise-calibration", type=click.Choice(NOISE_CALIBRATIONS), default="half-normal",
               show_default=True, help="DP-BCD noise sampler (see docs/dp_bcd.md).")
-@click.option("--seed", type=int, default=None,
+@click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
@@ -147,10 +166,12 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
-                fit_intercept: bool, quiet: bool) -> None:
+                fit_intercept: bool, quiet: bool, force: bool) -> None:
     """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
     from vfl.net.coordinator import Coordinator, RunSettings
     from vfl.net.transport import load_server_keys
+
+    check_writable(out, force=force)
 
     if mechanism == "cape-fm":
         from vfl.net.cape_cli import run_cape_coordinator
@@ -217,7 +238,7 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
 @click.option("--insecure-test-keys", is_flag=True, help="Accept Paillier keys below 2048 bits (tests only).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bars for encryption and secure products (stderr).")
-@click.option("--seed", type=int, default=None,
+@click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
@@ -299,12 +320,17 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
               help="Model JSON written by `vfl coordinator`.")
 @click.option("--data", type=click.Path(dir_okay=False), required=True,
               help="CSV with (at least) the model's feature columns, by name.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write predictions here (default stdout).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write predictions here (default stdout); an existing file is refused unless --force.")
+@click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
 @click.option("--proba", is_flag=True, help="Logistic models: print P(y = 1) instead of the 0/1 label.")
-def predict(model_path: str, data: str, out: str | None, proba: bool) -> None:
+def predict(model_path: str, data: str, out: str | None, proba: bool, force: bool) -> None:
     """Predict with a released model on a joined CSV."""
     from vfl.net.config import read_party_csv
     from vfl.net.modelio import atomic_write_text, load_model
+
+    if out:
+        check_writable(out, force=force)
 
     m = load_model(model_path)
     table = read_party_csv(data, m.feature_names_)
@@ -342,7 +368,8 @@ def keys(out: str, names: tuple[str, ...]) -> None:
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy budget epsilon.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta.")
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier key size.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data (not the noise).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the synthetic data (not the noise).")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Run timeout in seconds.")
 def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int, seed: int, timeout: float) -> None:
     """Coordinator + two parties as local processes on a built-in synthetic data set."""

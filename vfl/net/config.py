@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,10 @@ def load_party_config(path: str | Path) -> PartyConfig:
     unknown = set(section) - allowed
     if unknown:
         raise ConfigurationError(f"{p}: unknown key(s) in [party]: {', '.join(sorted(unknown))}")
+    for key in sorted(allowed - {"features"}):
+        if key in section and not isinstance(section[key], str):
+            raise ConfigurationError(f"{p}: [party] {key} must be a string, got {type(section[key]).__name__} "
+                                     f"{section[key]!r}"[:300])
     cfg = PartyConfig(**{k: section.get(k) for k in allowed if k != "features"})
     feats = section.get("features", [])
     if isinstance(feats, str):
@@ -135,6 +140,9 @@ def load_bounds_file(path: str | Path) -> dict[str, tuple[float, float]]:
     return out
 
 
+_INDEX_RANGE = re.compile(r"^\d+(-\d+)?$")  # "3" or "2-5"; "-1", "3-" are unknown features, not tracebacks
+
+
 def select_columns(spec: list[str] | str, header: list[str], *, source: str = "data") -> list[str]:
     """Resolve a feature selection to column names (see module docstring); unknown names raise."""
     items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
@@ -150,7 +158,7 @@ def select_columns(spec: list[str] | str, header: list[str], *, source: str = "d
         elif ":" in item and all(part.strip() in position for part in item.split(":", 1)):
             a, b = (position[part.strip()] for part in item.split(":", 1))
             chosen += header[min(a, b):max(a, b) + 1]
-        elif item.replace("-", "", 1).isdigit():
+        elif _INDEX_RANGE.match(item):
             parts = item.split("-", 1)
             a, b = int(parts[0]), int(parts[-1])
             if not (0 <= a < len(header) and 0 <= b < len(header)):

@@ -225,6 +225,16 @@ class Coordinator:
         for r in self.parties:
             if r.name == reg.name:
                 raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
+            shared = sorted(set(r.features) & set(reg.features))
+            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
+                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
+                                         f"are already used by party {r.name}; feature names must be unique across "
+                                         "parties (rename the columns)")
+            shared = sorted(set(r.features) & set(reg.features))
+            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
+                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
+                                         f"are already used by party {r.name}; feature names must be unique across "
+                                         "parties (rename the columns)")
             if r.label_owner and reg.label_owner:
                 raise ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
                                          "pass --label")

@@ -32,6 +32,8 @@ BCD_MECHANISMS = ("bcd", "dp-bcd")
 MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS
 MODELS = ("linear", "logistic")
 BCD_OPTIONS = ("abort_rule", "noise_calibration")
+RUN_MIN_KEY_BITS = 512     # test keys only (below 2048 needs allow_insecure_keys)
+RUN_MAX_KEY_BITS = 8192    # generating larger Paillier keys takes minutes to hours at every key holder
 
 
 @dataclass(kw_only=True)
@@ -73,6 +75,10 @@ class RunSettings:
             raise ConfigurationError("bcd and dp-bcd train linear regression only")
         if self.key_bits < 2048 and not self.allow_insecure_keys:
             raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not (
+                RUN_MIN_KEY_BITS <= self.key_bits <= RUN_MAX_KEY_BITS):
+            raise ConfigurationError(f"--key-bits must be an integer in [{RUN_MIN_KEY_BITS}, {RUN_MAX_KEY_BITS}] "
+                                     f"(2048 is the secure default), got {self.key_bits}")
         if self.randomness not in RANDOMNESS_MODES:
             raise ConfigurationError(f"randomness must be 'short-exponent' or 'standard', got {self.randomness!r}")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
