@@ -1,0 +1,167 @@
+"""A party's local policy on the PLAN a coordinator sends (issue 14, item 1): what it agrees to run.
+
+A party used to run whatever mechanism a PLAN named: ``none`` released its un-noised blocks and ``bcd`` made the
+label owner send ``y - X beta`` exactly. Now every party checks the plan against its own operator's policy
+before it touches its data, and prints the plan it is about to run:
+
+* ``allow_mechanisms``: the mechanisms it runs; ``none`` and ``bcd`` (no noise at all) only if listed
+  explicitly (:data:`DEFAULT_MECHANISMS` leaves them out);
+* ``min_epsilon`` / ``max_epsilon``: the *true* epsilon of the plan (the privacy report of the mechanism the
+  party builds from the plan -- e.g. ``calibration="paper"`` reports its real, larger epsilon) must lie in
+  this range; ``max_delta`` likewise bounds delta;
+* ``max_key_bits``: a plan asking for absurd key sizes (key generation for minutes or hours) is refused;
+  keys below 2048 bits are refused unless the party allows insecure test keys (checked by the party);
+* shape sanity: the plan must describe the party as it registered, and no other party may claim more
+  columns than the table has rows (each claimed column is a ciphertext the key holder would decrypt).
+
+Pure functions, no sockets: :func:`check_plan` takes the PLAN body and returns a :class:`PlanSummary` or raises
+:class:`~vfl.exceptions.ConfigurationError` with one line that names the policy option to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from vfl.exceptions import ConfigurationError
+
+__all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "PartyPolicy", "PlanSummary", "check_plan",
+           "describe_plan"]
+
+#: no noise at all: a party runs these only when its operator lists them in ``allow_mechanisms``
+UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
+DEFAULT_MECHANISMS = frozenset({"laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd"})
+ALL_MECHANISMS = DEFAULT_MECHANISMS | UNPROTECTED_MECHANISMS
+DEFAULT_MAX_EPSILON = 10.0
+DEFAULT_MAX_DELTA = 1e-3
+DEFAULT_MAX_KEY_BITS = 8192
+
+
+@dataclass(frozen=True)
+class PartyPolicy:
+    """What a party agrees to run; checked against every PLAN before any data is touched."""
+
+    allow_mechanisms: frozenset[str] = DEFAULT_MECHANISMS
+    min_epsilon: float | None = None
+    max_epsilon: float | None = DEFAULT_MAX_EPSILON
+    max_delta: float | None = DEFAULT_MAX_DELTA
+    max_key_bits: int = DEFAULT_MAX_KEY_BITS
+
+    def __post_init__(self) -> None:
+        unknown = set(self.allow_mechanisms) - ALL_MECHANISMS
+        if unknown:
+            raise ConfigurationError(f"--allow-mechanisms: unknown mechanism(s) {', '.join(sorted(unknown))}; "
+                                     f"choose from {', '.join(sorted(ALL_MECHANISMS))}")
+        if not self.allow_mechanisms:
+            raise ConfigurationError("--allow-mechanisms: allow at least one mechanism")
+        for name, value in (("--min-epsilon", self.min_epsilon), ("--max-epsilon", self.max_epsilon)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"{name} must be a finite number > 0, got {value}")
+        if self.min_epsilon is not None and self.max_epsilon is not None and self.min_epsilon > self.max_epsilon:
+            raise ConfigurationError(f"--min-epsilon {self.min_epsilon:g} exceeds --max-epsilon {self.max_epsilon:g}")
+        if self.max_delta is not None and not 0 < self.max_delta < 1:
+            raise ConfigurationError(f"--max-delta must lie in (0, 1), got {self.max_delta}")
+        if isinstance(self.max_key_bits, bool) or not isinstance(self.max_key_bits, int) or self.max_key_bits < 512:
+            raise ConfigurationError(f"max_key_bits must be an integer >= 512, got {self.max_key_bits!r}")
+
+    @classmethod
+    def from_options(cls, allow_mechanisms: str | None = None, min_epsilon: float | None = None,
+                     max_epsilon: float | None = DEFAULT_MAX_EPSILON,
+                     max_delta: float | None = DEFAULT_MAX_DELTA) -> PartyPolicy:
+        """From CLI strings: ``allow_mechanisms`` comma separated (None: :data:`DEFAULT_MECHANISMS`)."""
+        allowed = DEFAULT_MECHANISMS if allow_mechanisms is None else frozenset(
+            m.strip() for m in allow_mechanisms.split(",") if m.strip())
+        return cls(allowed, min_epsilon, max_epsilon, max_delta)
+
+    @classmethod
+    def permissive(cls, mechanisms: frozenset[str] | None = None) -> PartyPolicy:
+        """Any mechanism and epsilon: for in-process runs (``vfl.fit``) where one caller picks every party's plan."""
+        return cls(ALL_MECHANISMS if mechanisms is None else frozenset(mechanisms), None, None, None)
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """The facts of a PLAN a party printed and agreed to."""
+
+    mechanism: str
+    model: str
+    epsilon: float | None
+    true_epsilon: float | None
+    delta: float | None
+    parties: list[tuple[str, int, bool]] = field(default_factory=list)
+    key_bits: int | None = None
+    index: int = 0
+
+
+def _number(params: dict, key: str) -> float | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigurationError(f"the plan's {key} is not a finite number: {value!r}")
+    return float(value)
+
+
+def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: int,
+               true_epsilon: float | None = None) -> PlanSummary:
+    """Check a PLAN body against ``policy`` (and this party's own facts); one-line ConfigurationError if refused.
+
+    ``true_epsilon``: the epsilon the party's own mechanism reports for this plan (its privacy report), when
+    built; the policy applies to ``max(nominal, true)``.
+    """
+    mechanism = str(body.get("mechanism"))
+    if mechanism not in policy.allow_mechanisms:
+        hint = (" (it adds no noise: the coordinator would see this party's exact statistics)"
+                if mechanism in UNPROTECTED_MECHANISMS else "")
+        raise ConfigurationError(f"party {name} refuses mechanism {mechanism!r}{hint}; its policy allows "
+                                 f"{', '.join(sorted(policy.allow_mechanisms))} (--allow-mechanisms)")
+    params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    eps = _number(params, "epsilon")
+    delta = _number(params, "delta")
+    if mechanism not in UNPROTECTED_MECHANISMS:
+        if eps is None:
+            raise ConfigurationError(f"the plan gives no epsilon for mechanism {mechanism}")
+        worst = max(eps, true_epsilon) if true_epsilon is not None else eps
+        if policy.max_epsilon is not None and worst > policy.max_epsilon:
+            raise ConfigurationError(f"party {name} refuses epsilon {worst:g} (true epsilon of the plan): above its "
+                                     f"maximum {policy.max_epsilon:g} (--max-epsilon)")
+        if policy.min_epsilon is not None and eps < policy.min_epsilon:
+            raise ConfigurationError(f"party {name} refuses epsilon {eps:g}: below its minimum "
+                                     f"{policy.min_epsilon:g} (--min-epsilon)")
+        if delta is not None and policy.max_delta is not None and delta > policy.max_delta:
+            raise ConfigurationError(f"party {name} refuses delta {delta:g}: above its maximum {policy.max_delta:g} "
+                                     "(--max-delta)")
+    key_bits = params.get("key_bits")
+    if key_bits is not None and (isinstance(key_bits, bool) or not isinstance(key_bits, int)
+                                 or key_bits > policy.max_key_bits):
+        raise ConfigurationError(f"party {name} refuses {key_bits!r}-bit keys (at most {policy.max_key_bits})")
+    parties = body.get("parties")
+    if not isinstance(parties, list) or not all(isinstance(p, dict) for p in parties):
+        raise ConfigurationError("the plan's party list is malformed")
+    described: list[tuple[str, int, bool]] = []
+    for p in parties:
+        count = p.get("n_features")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < max(n_rows, 2):
+            raise ConfigurationError(f"the plan gives party {p.get('name')!r} {count!r} columns for {n_rows} rows; "
+                                     "refused (a column count >= the row count would let the key holder's "
+                                     "decryptions reveal its table)")
+        described.append((str(p.get("name")), count, bool(p.get("label_owner"))))
+    index = body.get("index")
+    if not isinstance(index, int) or not 0 <= index < len(described) or described[index][0] != name:
+        raise ConfigurationError("the plan does not describe this party")
+    return PlanSummary(mechanism, str(body.get("model")), eps, true_epsilon, delta, described,
+                       key_bits if isinstance(key_bits, int) else None, index)
+
+
+def describe_plan(summary: PlanSummary) -> str:
+    """One line a party prints before it runs the plan."""
+    who = ", ".join(f"{n} ({c} col{'s' if c != 1 else ''}{', label' if lab else ''})"
+                    for n, c, lab in summary.parties)
+    privacy = "NO noise" if summary.mechanism in UNPROTECTED_MECHANISMS else f"epsilon {summary.epsilon:g}"
+    if summary.true_epsilon is not None and summary.epsilon is not None and summary.true_epsilon > summary.epsilon:
+        privacy += f" (true epsilon {summary.true_epsilon:g})"
+    if summary.delta is not None and summary.mechanism not in UNPROTECTED_MECHANISMS:
+        privacy += f", delta {summary.delta:g}"
+    keys = f", {summary.key_bits}-bit keys" if summary.key_bits else ""
+    return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}"
