@@ -1,0 +1,83 @@
+"""A hostile coordinator at the socket level, for the fake-coordinator suite (issue 14, items 1 and 5).
+
+It speaks the real wire protocol (a ZeroMQ ROUTER, :mod:`vfl.net.messages` frames) but follows no rule: it sends
+whatever PLAN the test asks for and can forge secure-product responses, e.g. echo a key holder's own request
+ciphertexts back as a "masked response" (the red team's table-recovery attack). Not a test module itself
+(no ``test_`` prefix); ``tests/net/test_fake_coordinator.py`` drives it against real parties.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import zmq
+
+from vfl.net.messages import Message, MessageType, decode, encode
+
+__all__ = ["FakeCoordinator", "echo_response_wire"]
+
+
+class FakeCoordinator:
+    """``FakeCoordinator()``: bind on loopback; ``register()`` greets one party; ``plan(...)`` sends any PLAN."""
+
+    def __init__(self, bind: str = "tcp://127.0.0.1") -> None:
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        port = self.sock.bind_to_random_port(bind)
+        self.endpoint = f"{bind}:{port}"
+        self.run_id = secrets.token_hex(16)
+        self.seq = 0
+        self.received: list[tuple[bytes, Message]] = []
+
+    def send(self, peer: bytes, mtype: MessageType, body: dict | None = None, payload: list | None = None) -> None:
+        self.seq += 1
+        msg = Message(mtype, body or {}, payload or [], "coordinator", self.run_id, self.seq)
+        self.sock.send_multipart([peer, *encode(msg)])
+
+    def recv(self, timeout: float) -> tuple[bytes, Message] | None:
+        if not self.sock.poll(int(timeout * 1000)):
+            return None
+        peer, *frames = self.sock.recv_multipart()
+        msg = decode(frames)
+        self.received.append((peer, msg))
+        return peer, msg
+
+    def wait_for(self, *types: MessageType, timeout: float = 30.0) -> tuple[bytes, Message] | None:
+        """Next message of one of ``types`` (others are kept in :attr:`received`), or None after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.recv(max(0.0, min(0.2, deadline - time.monotonic())))
+            if got is not None and got[1].type in types:
+                return got
+        return None
+
+    def register(self, timeout: float = 30.0) -> tuple[bytes, dict]:
+        """Wait for a REGISTER and answer WELCOME; returns (peer, registration body)."""
+        got = self.wait_for(MessageType.REGISTER, timeout=timeout)
+        assert got is not None, "no party registered"
+        peer, msg = got
+        self.send(peer, MessageType.WELCOME, {"run": self.run_id})
+        return peer, msg.body
+
+    def plan(self, peer: bytes, *, index: int, parties: list[dict], mechanism: str, params: dict[str, Any],
+             n_samples: int, label_owner: int, model: str = "linear") -> None:
+        self.send(peer, MessageType.PLAN, {"index": index, "parties": parties, "model": model,
+                                           "mechanism": mechanism, "params": params, "n_samples": n_samples,
+                                           "label_owner": label_owner})
+
+    def sent_by_party(self, mtype: MessageType) -> list[Message]:
+        return [m for _, m in self.received if m.type is mtype]
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+def echo_response_wire(request_wire: dict, n_resp_cols: int) -> dict:
+    """The header of a MASKED_RESPONSE that relabels the key holder's own request as the response."""
+    return {"kind": "vfl.secure.masked_response", "version": 1, "session": request_wire["session"],
+            "key_fingerprint": request_wire["key_fingerprint"], "ciphertext_bytes": request_wire["ciphertext_bytes"],
+            "slot_bits": request_wire["slot_bits"], "n_enc_cols": request_wire["n_cols"],
+            "n_resp_cols": n_resp_cols, "n_groups": request_wire["n_groups"]}
