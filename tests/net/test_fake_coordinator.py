@@ -83,22 +83,6 @@ def test_echoed_request_over_the_wire_is_refused_and_no_share_leaves_the_party(f
     assert party.error is not None and "refused without decrypting" in str(party.error)
 
 
-def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(fake):
-    """The same attack through the PLAN: the key holder's expected width comes from the plan, so a plan that
-    claims alice has N columns must not be accepted (a column count >= N is refused before anything runs)."""
-    party = PartyThread(_bob(), fake.endpoint)
-    party.start()
-    peer, _ = fake.register()
-    parties = _parties()
-    parties[0]["n_features"] = N
-    parties[0]["features"] = [f"a{i}" for i in range(N)]
-    fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params=PARAMS, n_samples=N, label_owner=0)
-    error = fake.wait_for(MessageType.ERROR, timeout=30)
-    party.join(30)
-    assert error is not None and f"columns for {N} rows" in error[1].body["reason"]
-    assert fake.sent_by_party(MessageType.ENC_REQUEST) == [] and fake.sent_by_party(MessageType.BLOCK) == []
-
-
 @pytest.mark.parametrize("mechanism,epsilon", [("gaussian-fm", 1e200), ("relaxed-fm", 1e155),
                                                ("laplace-fm", 1e-300)])
 def test_absurd_epsilon_in_a_plan_fails_fast_instead_of_freezing_the_party(fake, mechanism, epsilon):

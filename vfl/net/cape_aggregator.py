@@ -200,6 +200,7 @@ class CapeAggregator:
                 self._refuse(peer, str(exc))
                 raise
             self.sites.append(reg)
+            self.transport.bind_peer(peer, reg.name)  # later messages from this peer must carry this name
             self.transport.send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered site {reg.name}: {reg.n_rows} rows")
         self.sites.sort(key=lambda r: r.name)
