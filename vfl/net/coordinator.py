@@ -225,16 +225,6 @@ class Coordinator:
         for r in self.parties:
             if r.name == reg.name:
                 raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
-            shared = sorted(set(r.features) & set(reg.features))
-            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
-                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
-                                         f"are already used by party {r.name}; feature names must be unique across "
-                                         "parties (rename the columns)")
-            shared = sorted(set(r.features) & set(reg.features))
-            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
-                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
-                                         f"are already used by party {r.name}; feature names must be unique across "
-                                         "parties (rename the columns)")
             if r.label_owner and reg.label_owner:
                 raise ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
                                          "pass --label")
@@ -249,6 +239,12 @@ class Coordinator:
             if r.id_digest is not None and r.id_digest != reg.id_digest:
                 raise DataValidationError(f"the row IDs of {reg.name} differ from those of {r.name} "
                                           "(different rows or a different order): align the tables first")
+        for r in self.parties:
+            shared = sorted(set(r.features) & set(reg.features))
+            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
+                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
+                                         f"are already used by party {r.name}; feature names must be unique across "
+                                         "parties (rename the columns)")
 
     # ------------------------------------------------------------------ phases
     def _send_out(self, regs: list[Registration], out: list[Out]) -> None:
