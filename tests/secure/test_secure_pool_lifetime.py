@@ -89,3 +89,20 @@ def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_worker():
     assert proc.returncode == 130, (proc.returncode, err)
     assert err.strip().splitlines()[-1] == "vfl: terminated" and "Traceback" not in err, err
     assert _all_gone(workers, within=5.0), "pool workers survived a SIGTERMed parent"
+
+
+EXECUTOR_SCRIPT = """
+import time
+from vfl.secure.executors import open_executor
+print("pool starting", flush=True)
+with open_executor(None, 2) as ex:
+    list(ex.map(time.sleep, [60, 60]))
+"""
+
+
+def test_streamed_product_executor_workers_die_with_a_sigkilled_parent():
+    """The streamed secure products run on vfl.secure.executors.open_executor's pool: same guarantee."""
+    proc, workers = _start(EXECUTOR_SCRIPT)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert _all_gone(workers, within=5.0), "executor workers survived a SIGKILLed parent"

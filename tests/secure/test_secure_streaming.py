@@ -38,7 +38,8 @@ def exact(A, B):
 def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None, workers=1):
     """Both roles through the wire format of the streamed protocol; returns (shares, chunks, wire frames)."""
     pk, sk = keypair
-    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=workers, executor=executor,
+    holder = ProductEncryptor(sk, A, response_cols=getattr(B, "n_cols", None) or B.shape[1], precision_bits=P,
+                              workers=workers, executor=executor,
                               max_frame_bytes=max_frame_bytes)
     responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
     header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)

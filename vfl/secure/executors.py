@@ -14,6 +14,7 @@ so the result of a task does not depend on where it runs, and results are bit-id
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.secure.fastmath import Encrypter, _context, mpz, multiexp
+from vfl.secure.fastmath import Encrypter, _context, die_with_parent, mpz, multiexp
 from vfl.secure.packing import pack
 
 __all__ = ["InlineExecutor", "open_executor", "bounded_map", "encrypt_rows_task", "multiexp_rows_task",
@@ -85,8 +86,18 @@ def open_executor(executor: Executor | str | None, workers: int) -> Iterator[Exe
     if workers <= 1:
         yield InlineExecutor()
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+    # workers die with this process however it ends (issue 14, item 6: fastmath.die_with_parent)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
+    try:
         yield pool
+    except BaseException:
+        # interrupted (Ctrl-C / SIGTERM) or failed: kill the workers now instead of waiting for their tasks
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def bounded_map(executor: Executor, fn: Callable[..., Any], arguments: Iterable[tuple], max_in_flight: int
