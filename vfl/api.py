@@ -27,6 +27,7 @@ from vfl.net.config import row_id_digest
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
 from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
+from vfl.protocols.policy import PartyPolicy
 from vfl.rng import RandomState
 
 __all__ = ["Party", "fit", "Site", "fit_sites"]
@@ -109,7 +110,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     def run_party(i: int, data: LocalData) -> None:
         node = PartyNode(data, coordinator.endpoint, timeout=timeout, order=i,
                          random_state=seeds[i] if random_state is not None else None, progress=progress,
-                         allow_insecure_keys=allow_insecure_keys)
+                         allow_insecure_keys=allow_insecure_keys,
+                         policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
         try:
             node.run()
         except BaseException as exc:  # reported to the coordinator by the node itself

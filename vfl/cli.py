@@ -32,6 +32,9 @@ from vfl.exceptions import (
     VFLError,
 )
 from vfl.net.messages import MAX_MESSAGE_BYTES
+from vfl.protocols.policy import DEFAULT_MAX_DELTA as DEFAULT_PLAN_MAX_DELTA
+from vfl.protocols.policy import DEFAULT_MAX_EPSILON as DEFAULT_PLAN_MAX_EPSILON
+from vfl.protocols.policy import DEFAULT_MECHANISMS as DEFAULT_PLAN_MECHANISMS
 from vfl.protocols.settings import (
     ABORT_RULES,
     BCD_MECHANISMS,
@@ -240,13 +243,30 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
               help="Progress bars for encryption and secure products (stderr).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
+@click.option("--allow-mechanisms", default=",".join(sorted(DEFAULT_PLAN_MECHANISMS)), show_default=True,
+              help="Mechanisms this party agrees to run (comma separated). 'none' and 'bcd' add no noise and run "
+                   "only if listed here.")
+@click.option("--min-epsilon", type=float, default=None,
+              help="Refuse a plan whose epsilon is below this (default: no minimum).")
+@click.option("--max-epsilon", type=float, default=DEFAULT_PLAN_MAX_EPSILON, show_default=True,
+              help="Refuse a plan whose true epsilon (as this party's own privacy report computes it) exceeds this.")
+@click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
+              help="Refuse a plan whose delta exceeds this.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
-          order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None) -> None:
-    """Run one party: read its columns, register, compute its blocks and secure-product sides."""
+          order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
+          min_epsilon: float | None, max_epsilon: float, max_delta: float) -> None:
+    """Run one party: read its columns, register, compute its blocks and secure-product sides.
+
+    Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
+    --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run.
+    """
     from vfl.net.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
     from vfl.net.party import LocalData, PartyNode
     from vfl.net.transport import load_client_keys
+    from vfl.protocols.policy import PartyPolicy
+
+    policy = PartyPolicy.from_options(allow_mechanisms, min_epsilon, max_epsilon, max_delta)
 
     cfg = load_party_config(config) if config else PartyConfig()
     cfg.name = name or cfg.name
@@ -277,7 +297,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                             bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest, **fm_view)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
-                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed)
+                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
+                     policy=policy)
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()

@@ -95,6 +95,9 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         url = f"tcp://127.0.0.1:{port}"
         out = folder / "model.json"
         insecure = ["--insecure-test-keys"] if key_bits < 2048 else []
+        # the demo's operator chose the plan: both parties accept exactly it (their policy, issue 14)
+        policy = ["--allow-mechanisms", mechanism, "--max-epsilon", f"{max(epsilon, 10.0):.17g}",
+                  "--max-delta", f"{max(delta, 1e-3):.17g}"]
         echo(f"vfl demo: {rows} synthetic rows, alice = age, income, tenure + label score; bob = visits, spend")
         echo(f"          mechanism {mechanism}, epsilon {epsilon:g}, delta {delta:g}, {key_bits}-bit Paillier keys"
              + (" (INSECURE test size)" if insecure else ""))
@@ -105,10 +108,10 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         party_cmds = [
             _vfl_command("party", "--connect", url, "--name", "alice", "--data", str(paths["alice"]), "--features",
                          "age,income,tenure", "--label", "score", "--id", "id", "--bounds", str(paths["bounds"]),
-                         "--no-progress", "--timeout", str(timeout), *insecure),
+                         "--no-progress", "--timeout", str(timeout), *insecure, *policy),
             _vfl_command("party", "--connect", url, "--name", "bob", "--data", str(paths["bob"]), "--features",
                          "visits,spend", "--id", "id", "--bounds", str(paths["bounds"]), "--no-progress",
-                         "--timeout", str(timeout), *insecure),
+                         "--timeout", str(timeout), *insecure, *policy),
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         start = time.perf_counter()

@@ -18,6 +18,7 @@ from fake_coordinator import FakeCoordinator, echo_response_wire
 
 from vfl.net.messages import MessageType
 from vfl.net.party import LocalData, PartyNode
+from vfl.protocols.policy import PartyPolicy
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
@@ -101,3 +102,92 @@ def test_absurd_epsilon_in_a_plan_fails_fast_instead_of_freezing_the_party(fake,
     party.join(30)
     assert not party.is_alive() and party.error is not None
     assert fake.sent_by_party(MessageType.BLOCK) == []
+
+
+def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(fake):
+    """The same attack through the PLAN: the key holder's expected width comes from the plan, so a plan that
+    claims alice has N columns must not be accepted (a column count >= N is refused before anything runs)."""
+    party = PartyThread(_bob(), fake.endpoint)
+    party.start()
+    peer, _ = fake.register()
+    parties = _parties()
+    parties[0]["n_features"] = N
+    parties[0]["features"] = [f"a{i}" for i in range(N)]
+    fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params=PARAMS, n_samples=N, label_owner=0)
+    error = fake.wait_for(MessageType.ERROR, timeout=30)
+    party.join(30)
+    assert error is not None and f"columns for {N} rows" in error[1].body["reason"]
+    assert fake.sent_by_party(MessageType.ENC_REQUEST) == [] and fake.sent_by_party(MessageType.BLOCK) == []
+
+
+@pytest.mark.parametrize("mechanism", ["none", "bcd"])
+def test_party_refuses_an_unprotected_plan_unless_its_operator_opts_in(fake, mechanism):
+    """Item 1: a party ran whatever a PLAN named: 'none' sent its blocks un-noised, 'bcd' sent y - X beta exactly.
+    By default it now refuses before touching its data; with --allow-mechanisms it runs and says so."""
+    party = PartyThread(_bob(), fake.endpoint)
+    party.start()
+    peer, _ = fake.register()
+    params = {**PARAMS, "epsilon": None, "rounds": 2, "gamma": 1.2} if mechanism == "bcd" else PARAMS
+    fake.plan(peer, index=1, parties=_parties(), mechanism=mechanism, params=params, n_samples=N, label_owner=0)
+    error = fake.wait_for(MessageType.ERROR, timeout=30)
+    party.join(30)
+    assert error is not None and f"refuses mechanism '{mechanism}'" in error[1].body["reason"]
+    assert "--allow-mechanisms" in error[1].body["reason"]
+    assert fake.sent_by_party(MessageType.READY) == [] and fake.sent_by_party(MessageType.BLOCK) == []
+
+
+def test_an_opted_in_party_prints_the_plan_it_runs(fake):
+    party = PartyThread(_bob(), fake.endpoint, policy=PartyPolicy.from_options("gaussian-fm,none"))
+    party.start()
+    peer, _ = fake.register()
+    fake.plan(peer, index=1, parties=_parties(), mechanism="none", params=PARAMS, n_samples=N, label_owner=0)
+    assert fake.wait_for(MessageType.READY, timeout=30) is not None
+    fake.send(peer, MessageType.ABORT, {"reason": "test over", "error": "E"})
+    party.join(30)
+    assert any("plan: none (NO noise), linear model, parties alice (2 cols, label), bob (3 cols), 1024-bit keys"
+               in line for line in party.lines), party.lines
+
+
+@pytest.mark.parametrize("params,text", [({"epsilon": 50.0}, "refuses epsilon 50"),
+                                         ({"delta": 0.4}, "refuses delta 0.4"),
+                                         ({"epsilon": 8.0, "mechanism_options": {"calibration": "paper"}},
+                                          "(true epsilon of the plan)")])
+def test_party_refuses_epsilon_above_its_maximum(fake, params, text):
+    """Also through calibration="paper", whose nominal epsilon 8 is really about 14: the policy applies to the
+    true epsilon of the party's own privacy report."""
+    party = PartyThread(_bob(), fake.endpoint)
+    party.start()
+    peer, _ = fake.register()
+    fake.plan(peer, index=1, parties=_parties(), mechanism="gaussian-fm", params={**PARAMS, **params}, n_samples=N,
+              label_owner=0)
+    error = fake.wait_for(MessageType.ERROR, timeout=30)
+    party.join(30)
+    assert error is not None and text in error[1].body["reason"], error
+    assert fake.sent_by_party(MessageType.BLOCK) == []
+
+
+def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path):
+    """The real CLI process against the fake coordinator: exit code 2, one line naming the option."""
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "bob.csv"
+    rng = np.random.default_rng(5)
+    data.write_text("b0,b1,b2\n" + "".join(",".join(f"{v:.4f}" for v in row) + "\n"
+                                           for row in rng.uniform(-1, 1, (N, 3))))
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
+                             "--data", str(data), "--features", "b0,b1,b2", "--no-progress", "--timeout", "30",
+                             "--insecure-test-keys"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        peer, _ = fake.register(timeout=60)
+        fake.plan(peer, index=1, parties=_parties(), mechanism="none", params=PARAMS, n_samples=N, label_owner=0)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "refuses mechanism 'none'" in lines[0] and "--allow-mechanisms" in lines[0]

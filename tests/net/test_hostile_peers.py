@@ -31,6 +31,7 @@ from vfl.net.transport import (
     load_server_keys,
     write_certificates,
 )
+from vfl.protocols.policy import PartyPolicy
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 RUN = "ab" * 16
@@ -233,7 +234,8 @@ def test_stray_registers_are_refused_without_ending_the_run():
     def party(data: LocalData, delay: float, order: int) -> None:
         time.sleep(delay)
         try:
-            PartyNode(data, coord.endpoint, timeout=30, order=order, allow_insecure_keys=True).run()
+            PartyNode(data, coord.endpoint, timeout=30, order=order, allow_insecure_keys=True,
+                      policy=PartyPolicy.permissive()).run()
         except BaseException as exc:  # noqa: BLE001
             errors[data.name] = exc
 
@@ -353,7 +355,7 @@ def test_curve_run_completes_while_a_key_tries_a_second_slot_and_another_name(cu
         time.sleep(delay)
         try:
             PartyNode(datas[i], coord.endpoint, timeout=30, order=i, allow_insecure_keys=True,
-                      curve=[alice_keys, bob_keys][i]).run()
+                      policy=PartyPolicy.permissive(), curve=[alice_keys, bob_keys][i]).run()
         except BaseException as exc:  # noqa: BLE001
             errors[datas[i].name] = exc
 

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 
 VFL = [sys.executable, "-m", "vfl.cli"]
 TEST_KEYS = ["--insecure-test-keys"]  # 1024-bit keys: fast tests only
+OPT_IN = ["--allow-mechanisms", "none,gaussian-fm"]  # these tests run un-noised 'none' plans on purpose (issue 14)
 
 
 class Procs:
@@ -71,13 +72,13 @@ def _coordinator(procs, url, out, *extra, parties=2, timeout=20):
 def _alice(procs, url, data, *extra, name="alice"):
     return procs.start("party", "--connect", url, "--name", name, "--data", str(data["alice"]), "--features",
                        "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]),
-                       "--no-progress", "--timeout", "20", *TEST_KEYS, *extra)
+                       "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
 
 
 def _bob(procs, url, data, *extra, name="bob", data_file=None):
     return procs.start("party", "--connect", url, "--name", name, "--data", str(data_file or data["bob"]),
                        "--features", "visits,spend", "--id", "id", "--bounds", str(data["bounds"]),
-                       "--no-progress", "--timeout", "20", *TEST_KEYS, *extra)
+                       "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
 
 
 def _wait_listening(url: str, timeout: float = 60.0) -> None:
@@ -171,7 +172,7 @@ def test_three_parties_label_owner_without_features(procs, tmp_path):
     out = tmp_path / "model.json"
     c = _coordinator(procs, url, out, "--mechanism", "none", "--precision-bits", "32", "--no-fit-intercept",
                      parties=3)
-    common = ["--id", "id", "--bounds", str(bounds), "--no-progress", *TEST_KEYS]
+    common = ["--id", "id", "--bounds", str(bounds), "--no-progress", *TEST_KEYS, *OPT_IN]
     ps = [procs.start("party", "--connect", url, "--name", "alice", "--data", str(files["label"]), "--label", "y",
                       *common),
           procs.start("party", "--connect", url, "--name", "bob", "--data", str(files["bob"]), "--features", "0-2",

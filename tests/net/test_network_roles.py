@@ -12,6 +12,7 @@ import pytest
 from vfl.exceptions import DataValidationError, PartyFailure
 from vfl.net.coordinator import Coordinator, RunSettings
 from vfl.net.party import LocalData, PartyNode, wire_reason
+from vfl.protocols.policy import PartyPolicy
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 
@@ -30,7 +31,8 @@ def _run(settings: RunSettings, datas: list[LocalData], out=None):
 
     def party(i: int, data: LocalData) -> None:
         try:
-            PartyNode(data, coord.endpoint, timeout=30, order=i, allow_insecure_keys=True).run()
+            PartyNode(data, coord.endpoint, timeout=30, order=i, allow_insecure_keys=True,
+                      policy=PartyPolicy.permissive()).run()
         except BaseException as exc:  # noqa: BLE001 - collected for the assertions
             errors[data.name] = exc
 
@@ -130,7 +132,7 @@ def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
     def real_party() -> None:
         try:
             PartyNode(LocalData.build("a", Xa, 0.5 * y, bounds=(-1, 1), label_bounds=(-1, 1)), coord.endpoint,
-                      timeout=30, order=0, allow_insecure_keys=True).run()
+                      timeout=30, order=0, allow_insecure_keys=True, policy=PartyPolicy.permissive()).run()
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

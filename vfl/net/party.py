@@ -47,6 +47,7 @@ from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
+from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 
@@ -156,8 +157,11 @@ class PartyNode:
     def __init__(self, data: LocalData, connect: str, *, curve: CurveClientKeys | None = None,
                  timeout: float = 120.0, order: int | None = None, random_state: RandomState = None,
                  progress: bool = False, workers: int | None = None,
-                 allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None) -> None:
+                 allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None,
+                 policy: PartyPolicy | None = None) -> None:
         self.data = data
+        #: what this party agrees to run (issue 14): default = DP mechanisms only, epsilon <= 10, delta <= 1e-3
+        self.policy = policy if policy is not None else PartyPolicy()
         self.allow_insecure_keys = allow_insecure_keys
         self.connect = connect
         self.curve = curve
@@ -240,8 +244,6 @@ class PartyNode:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
             session = self._session(msg)
-            self.log(f"[{self.data.name}] plan received: mechanism {msg.body['mechanism']}, "
-                     f"index {session.index} of {len(msg.body['parties'])}")
             self._submit(session.start)
             return session
         if kind is MessageType.RESULT:
@@ -253,11 +255,22 @@ class PartyNode:
 
     def _session(self, msg: Message) -> FMParty | BCDParty:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
+        # the local policy first, on the body as sent: nothing of this party's data is touched for a plan it
+        # refuses (issue 14, item 1)
+        summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows)
         plan = PlanBody.from_body(msg.body)
+        session: FMParty | BCDParty
         if plan.mechanism in BCD_MECHANISMS:
-            return BCDParty(self.data, plan, rng=self.rng, seeded=self.seeded, log=self.log)
-        return FMParty(self.data, plan, rng=self.rng, seeded=self.seeded,
-                       allow_insecure_keys=self.allow_insecure_keys, progress=self.progress, workers=self.workers)
+            session = BCDParty(self.data, plan, rng=self.rng, seeded=self.seeded, log=self.log)
+        else:
+            session = FMParty(self.data, plan, rng=self.rng, seeded=self.seeded,
+                              allow_insecure_keys=self.allow_insecure_keys, progress=self.progress,
+                              workers=self.workers)
+            # the policy's epsilon bounds hold for the epsilon this party's own privacy report computes
+            summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows,
+                                 true_epsilon=session.mech.privacy_report().epsilon)
+        self.log(f"[{self.data.name}] {describe_plan(summary)}")
+        return session
 
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
