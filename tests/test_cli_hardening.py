@@ -96,7 +96,8 @@ def test_existing_out_is_refused_unless_force_and_checked_before_the_run(capsys,
 
 
 def _settings(timeout: float = 5) -> RunSettings:
-    return RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True, timeout=timeout)
+    return RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None, key_bits=1024,
+                       allow_insecure_keys=True, timeout=timeout)
 
 
 def _register(name: str, features: list[str], label: bool = False) -> Message:

@@ -205,8 +205,8 @@ def _register_body(name: str, n_rows: int = 60, label_owner: bool = False) -> di
 
 
 def _settings(**kw) -> RunSettings:
-    return RunSettings(2, "linear", "none", None, None, key_bits=1024, allow_insecure_keys=True,
-                       timeout=kw.pop("timeout", 20), **kw)
+    return RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None, key_bits=1024,
+                       allow_insecure_keys=True, timeout=kw.pop("timeout", 20), **kw)
 
 
 def test_stray_registers_are_refused_without_ending_the_run():

@@ -116,7 +116,8 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
                 if mechanism in UNPROTECTED_MECHANISMS else "")
         raise ConfigurationError(f"party {name} refuses mechanism {mechanism!r}{hint}; its policy allows "
                                  f"{', '.join(sorted(policy.allow_mechanisms))} (--allow-mechanisms)")
-    params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    raw_params = body.get("params")
+    params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
     eps = _number(params, "epsilon")
     delta = _number(params, "delta")
     if mechanism not in UNPROTECTED_MECHANISMS:
