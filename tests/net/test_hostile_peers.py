@@ -296,6 +296,51 @@ def test_a_deaf_stranger_spamming_registers_cannot_stall_the_coordinator():
         deaf.close(linger=0)
 
 
+def test_without_curve_a_stranger_can_take_a_free_slot_and_the_model_names_who_ran():
+    """The documented limit of running without CURVE (docs/threat_model.md): a stranger who registers first under
+    a name nobody holds yet takes that slot. What it cannot do: the honest party arriving late gets a one-line
+    ABORT (not a hang, and the run goes on), and the model file names the parties that actually ran."""
+    answers: list[Message] = []
+    late: list[ClientTransport] = []
+
+    def on_log(line: str) -> None:   # the moment carol holds the second slot, the real bob knocks
+        if line.startswith("  registered carol"):
+            bob = ClientTransport(coord.endpoint, name="bob")
+            late.append(bob)
+            bob.send(Message(MessageType.REGISTER, _register_body("bob")))
+
+    coord = Coordinator(_settings(), "tcp://127.0.0.1:0", log=on_log)
+    rng = np.random.default_rng(9)
+    carol = LocalData.build("carol", rng.uniform(-1, 1, (60, 1)), bounds=(-1, 1))
+    errors: dict[str, BaseException] = {}
+
+    def party(data: LocalData, delay: float, order: int) -> None:
+        time.sleep(delay)
+        try:
+            PartyNode(data, coord.endpoint, timeout=30, order=order, allow_insecure_keys=True,
+                      policy=PartyPolicy.permissive()).run()
+        except BaseException as exc:  # noqa: BLE001
+            errors[data.name] = exc
+
+    threads = [threading.Thread(target=party, args=(_parties()[0], 0.0, 0), daemon=True),
+               threading.Thread(target=party, args=(carol, 0.5, 1), daemon=True)]
+    for t in threads:
+        t.start()
+    model = coord.run()
+    for t in threads:
+        t.join(30)
+    try:
+        assert late, "carol never registered"
+        msg = late[0].recv(5)
+        answers.append(msg)
+    finally:
+        for t in late:
+            t.close()
+    assert [p.name for p in model.parties] == ["alice", "carol"] and errors == {}
+    assert answers[0] is not None and answers[0].type is MessageType.ABORT
+    assert "already has its 2 parties" in answers[0].body["reason"]
+
+
 # ----------------------------------------------------------------------------- item 4: names bound to CURVE keys
 @pytest.fixture()
 def curve_keys(tmp_path):
