@@ -26,6 +26,7 @@ from vfl.models.capefm import CapeFM, site_coefficients
 from vfl.net.cape_aggregator import CapeAggregator, CapeSettings
 from vfl.net.messages import MessageType
 from vfl.net.site import SiteData
+from vfl.privacy.accounting import SEEDED_REASON
 from vfl.protocols.cape_aggregation import CapeBlock, CapeSiteRound
 from vfl.secure.aggregation import decode_fixed_point, encode_fixed_point
 
@@ -105,6 +106,7 @@ def test_cli_noise_free_capefm_equals_pooled_least_squares(tmp_path, procs):
     doc = json.loads(out.read_text())
     assert doc["mechanism"] == "cape-fm" and doc["privacy_report"]["noise"] == "none"
     assert doc["privacy_report"]["formal_dp"] is False and "NOT differentially private" in e
+    assert doc["privacy_report"]["formal_dp_reasons"] == ["capeFM was run without noise"]   # the one rule
     X = np.vstack([t[0] for t in tables])
     y = np.concatenate([t[1] for t in tables])
     ref = np.linalg.lstsq(np.column_stack([X, np.ones(len(y))]), y, rcond=None)[0]
@@ -203,6 +205,33 @@ def test_fit_sites_matches_in_process_capefm_with_common_seed():
     assert model.privacy_report["true_epsilon"] == pytest.approx(2.0, rel=1e-9)
     assert model.privacy_report["kappa"] == pytest.approx(ref.privacy_report_["kappa"], rel=1e-15)
     assert model.privacy_report["seeded"] is True and math.isfinite(model.intercept_)
+    assert model.privacy_report["formal_dp"] is False                                 # the one rule (issue 13)
+    assert model.privacy_report["formal_dp_reasons"] == [SEEDED_REASON]
+
+
+def _sites(seed: int, n_rows=(30, 30, 30)) -> tuple[list, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tables = [(np.column_stack([rng.uniform(0, 10, n), rng.uniform(-5, 5, n), rng.uniform(0, 1, n)]),
+               np.clip(rng.normal(0, 5, n) + 2.0, -20, 20)) for n in n_rows]
+    sites = [vfl.Site(f"site{i}", X, y, FEATURES, bounds={f: BOUNDS[f] for f in FEATURES}, label_bounds=BOUNDS["y"])
+             for i, (X, y) in enumerate(tables)]
+    return sites, np.vstack([t[0] for t in tables]), np.concatenate([t[1] for t in tables])
+
+
+def test_fit_sites_without_intercept_equals_pooled_least_squares_through_the_origin():
+    """fit_intercept=False over the network (issue 13): the sites map by x / max(|lo|, |hi|), so the noise-free
+    release is least squares without intercept on the raw pooled rows (bounds (0, 10) would hide an offset)."""
+    sites, X, y = _sites(6)
+    model = vfl.fit_sites(sites, fit_intercept=False, insecure_test_noise="none", timeout=20)
+    np.testing.assert_allclose(model.coef_, np.linalg.lstsq(X, y, rcond=None)[0], rtol=0, atol=1e-6)
+    assert model.intercept_ == 0.0
+
+
+def test_unseeded_fit_sites_report_is_formal_dp():
+    """The one rule on the networked capeFM report: declared bounds, full noise from OS entropy -> formal_dp."""
+    sites, _, _ = _sites(7)
+    report = vfl.fit_sites(sites, epsilon=2.0, delta=1e-6, timeout=20).privacy_report
+    assert report["formal_dp"] is True and report["formal_dp_reasons"] == [] and report["seeded"] is False
 
 
 def test_sites_with_different_bounds_or_features_are_refused():

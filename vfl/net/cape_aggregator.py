@@ -100,6 +100,12 @@ class SiteRegistration:
     label_bounds: list[float] | None
 
 
+def _symmetric(pair: list[float]) -> list[float]:
+    """[-m, m], m = max(|lo|, |hi|): the bounds of the pure-scaling map of runs without intercept (issue 13)."""
+    m = max(abs(float(pair[0])), abs(float(pair[1])))
+    return [-m, m]
+
+
 class CapeAggregator:
     """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest."""
 
@@ -285,8 +291,11 @@ class CapeAggregator:
         w, report = agg.finish()
         scale = 1.0 / math.sqrt(n_features)
         first = self.sites[0]
-        columns = [PartyColumns("sites", first.features, first.bounds, scale, True, intercept=s.fit_intercept)]
-        label_bounds = first.label_bounds if s.model == "linear" else None
+        bounds, label_bounds = first.bounds, (first.label_bounds if s.model == "linear" else None)
+        if not s.fit_intercept:  # the sites mapped by x / max(|lo|, |hi|) (SiteData.prepared): map back with (-m, m)
+            bounds = [_symmetric(pair) for pair in bounds]
+            label_bounds = _symmetric(label_bounds) if label_bounds is not None else None
+        columns = [PartyColumns("sites", first.features, bounds, scale, True, intercept=s.fit_intercept)]
         report["sites"] = [r.name for r in self.sites]
         model = FittedModel(s.model, "cape-fm", columns, w, label_bounds, report, int(sum(plan.n_rows)), self.run_id,
                             {"lambda_floor": report["lambda_floor"], "n_floored_eigenvalues":

@@ -93,13 +93,19 @@ class SiteData:
         return 1.0 / math.sqrt(self.X.shape[1] + (1 if fit_intercept else 0))
 
     def prepared(self, model: str, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Rows in D2: u(x) = 2(x - lo)/(hi - lo) - 1 per column, times 1/sqrt(d) (with the constant column)."""
-        U = to_unit_interval(self.X, self.bounds, feature_names=self.feature_names)
+        """Rows in D2: u(x) = 2(x - lo)/(hi - lo) - 1 per column, times 1/sqrt(d) (with the constant column).
+
+        Without intercept u(x) = x / max(|lo|, |hi|) and likewise the label: a pure scaling, because the affine
+        map would re-introduce a hidden intercept (vfl.fm.domain; issue 13).
+        """
+        no_icpt = not fit_intercept
+        U = to_unit_interval(self.X, self.bounds, feature_names=self.feature_names, symmetric=no_icpt)
         if fit_intercept:
             U = np.column_stack([U, np.ones(self.n_rows)])
         if model == "linear" and self.label_bounds is None:
             raise ConfigurationError(f"site {self.name}: linear regression needs the label's public bounds")
-        y, _ = prepare_labels(self.y, model, y_bounds=self.label_bounds if model == "linear" else None)
+        y, _ = prepare_labels(self.y, model, y_bounds=self.label_bounds if model == "linear" else None,
+                              symmetric=no_icpt)
         return U * self.column_scale(fit_intercept), y
 
     def register_body(self) -> dict[str, Any]:
