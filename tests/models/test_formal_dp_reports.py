@@ -1,7 +1,8 @@
 """Issue 13 item 3: one rule decides formal_dp (vfl.privacy.accounting.formal_dp_status) on every in-process path.
 
 formal_dp is true only for a mechanism with a formal guarantee that added noise, with every bound declared and noise
-from OS entropy; otherwise false with every reason listed. Networked paths: tests/test_network_api.py.
+from OS entropy; otherwise false with every reason listed. Networked paths: tests/test_network_reports_intercept.py
+(FM, BCD), tests/net/test_cape_network.py (capeFM).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import vfl
 from vfl.exceptions import DataBoundsWarning
 from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
 from vfl.models.bcd import bcd_privacy_report, run_dp_bcd
+from vfl.models.cape_djica import CapeDJICA
+from vfl.models.cape_pca import CapePCA
 from vfl.models.capefm import CapeFM
 from vfl.privacy.accounting import (
     DP_BCD_REASON,
@@ -118,3 +121,22 @@ def test_bcd_and_dp_bcd_in_process() -> None:
     assert seeded.formal_dp_reasons == (DP_BCD_REASON, SEED)
     plain = bcd_privacy_report(relayed=True)
     assert plain["formal_dp"] is False and plain["formal_dp_reasons"] == [NO_FORMAL_GUARANTEE["bcd"]]
+
+
+def _columns(S: int = 3, n: int = 40, D: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(8)
+    return [X / (np.linalg.norm(X, axis=0) * 1.2) for X in (rng.normal(size=(D, n)) for _ in range(S))]
+
+
+@pytest.mark.parametrize(("seeded", "noise", "formal"), [(False, "cape", True), (True, "cape", False),
+                                                         (False, "none", False)])
+def test_cape_pca_and_djica(seeded: bool, noise: str, formal: bool) -> None:
+    """capePCA/capeDJICA (issue 11) reports follow the same rule (they had no formal_dp at all)."""
+    state = 4 if seeded else None
+    pca = CapePCA(2, 1.0, 1e-5, noise=noise, random_state=state).fit(_columns()).privacy_report_
+    ica = CapeDJICA(1.0, 1e-5, noise=noise, max_iter=2, report_accountants=False, random_state=state
+                    ).fit(_columns(D=2)).privacy_report_
+    for rep, name in ((pca, "capePCA"), (ica, "capeDJICA")):
+        assert rep["formal_dp"] is formal and (SEED in rep["formal_dp_reasons"]) is seeded
+        assert (f"{name} was run without noise" in rep["formal_dp_reasons"]) is (noise == "none")
+        assert ("ChaCha20" in rep["randomness"]) is (not seeded)

@@ -46,6 +46,7 @@ from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakW
 from vfl.models.cape_noise import aggregate_std, check_mode, noise_kappa, resolve_colluders
 from vfl.models.cape_pca import validate_site_columns
 from vfl.models.capefm import zero_sum_noise
+from vfl.privacy.accounting import apply_formal_dp
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 from vfl.privacy.ica_accounting import (
     ACCOUNTANTS,
@@ -54,7 +55,7 @@ from vfl.privacy.ica_accounting import (
     gdp_epsilon,
     infomax_sensitivities,
 )
-from vfl.rng import RandomState, is_seeded, make_rng, spawn
+from vfl.rng import RandomState, is_seeded, make_rng, randomness_source, spawn
 
 __all__ = ["MAX_WEIGHT", "infomax_update", "CapeDJICA"]
 
@@ -239,7 +240,9 @@ class CapeDJICA:
                 "W": aggregate_std(self.noise, c_W * rel, weights), "b": aggregate_std(self.noise, c_b * rel, weights)}
         else:
             report["true_epsilon"] = math.inf
-        self.privacy_report_ = report
+        report["randomness"] = randomness_source(self.random_state)
+        # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
+        self.privacy_report_ = apply_formal_dp(report, "capeDJICA", noise=private, seeded=is_seeded(self.random_state))
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:

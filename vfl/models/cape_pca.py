@@ -31,9 +31,10 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
 from vfl.models.cape_noise import aggregate_std, check_mode, noise_kappa, resolve_colluders
 from vfl.models.capefm import NORM_TOLERANCE, draw_block_noise, zero_sum_noise
+from vfl.privacy.accounting import apply_formal_dp
 from vfl.privacy.calibration import calibrate_mu, epsilon_of, validate_delta, validate_epsilon
 from vfl.privacy.ica_accounting import pca_sensitivity
-from vfl.rng import RandomState, is_seeded, make_rng, spawn
+from vfl.rng import RandomState, is_seeded, make_rng, randomness_source, spawn
 
 __all__ = ["validate_site_columns", "CapePCA"]
 
@@ -150,8 +151,11 @@ class CapePCA:
             "kappa_calibration": k_cal, "kappa_true": k_true, "n_colluders": C, "n_sites": S,
             "n_rows": n_rows.tolist(), "unit_size": self.unit_size, "sensitivities": sens.tolist(),
             "tau": taus.tolist(), "aggregate_noise_std_diagonal": self.noise_std_,
-            "seeded": is_seeded(self.random_state),
+            "seeded": is_seeded(self.random_state), "randomness": randomness_source(self.random_state),
         }
+        # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
+        apply_formal_dp(self.privacy_report_, "capePCA", noise=self.noise != "none",
+                        seeded=is_seeded(self.random_state))
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:
