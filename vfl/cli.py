@@ -161,7 +161,8 @@ def cli() -> None:
                    "assumption, see docs/secure_products.md) or standard (textbook r^n, ~4x slower).")
 @click.option("--fit-intercept/--no-fit-intercept", default=True, show_default=True,
               help="FM runs: give the label owner a public constant column (an intercept); it counts against the "
-                   "label owner's row-norm radius. (DP-)BCD uses the data as given.")
+                   "label owner's row-norm radius; --no-fit-intercept: no intercept at all (columns and label "
+                   "mapped by x / max(|lo|, |hi|)). (DP-)BCD uses the data as given.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 def coordinator(parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
