@@ -253,21 +253,25 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
               help="Refuse a plan whose true epsilon (as this party's own privacy report computes it) exceeds this.")
 @click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
               help="Refuse a plan whose delta exceeds this.")
+@click.option("--max-exposed-rows", type=click.IntRange(min=0), default=None,
+              help="Refuse a plan under which this party, as key holder, would decrypt more than this many rows' "
+                   "worth of responses (the rows a hostile coordinator could learn; printed with the plan). "
+                   "Default: no bound.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
-          min_epsilon: float | None, max_epsilon: float, max_delta: float) -> None:
+          min_epsilon: float | None, max_epsilon: float, max_delta: float, max_exposed_rows: int | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
-    --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run.
+    --min-epsilon, --max-epsilon, --max-delta, --max-exposed-rows) and prints the plan it is about to run.
     """
     from vfl.net.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
     from vfl.net.party import LocalData, PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
 
-    policy = PartyPolicy.from_options(allow_mechanisms, min_epsilon, max_epsilon, max_delta)
+    policy = PartyPolicy.from_options(allow_mechanisms, min_epsilon, max_epsilon, max_delta, max_exposed_rows)
 
     cfg = load_party_config(config) if config else PartyConfig()
     cfg.name = name or cfg.name

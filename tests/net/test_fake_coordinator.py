@@ -120,6 +120,25 @@ def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(
     assert fake.sent_by_party(MessageType.ENC_REQUEST) == [] and fake.sent_by_party(MessageType.BLOCK) == []
 
 
+def test_a_plan_padded_with_invented_parties_is_refused_above_the_exposure_bound(fake):
+    """The residual of item 1: within the plan's shape a hostile relay can still make the key holder decrypt
+    ``response_cols`` of its rows per product, so invented parties multiply that. The party prints its exposure
+    and refuses a plan above its --max-exposed-rows before it touches its data or encrypts anything."""
+    party = PartyThread(_bob(), fake.endpoint, policy=PartyPolicy(max_exposed_rows=5))
+    party.start()
+    peer, _ = fake.register()
+    ghosts = [{"name": f"ghost{i}", "n_features": 3, "features": [f"g{i}_{j}" for j in range(3)],
+               "label_owner": False, "intercept": False} for i in range(4)]
+    # bob (3 cols) encrypts alpha[1] (1), M[0,1] against alice's 2 columns and M[1,g] against each ghost's 3
+    fake.plan(peer, index=1, parties=_parties() + ghosts, mechanism="gaussian-fm", params=PARAMS, n_samples=N,
+              label_owner=0)
+    error = fake.wait_for(MessageType.ERROR, timeout=30)
+    party.join(30)
+    assert error is not None and "exposes 15 of its rows" in error[1].body["reason"], error
+    assert "--max-exposed-rows" in error[1].body["reason"]
+    assert fake.sent_by_party(MessageType.READY) == [] and fake.sent_by_party(MessageType.ENC_REQUEST) == []
+
+
 @pytest.mark.parametrize("mechanism", ["none", "bcd"])
 def test_party_refuses_an_unprotected_plan_unless_its_operator_opts_in(fake, mechanism):
     """Item 1: a party ran whatever a PLAN named: 'none' sent its blocks un-noised, 'bcd' sent y - X beta exactly.
