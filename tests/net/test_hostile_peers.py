@@ -373,6 +373,21 @@ def test_one_key_cannot_be_authorised_under_two_names(tmp_path, curve_keys):
         ServerTransport("tcp://127.0.0.1:0", run_id=RUN, curve=load_server_keys(curve_keys))
 
 
+def test_with_curve_a_party_tells_nothing_to_an_impostor_coordinator(tmp_path, curve_keys):
+    """Without CURVE whoever a party connects to is its coordinator; with CURVE the party encrypts to the real
+    coordinator's public key, so an impostor with its own keys (at the same address) never reads a message."""
+    other = tmp_path / "impostor"
+    write_certificates(other, ["alice"])
+    impostor = ServerTransport("tcp://127.0.0.1:0", run_id=RUN, curve=load_server_keys(other))
+    alice = ClientTransport(impostor.endpoint, name="alice", curve=load_client_keys(curve_keys, "alice"))
+    try:
+        alice.send(Message(MessageType.REGISTER, _register_body("alice")))
+        assert impostor.recv(3.0) is None
+    finally:
+        alice.close()
+        impostor.close(linger_ms=0)
+
+
 def test_curve_run_completes_while_a_key_tries_a_second_slot_and_another_name(curve_keys):
     """With CURVE: alice's key registering again (second slot) is refused, bob's key claiming 'mallory' is dropped,
     and the run completes with exactly alice and bob."""
