@@ -172,8 +172,10 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
     if len(sites) < 2:
         raise ConfigurationError("fit_sites needs at least 2 sites")
     noise = insecure_test_noise or "full"
+    # paper mode releases the linear constant beta, as vfl.CapeFM and the CLI do (Tasnim et al. Alg. 3)
     settings = CapeSettings(len(sites), model, epsilon, delta, n_colluders, calibration, weights, fit_intercept,
-                            False, lambda_floor, timeout, max_run_seconds, noise)
+                            calibration == "paper" and model == "linear", lambda_floor, timeout, max_run_seconds,
+                            noise)
     settings.validate()
     seeds: list[Any] = [None] * len(sites)
     if random_state is not None:

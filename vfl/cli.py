@@ -51,6 +51,9 @@ __all__ = ["cli", "main", "exit_code_for"]
 
 MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint rows (vfl.net.cape_cli)
 TEST_NOISE_MODES = ("none", "zero-sum-only")
+#: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
+VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
+                         "tol", "abort_rule", "noise_calibration", "seed", "randomness")
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -119,29 +122,36 @@ def cli() -> None:
                    "with disjoint rows, Tasnim et al. 2023; see docs/capefm.md).")
 @click.option("--epsilon", type=float, default=None,
               help="Privacy budget epsilon (required unless none/bcd; cape-fm: per site).")
-@click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta (Gaussian).")
+@click.option("--delta", type=float, default=1e-5, show_default=True,
+              help="Privacy parameter delta (Gaussian mechanisms; cape-fm: per site).")
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
               help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds to wait for registrations, and the longest a party may stay silent.")
+              help="Seconds to wait for registrations, and the longest a party or site may stay silent (cape-fm: "
+                   "a silent site aborts the run, no model written).")
 @click.option("--max-run-time", type=float, default=86400.0, show_default=True,
-              help="Seconds after which the whole run is aborted even if every party still sends heartbeats.")
+              help="Seconds after which the whole run is aborted even if every party/site still sends heartbeats.")
 @click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
               help="Where to write the model JSON (atomically; nothing is written on failure). Checked for "
                    "writability before the run; an existing file is refused unless --force.")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
-@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier modulus size for parties.")
+@click.option("--key-bits", type=int, default=2048, show_default=True,
+              help="Vertical mechanisms: Paillier modulus size for parties.")
 @click.option("--insecure-test-keys", is_flag=True,
-              help="Allow keys below 2048 bits (tests only; every party must allow it too).")
+              help="Vertical mechanisms: allow keys below 2048 bits (tests only; every party must allow it too).")
 @click.option("--precision-bits", type=int, default=None,
-              help="Fixed-point fractional bits of the secure products (default: vfl.secure's default).")
+              help="Vertical mechanisms: fixed-point fractional bits of the secure products (default: vfl.secure's "
+                   "default; cape-fm's secure aggregation always uses 40).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' *.key files.")
+              help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' (or cape-fm "
+                   "sites') *.key files.")
 @click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
-              help="gaussian-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon reported).")
+              help="gaussian-fm and cape-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon "
+                   "reported; cape-fm takes analytic (default) or paper).")
 @click.option("--fm-sensitivity", type=click.Choice(LAPLACE_VARIANTS), default=None,
-              help="laplace-fm sensitivity variant.")
-@click.option("--gamma", type=float, default=1.2, show_default=True, help="DP-BCD utility factor gamma.")
+              help="laplace-fm sensitivity variant (see docs/privacy.md).")
+@click.option("--gamma", type=float, default=1.2, show_default=True,
+              help="DP-BCD utility factor gamma (Alg. 2 of de Jong et al.).")
 @click.option("--rounds", type=int, default=5, show_default=True,
               help="(DP-)BCD rounds T (the maximum when --tol is given; it fixes eps_r = epsilon/(K T)).")
 @click.option("--tol", type=float, default=None,
@@ -152,7 +162,8 @@ def cli() -> None:
 @click.option("--noise-calibration", type=click.Choice(NOISE_CALIBRATIONS), default="half-normal",
               show_default=True, help="DP-BCD noise sampler (see docs/dp_bcd.md).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
-              help="Seed for coordinator-side randomness (reproducible experiments only; reported).")
+              help="Seed for coordinator-side randomness (reproducible experiments only; reported). Not for "
+                   "cape-fm, where each site draws its own noise: use `vfl site --seed`.")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest accepted frame/message; bigger ones are dropped and their sender disconnected.")
 @click.option("--randomness", type=click.Choice(RANDOMNESS_MODES), default="short-exponent",
@@ -160,11 +171,12 @@ def cli() -> None:
               help="Paillier encryption randomness: short-exponent (fast; adds a small-exponent discrete-log "
                    "assumption, see docs/secure_products.md) or standard (textbook r^n, ~4x slower).")
 @click.option("--fit-intercept/--no-fit-intercept", default=True, show_default=True,
-              help="FM runs: give the label owner a public constant column (an intercept); it counts against the "
-                   "label owner's row-norm radius; --no-fit-intercept: no intercept at all (columns and label "
+              help="FM runs: give the label owner (cape-fm: every site) a public constant column (an intercept); it "
+                   "counts against the row-norm radius; --no-fit-intercept: no intercept at all (columns and label "
                    "mapped by x / max(|lo|, |hi|)). (DP-)BCD uses the data as given.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
-def coordinator(parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
+@click.pass_context
+def coordinator(ctx: click.Context, parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
                 bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
@@ -182,6 +194,11 @@ def coordinator(parties: int | None, sites: int | None, colluding: int | None, s
 
         if parties is not None:
             raise ConfigurationError("cape-fm takes --sites S, not --parties")
+        given = [f"--{n.replace('_', '-')}" for n in VERTICAL_ONLY_OPTIONS
+                 if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise ConfigurationError(f"{', '.join(given)}: vertical mechanisms only, not --mechanism cape-fm (a "
+                                     "site's noise seed is `vfl site --seed`)")
         run_cape_coordinator(sites=sites, colluding=colluding, weights=site_weights, noise=insecure_test_noise,
                              model=model, epsilon=epsilon, delta=delta, bind=bind, timeout=timeout,
                              max_run_time=max_run_time, out=out, curve_dir=curve_dir, calibration=calibration,
@@ -333,7 +350,12 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                    "aggregator must pass the same flag.")
 def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
          timeout: float, seed: int | None, insecure_test_noise: str | None) -> None:
-    """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md)."""
+    """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md).
+
+    The model, epsilon, delta, S_C and calibration come from the aggregator's public plan; the site checks the
+    plan against its own data and computes its own noise from it. A site that loses the aggregator, or gets
+    ABORT because another site dropped out, exits with code 3 and releases nothing further.
+    """
     from vfl.net.cape_cli import run_site
 
     run_site(connect=connect, name=name, data=data, features=features, label=label, bounds=bounds,

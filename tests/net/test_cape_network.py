@@ -10,23 +10,26 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 
 import vfl
 from vfl.demo import free_port
 from vfl.exceptions import ConfigurationError, PartyFailure
-from vfl.models.capefm import CapeFM, site_coefficients
+from vfl.models.capefm import CapeFM, calibrate_cape_fm, site_coefficients
 from vfl.net.cape_aggregator import CapeAggregator, CapeSettings
 from vfl.net.messages import MessageType
 from vfl.net.site import SiteData
 from vfl.privacy.accounting import SEEDED_REASON
+from vfl.privacy.calibration import calibrate_mu
 from vfl.protocols.cape_aggregation import CapeBlock, CapeSiteRound
 from vfl.secure.aggregation import decode_fixed_point, encode_fixed_point
 
@@ -193,6 +196,85 @@ def test_killed_site_ends_the_run_within_the_timeout_without_a_model(tmp_path, p
             assert s.returncode == 3 and "aborted the run" in se and agg_ref["victim"] in se
 
 
+def test_cli_colluding_sets_the_corrected_kappa_and_the_per_site_report(tmp_path, procs):
+    """--colluding 1 with S = 3 equal sites: kappa(3, 1) = (3/4)(5/2) = 1.875 (spec §3.3, by hand here), every
+    site's tau = Delta_j(N_s) sqrt(J' kappa)/mu*(eps, delta), per-site (eps, delta) in the report and the printout.
+    """
+    _write_sites(tmp_path, n_rows=(60, 60, 60), seed=3)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    coord = procs.start("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--colluding", "1", "--bind", url,
+                        "--out", str(out), "--timeout", "20", "--epsilon", "2", "--delta", "1e-6", "--quiet")
+    sites = [_site(procs, url, tmp_path, i, "--seed", str(40 + i)) for i in range(3)]
+    o, e = coord.communicate(timeout=90)
+    assert coord.returncode == 0, e
+    for s in sites:
+        s.communicate(timeout=30)
+        assert s.returncode == 0
+    r = json.loads(out.read_text())["privacy_report"]
+    kappa_3_1 = (3 / 4) * (2 * 3 - 1) / (3 - 1)
+    assert r["n_colluders"] == 1 and r["kappa"] == pytest.approx(kappa_3_1, rel=1e-12)
+    assert r["kappa_closed_form"] == pytest.approx(1.875, rel=1e-12) and r["noise"] is True
+    mu_star = calibrate_mu(2.0, 1e-6)
+    assert r["mu_site"] == pytest.approx(mu_star, rel=1e-9)  # the whole view is a Gaussian mechanism with mu*
+    assert r["true_epsilon"] == pytest.approx(2.0, rel=1e-6)
+    assert r["delta_exact_at_claimed_epsilon"] == pytest.approx(1e-6, rel=1e-6)
+    assert [p["site"] for p in r["per_site"]] == ["site0", "site1", "site2"]
+    for p in r["per_site"]:
+        assert p["n_rows"] == 60 and p["delta"] == 1e-6 and p["epsilon"] == pytest.approx(2.0, rel=1e-6)
+        assert p["tau"]["alpha"] == pytest.approx((4 / 60) * math.sqrt(2 * 1.875) / mu_star, rel=1e-12)
+        assert p["tau"]["M"] == pytest.approx((math.sqrt(2) / 60) * math.sqrt(2 * 1.875) / mu_star, rel=1e-12)
+    assert r["seeded"] is True and r["seeded_sites"] == ["site0", "site1", "site2"]
+    assert "per site: epsilon 2, delta 1e-06 against the aggregator + 1 colluding site(s)" in o
+    assert "kappa 1.875" in o and "seeded noise" in o
+    # the default S_C for S = 3 is ceil(3/3) - 1 = 0: kappa(3, 0) = 1.5, so --colluding 1 raised every tau
+    _, default_taus, default_info = calibrate_cape_fm("linear", 2.0, 1e-6, [60, 60, 60])
+    assert default_info["n_colluders"] == 0 and default_info["kappa"] == pytest.approx(1.5, rel=1e-12)
+    assert r["tau"]["M"][0] / default_taus["M"][0] == pytest.approx(math.sqrt(1.875 / 1.5), rel=1e-12)
+
+
+def test_cli_killed_site_makes_the_cli_aggregator_exit_3_without_a_model(tmp_path, procs):
+    """`vfl coordinator` itself: a site SIGKILLed after it registered ends the run after --timeout, exit code 3,
+    one error line naming it, no model file (the dropout after key agreement is the in-process-aggregator test).
+
+    --timeout also bounds the registration phase (from the coordinator's start), so it must leave time for the
+    third site to start after the kill on a loaded machine; otherwise the run ends as "only 2 of 3 registered".
+    """
+    _write_sites(tmp_path)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    coord = procs.start("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--bind", url, "--out", str(out),
+                        "--timeout", "12", "--epsilon", "1")
+    first = [_site(procs, url, tmp_path, i, timeout=15) for i in range(2)]
+    registered: set[str] = set()
+    while registered != {"site0", "site1"}:
+        line = coord.stdout.readline()
+        assert line, "the coordinator exited before both sites registered"
+        if "registered site" in line:
+            registered.add(line.split("registered site ")[1].split(":")[0])
+    os.kill(first[1].pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    last = _site(procs, url, tmp_path, 2, timeout=15)
+    _, err = coord.communicate(timeout=60)
+    assert time.monotonic() - killed_at < 12 + 8  # the timeout plus scheduling slack
+    assert coord.returncode == 3, err
+    # silent for the timeout, or found gone when the plan is sent to it (whichever the aggregator notices first)
+    assert re.match(r"vfl: error: site site1 (sent nothing for 12 s|is unreachable) ", err.strip().splitlines()[-1])
+    assert "no model written" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".model.json*"))
+    for s in (first[0], last):
+        _, se = s.communicate(timeout=30)
+        assert s.returncode == 3 and "Traceback" not in se
+
+
+def test_every_cli_option_of_site_and_coordinator_is_explained():
+    from vfl.cli import coordinator, site
+
+    for command in (site, coordinator):
+        for param in command.params:
+            assert isinstance(param, click.Option) and len((param.help or "").strip()) > 20, param.name
+
+
 def test_fit_sites_matches_in_process_capefm_with_common_seed():
     rng = np.random.default_rng(4)
     tables = [(np.column_stack([rng.uniform(0, 10, n), rng.uniform(-5, 5, n), rng.uniform(0, 1, n)]),
@@ -262,6 +344,9 @@ def test_cli_cape_options_are_checked(tmp_path, capsys):
     assert code == 2 and "cape-fm only" in err
     code, err = run("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--epsilon", "1", "--colluding", "3")
     assert code == 2 and "n_colluders must be an integer in [0, 2]" in err
+    code, err = run("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--epsilon", "1", "--seed", "4",
+                    "--gamma", "2")
+    assert code == 2 and err.count("\n") == 1 and "--gamma, --seed: vertical mechanisms only" in err
     paths, _ = _write_sites(tmp_path)
     code, err = run("site", "--connect", "tcp://127.0.0.1:1", "--name", "s", "--data", str(paths[0]),
                     "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "missing.toml"))

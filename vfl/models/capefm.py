@@ -234,10 +234,19 @@ def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n
 
     ``noise`` False (or a test mode string) means the noise was disabled: ``true_epsilon`` is then inf in process
     (None once serialised by the networked runs, where JSON has no infinity).
+
+    ``per_site``: one entry per site (its N_s, weight, taus) with the (epsilon, delta) that holds for that site
+    against the aggregator plus S_C colluders. The calibration gives every site the same guarantee: ``epsilon`` is
+    ``true_epsilon`` (= the claimed eps in analytic mode; the larger true value in paper mode), computed with the
+    corrected kappa (the worst case over honest sites and coalitions when the N_s differ, spec §3.3-3.4).
     """
     N = int(np.sum(n_rows))
     release_beta = "beta" in sens
     pooled = {k: float(gaussian_sensitivities(model, N, release_beta=release_beta)[k]) for k in sens}
+    site_epsilon = info["true_epsilon"] if noise is True else math.inf
+    per_site = [{"index": s, "n_rows": int(n), "weight": float(w), "epsilon": site_epsilon, "delta": delta,
+                 "tau": {k: float(v[s]) for k, v in taus.items()}}
+                for s, (n, w) in enumerate(zip(n_rows, weights, strict=True))]
     report = {
         "mechanism": "capeFM", "model": model, "calibration": calibration,
         "noise": noise, "claimed_epsilon": epsilon, "delta": delta,
@@ -251,6 +260,7 @@ def cape_fm_report(model: str, calibration: str, epsilon: float, delta: float, n
         "pooled_sensitivities": pooled,
         "lambda_floor": lambda_floor, "n_floored_eigenvalues": n_floored,
         "seeded": seeded,
+        "per_site": per_site,
         "threat_model": "honest-but-curious sites and aggregator; aggregator + n_colluders sites may collude; "
                         + dropout,
     }

@@ -9,11 +9,12 @@
 4. Combines with weights N_s/N, projects, solves, writes the model JSON atomically (with the privacy report:
    per-site eps and delta with the corrected kappa) and sends RESULT.
 
-**Dropouts: clean abort.** A site silent for ``timeout`` seconds (killed, crashed, disconnected) or one that sends
-ERROR at any step ends the run: every site gets ABORT, :class:`~vfl.exceptions.PartyFailure` is raised (CLI exit
-code 3) and no model is written. No secret-shared seed recovery (Bonawitz et al.'s) is implemented: a site that
-disappears after the keys were agreed leaves the other sites' masked words unmaskable (the sum is never formed,
-so no site ever releases), and a restart uses fresh keys and a fresh round id.
+**Dropouts: clean abort.** A site silent for ``timeout`` seconds (killed, crashed, disconnected), one whose
+connection is gone when the aggregator sends to it, or one that sends ERROR at any step ends the run: every site
+gets ABORT, :class:`~vfl.exceptions.PartyFailure` is raised (CLI exit code 3) and no model is written. No
+secret-shared seed recovery (Bonawitz et al.'s) is implemented: a site that disappears after the keys were agreed
+leaves the other sites' masked words unmaskable (the sum is never formed, so no site ever releases), and a restart
+uses fresh keys and a fresh round id.
 
 ``on_receive(message)`` sees every message a registered site sends (the audit hook the tests use to show that the
 aggregator never holds a single site's noise share).
@@ -98,6 +99,7 @@ class SiteRegistration:
     features: list[str]
     bounds: list[list[float]]
     label_bounds: list[float] | None
+    seeded: bool = False
 
 
 def _symmetric(pair: list[float]) -> list[float]:
@@ -170,6 +172,14 @@ class CapeAggregator:
                 raise PartyFailure(f"site {r.name} sent nothing for {self.settings.timeout:g} s (crashed, killed or "
                                    "disconnected); capeFM has no dropout recovery: run aborted, no model written")
 
+    def _send_to(self, reg: SiteRegistration, msg: Message) -> None:
+        """Send to a registered site; a site whose connection is gone (ROUTER_MANDATORY) is a dropout."""
+        try:
+            self.transport.send(reg.peer, msg)
+        except ProtocolError:
+            raise PartyFailure(f"site {reg.name} is unreachable (crashed, killed or disconnected); capeFM has no "
+                               "dropout recovery: run aborted, no model written") from None
+
     def _refuse(self, peer: bytes, reason: str) -> None:
         try:
             self.transport.send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
@@ -207,7 +217,7 @@ class CapeAggregator:
                 raise
             self.sites.append(reg)
             self.transport.bind_peer(peer, reg.name)  # later messages from this peer must carry this name
-            self.transport.send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
+            self._send_to(reg, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered site {reg.name}: {reg.n_rows} rows")
         self.sites.sort(key=lambda r: r.name)
 
@@ -230,7 +240,7 @@ class CapeAggregator:
         lb = b.get("label_bounds")
         reg = SiteRegistration(peer, b["name"], b["n_rows"], list(b["features"]),
                                [[float(lo), float(hi)] for lo, hi in pairs],
-                               [float(v) for v in lb] if lb is not None else None)
+                               [float(v) for v in lb] if lb is not None else None, bool(b.get("seeded", False)))
         if not b["label_owner"]:
             raise ConfigurationError(f"site {reg.name} holds no label; every capeFM site needs --label")
         lbs = reg.label_bounds
@@ -254,11 +264,12 @@ class CapeAggregator:
         icpt = 1 if s.fit_intercept else 0
         n_features = len(self.sites[0].features) + icpt
         plan = s.plan([r.n_rows for r in self.sites], n_features)
-        agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded)
+        seeded_sites = [r.name for r in self.sites if r.seeded]
+        agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded or bool(seeded_sites))
         for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
             body = dict(m.body)
             body.pop("index")
-            self.transport.send(r.peer, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
+            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
                                                                         "fit_intercept": s.fit_intercept}))
         self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
                  f"delta {s.delta:g}, S_C {agg.info['n_colluders']}")
@@ -287,7 +298,7 @@ class CapeAggregator:
             if msg.type not in TYPE_TO_KIND:
                 raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
             for out in agg.handle(from_wire(msg, i)):
-                self.transport.send(self.sites[out.site].peer, to_wire(out))
+                self._send_to(self.sites[out.site], to_wire(out))
         w, report = agg.finish()
         scale = 1.0 / math.sqrt(n_features)
         first = self.sites[0]
@@ -297,6 +308,9 @@ class CapeAggregator:
             label_bounds = _symmetric(label_bounds) if label_bounds is not None else None
         columns = [PartyColumns("sites", first.features, bounds, scale, True, intercept=s.fit_intercept)]
         report["sites"] = [r.name for r in self.sites]
+        report["seeded_sites"] = seeded_sites
+        for entry, r in zip(report["per_site"], self.sites, strict=True):
+            entry["site"] = r.name
         model = FittedModel(s.model, "cape-fm", columns, w, label_bounds, report, int(sum(plan.n_rows)), self.run_id,
                             {"lambda_floor": report["lambda_floor"], "n_floored_eigenvalues":
                              report["n_floored_eigenvalues"], "domain": "l2", "n_sites": len(self.sites)})

@@ -178,6 +178,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
         "bounds_from_data": (False, _is_bool),
         "role": (False, _is_opt(_is_str(16))),
+        "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
     },
     MessageType.WELCOME: {"run": (True, _is_str(32))},
     MessageType.PLAN: {

@@ -134,8 +134,11 @@ def capefm_session(noise: str = "full") -> SessionFactory:
 class SiteNode:
     """One site of a CAPE run: ``SiteNode(data, connect).run()`` returns the released model or raises.
 
-    ``noise``: the test-only switch of :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
-    ``random_state`` seeds the site's noise (reproducible experiments only).
+    ``data`` is only used through ``data.name`` and ``data.register_body()`` (and handed to the session factory),
+    so another CAPE statistic may pass its own data object. ``noise``: the test-only switch of
+    :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
+    ``random_state`` seeds the site's noise (reproducible experiments only; the registration says so and the
+    aggregator's report flags the run as seeded).
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
@@ -172,7 +175,7 @@ class SiteNode:
             pass
 
     def _run(self, t: ClientTransport) -> FittedModel:
-        t.send(Message(MessageType.REGISTER, self.data.register_body()))
+        t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
         last_sent = time.monotonic()
         session: Any = None
         while True:

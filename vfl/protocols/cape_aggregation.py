@@ -475,6 +475,8 @@ class CapeFMAggregator:
                                 seeded=self.seeded)
         if self.plan.noise != "full":  # formal_dp is already false (cape_fm_report applies the one rule)
             report["true_epsilon"] = None  # noise disabled by a test-only switch: no guarantee
+            for entry in report["per_site"]:
+                entry["epsilon"] = None
         report["round_id"] = self.plan.round_id
         return result.w, report
 
