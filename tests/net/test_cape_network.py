@@ -316,6 +316,21 @@ def test_unseeded_fit_sites_report_is_formal_dp():
     assert report["formal_dp"] is True and report["formal_dp_reasons"] == [] and report["seeded"] is False
 
 
+def test_fit_sites_paper_calibration_releases_beta_like_capefm():
+    rng = np.random.default_rng(4)
+    tables = [(np.column_stack([rng.uniform(0, 10, n), rng.uniform(-5, 5, n), rng.uniform(0, 1, n)]),
+               np.clip(rng.normal(0, 5, n), -20, 20)) for n in (30, 30, 30, 30)]
+    sites = [vfl.Site(f"site{i}", X, y, FEATURES, bounds={f: BOUNDS[f] for f in FEATURES}, label_bounds=BOUNDS["y"])
+             for i, (X, y) in enumerate(tables)]
+    with pytest.warns(vfl.exceptions.PrivacyLeakWarning):
+        model = vfl.fit_sites(sites, epsilon=0.5, delta=1e-6, calibration="paper", random_state=9)
+    with pytest.warns(vfl.exceptions.PrivacyLeakWarning):
+        ref = CapeFM("linear", 0.5, 1e-6, calibration="paper", random_state=9).fit(_prepared(tables))
+    np.testing.assert_array_equal(model.w, ref.coef_)
+    assert sorted(model.privacy_report["tau"]) == ["M", "alpha", "beta"]
+    assert model.privacy_report["true_epsilon"] == ref.privacy_report_["true_epsilon"] > 0.5
+
+
 def test_sites_with_different_bounds_or_features_are_refused():
     rng = np.random.default_rng(5)
     X = rng.uniform(0, 1, (10, 2))
