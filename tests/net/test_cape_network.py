@@ -225,6 +225,7 @@ def test_cli_colluding_sets_the_corrected_kappa_and_the_per_site_report(tmp_path
         assert p["tau"]["alpha"] == pytest.approx((4 / 60) * math.sqrt(2 * 1.875) / mu_star, rel=1e-12)
         assert p["tau"]["M"] == pytest.approx((math.sqrt(2) / 60) * math.sqrt(2 * 1.875) / mu_star, rel=1e-12)
     assert r["seeded"] is True and r["seeded_sites"] == ["site0", "site1", "site2"]
+    assert r["formal_dp"] is False and SEEDED_REASON in r["formal_dp_reasons"]  # `vfl site --seed` reaches the rule
     assert "per site: epsilon 2, delta 1e-06 against the aggregator + 1 colluding site(s)" in o
     assert "kappa 1.875" in o and "seeded noise" in o
     # the default S_C for S = 3 is ceil(3/3) - 1 = 0: kappa(3, 0) = 1.5, so --colluding 1 raised every tau
