@@ -33,7 +33,7 @@ from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLE
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
-from vfl.net.transport import CurveServerKeys, ServerTransport
+from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
@@ -173,12 +173,12 @@ class CapeAggregator:
                                    "disconnected); capeFM has no dropout recovery: run aborted, no model written")
 
     def _send_to(self, reg: SiteRegistration, msg: Message) -> None:
-        """Send to a registered site; a site whose connection is gone (ROUTER_MANDATORY) is a dropout."""
+        """Send to a registered site; a site that is gone or not reading (the message is dropped) is a dropout."""
         try:
             self.transport.send(reg.peer, msg)
-        except ProtocolError:
-            raise PartyFailure(f"site {reg.name} is unreachable (crashed, killed or disconnected); capeFM has no "
-                               "dropout recovery: run aborted, no model written") from None
+        except PeerUnreachable as exc:
+            raise PartyFailure(f"site {reg.name} is unreachable (vanished or not reading): {msg.type.value} dropped; "
+                               "capeFM has no dropout recovery: run aborted, no model written") from exc
 
     def _refuse(self, peer: bytes, reason: str) -> None:
         try:
