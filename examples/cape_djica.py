@@ -120,11 +120,13 @@ def sweep(values: list, kind: str, args: argparse.Namespace, master: np.random.S
     """quality[method][value] = list over repetitions; also keeps one example of estimated mixing matrices."""
     out: dict = {m: {str(v): [] for v in values} for m in METHODS}
     example: dict = {}
+    # common random numbers: repetition k uses the same data seed and noise seeds at every value of the sweep, so
+    # differences between values are not differences between data sets
+    seeds = [child.spawn(2) for child in master.spawn(args.repetitions)]  # (data, noise) per repetition
     for v in tqdm(values, desc=f"{kind} sweep"):
         eps = float(v) if kind == "epsilon" else args.epsilon
         subjects = args.subjects if kind == "epsilon" else int(v)
-        for rep, child in enumerate(master.spawn(args.repetitions)):
-            data_seed, noise_seed = child.spawn(2)
+        for rep, (data_seed, noise_seed) in enumerate(seeds):
             data = make_joint_ica(args.sites, subjects, args.time_points, args.sources, args.dims, scale_sd=2.0,
                                   random_state=np.random.default_rng(data_seed))
             unit = 1 if args.unit == "column" else args.time_points
@@ -187,6 +189,8 @@ def plots(results: dict, args: argparse.Namespace) -> None:
             ax.plot(xs, stats[:, 0], marker="o", label=label)
             ax.fill_between(xs, stats[:, 1], stats[:, 2], alpha=0.2)
         ax.set_xscale("log")
+        ax.minorticks_off()  # label exactly the swept values (log-scale minor labels overlap)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("normalised Amari index (lower is better)")
         ax.set_title(f"S={args.sites}, R={args.sources}, D={args.dims}, J={args.rounds}")
