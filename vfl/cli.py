@@ -274,10 +274,19 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Refuse a plan under which this party, as key holder, would decrypt more than this many rows' "
                    "worth of responses (the rows a hostile coordinator could learn; printed with the plan). "
                    "Default: no bound.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local processes for encryption and secure products (default: all cores for big runs).")
+@click.option("--executor", default=None, metavar="tcp://SCHEDULER:8786",
+              help="Run this party's encryption and multi-exponentiations on its Dask cluster (pip install "
+                   "'vfl[dask]'; the workers must run inside this party's trust domain).")
+@click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=16 * 2**20,
+              show_default=True, help="Largest ciphertext frame this party sends (secure products are streamed in "
+                                      "chunks of this size, credit-based).")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
-          min_epsilon: float | None, max_epsilon: float, max_delta: float, max_exposed_rows: int | None) -> None:
+          min_epsilon: float | None, max_epsilon: float, max_delta: float, max_exposed_rows: int | None,
+          workers: int | None, executor: str | None, max_frame_bytes: int) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
@@ -301,6 +310,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     cfg.id = id_column or cfg.id
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
+    if executor is not None and not executor.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
+        raise ConfigurationError(f"--executor must be a Dask scheduler address like tcp://HOST:8786, got {executor!r}")
     for what, value in (("--name", cfg.name), ("--connect", cfg.connect),
                         ("--features", cfg.features or cfg.label)):
         if not value:
@@ -320,7 +331,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
-                     policy=policy)
+                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes)
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()

@@ -68,7 +68,7 @@ def run_in_process(settings: RunSettings, datas: list[LocalData], rngs: list[np.
         for out in coordinator.handle(i, msg):
             relayed = _wire(out)
             seen.append(relayed.type)
-            answer = parties[out.to].handle(relayed)()
+            answer = list(parties[out.to].handle(relayed)())
             to_coordinator += [(out.to, _wire(o, regs[out.to].name)) for o in answer]
             seen += [m.type for _, m in to_coordinator[-len(answer):]]
     assert coordinator.done
@@ -129,7 +129,8 @@ def test_the_coordinator_relays_each_secure_product_message_once():
     """Regression: a second ENC_REQUEST for a block was relayed, and the responder answered it with fresh noise."""
     coordinator = _two_party_coordinator()
     # alpha[1] = y (party 0) . X_1: party 1 encrypts, party 0 responds and adds the noise
-    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {}}, [b"key"], sender="b")
+    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {"n_chunks": 2}}, [b"key"],
+                  sender="b")
     out = coordinator.handle(1, req)
     assert [(o.to, o.type, o.body["origin"]) for o in out] == [(0, "enc_request", "b")]
     with pytest.raises(ProtocolError, match="second enc_request for alpha"):

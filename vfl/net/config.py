@@ -26,7 +26,6 @@ Sources of a party's data, in the order the CLI resolves them:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import math
 import re
@@ -185,49 +184,21 @@ def row_id_digest(ids: list[str]) -> str:
     return h.hexdigest()
 
 
-def _to_float(column: str, cells: list[str], source: str) -> np.ndarray:
-    out = np.empty(len(cells))
-    for i, cell in enumerate(cells):
-        try:
-            out[i] = float(cell)
-        except ValueError:
-            raise DataValidationError(f"{source}: column {column!r}, data row {i + 1}: {cell!r} is not a number"
-                                      ) from None
-        if not math.isfinite(out[i]):
-            raise DataValidationError(f"{source}: column {column!r}, data row {i + 1}: {cell!r} is not finite")
-    return out
-
-
 def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | None = None,
                    id_column: str | None = None) -> LocalTable:
-    """Read a CSV with a header; select features (names/ranges/indices), label and ID columns.
+    """Read a CSV (or Parquet: ``.parquet``/``.pq``) table with a header; select features (names/ranges/indices),
+    label and ID columns.
 
     Only the selected columns must be numeric (the ID column may hold any text). A label owner may
-    select no features (empty ``features``).
+    select no features (empty ``features``). The file is validated and read in chunks
+    (:class:`vfl.data.tables.TableFile`), so only the selected columns' float arrays are ever held whole.
     """
+    from vfl.data.tables import TableFile, table_columns
+
     p = Path(path)
-    try:
-        with open(p, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.reader(fh))
-    except FileNotFoundError:
-        raise ConfigurationError(f"data file {p} not found") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataValidationError(f"cannot read {p}: {exc}") from None
-    rows = [r for r in rows if r]
-    if not rows:
-        raise DataValidationError(f"{p}: empty file, expected a header row")
-    header = [h.strip() for h in rows[0]]
-    body = rows[1:]
-    if not body:
-        raise DataValidationError(f"{p}: no data rows")
-    if len(set(header)) != len(header):
-        raise DataValidationError(f"{p}: column names must be unique")
-    for i, r in enumerate(body, start=1):
-        if len(r) != len(header):
-            raise DataValidationError(f"{p}: data row {i} has {len(r)} cells, the header has {len(header)}")
-    pos = {h: i for i, h in enumerate(header)}
+    header = table_columns(p)
     for what, col in (("label", label), ("id", id_column)):
-        if col is not None and col not in pos:
+        if col is not None and col not in header:
             raise DataValidationError(f"unknown {what} column {col!r} in {p}; columns are: {', '.join(header)}")
     candidates = [h for h in header if h not in (label, id_column)]
     requested = [s.strip() for s in (features.split(",") if isinstance(features, str) else features)]
@@ -238,11 +209,9 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
         names: list[str] = []  # a label owner without features
     else:
         names = select_columns(features, candidates, source=str(p))
-    X = (np.column_stack([_to_float(n, [r[pos[n]] for r in body], str(p)) for n in names]) if names
-         else np.zeros((len(body), 0)))
-    y = _to_float(label, [r[pos[label]] for r in body], str(p)) if label is not None else None
-    digest = row_id_digest([r[pos[id_column]] for r in body]) if id_column is not None else None
-    return LocalTable(X, names, y, label, digest)
+    table = TableFile(p, names, label=label, id_column=id_column)
+    X, y = table.load()
+    return LocalTable(X, names, y, label, table.id_digest)
 
 
 def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | None = None) -> LocalTable:

@@ -58,6 +58,7 @@ class Coordinator:
         self.out = out
         self.log = log or (lambda s: None)
         self.run_id = secrets.token_hex(16)
+        self.max_message_bytes = max_message_bytes
         self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
                                          on_reject=self.log)
         #: peers whose REGISTER was refused (each is answered once; a stray REGISTER never ends the run)
@@ -263,7 +264,11 @@ class Coordinator:
 
     def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator) -> None:
         """Send the phase's PLANs, then feed it every message and send what it answers, until it is done."""
-        self._send_out(regs, phase.plan_messages())
+        plans = phase.plan_messages()
+        if isinstance(phase, FMCoordinator):  # parties size their ciphertext frames below this socket's limit
+            for out in plans:
+                out.body["params"]["max_message_bytes"] = self.max_message_bytes
+        self._send_out(regs, plans)
         index_of = {r.peer: i for i, r in enumerate(regs)}
         while not phase.done:
             got = self.receive()

@@ -111,6 +111,8 @@ class MessageType(str, Enum):
     PLAN = "plan"
     READY = "ready"
     ENC_REQUEST = "enc_request"
+    ENC_CHUNK = "enc_chunk"
+    CREDIT = "credit"
     MASKED_RESPONSE = "masked_response"
     SHARE = "share"
     BLOCK = "block"
@@ -202,6 +204,18 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
         "wire": (True, _is_dict),
+    },
+    MessageType.ENC_CHUNK: {
+        "block": (True, _BLOCK),
+        "to": (True, _is_name),
+        "origin": (False, _is_opt(_is_name)),
+        "wire": (True, _is_dict),
+    },
+    MessageType.CREDIT: {
+        "block": (True, _BLOCK),
+        "to": (True, _is_name),
+        "origin": (False, _is_opt(_is_name)),
+        "upto": (True, _is_int(1, 10_000_000)),
     },
     MessageType.MASKED_RESPONSE: {
         "block": (True, _BLOCK),

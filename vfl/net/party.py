@@ -158,10 +158,15 @@ class PartyNode:
                  timeout: float = 120.0, order: int | None = None, random_state: RandomState = None,
                  progress: bool = False, workers: int | None = None,
                  allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None,
-                 policy: PartyPolicy | None = None) -> None:
+                 policy: PartyPolicy | None = None, executor: Any = None,
+                 max_frame_bytes: int | None = None) -> None:
         self.data = data
         #: what this party agrees to run (issue 14): default = DP mechanisms only, epsilon <= 10, delta <= 1e-3
         self.policy = policy if policy is not None else PartyPolicy()
+        #: where secure-product work runs: None (local processes), a Dask scheduler address or an Executor
+        self.executor = executor
+        self.max_frame_bytes = max_frame_bytes
+        self._phase: Any = None
         self.allow_insecure_keys = allow_insecure_keys
         self.connect = connect
         self.curve = curve
@@ -194,6 +199,8 @@ class PartyNode:
         finally:
             self._stop.set()
             t.close()
+            if self._phase is not None and hasattr(self._phase, "close"):
+                self._phase.close()   # the executor it opened (process pool or Dask client)
 
     def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
         try:
@@ -265,7 +272,9 @@ class PartyNode:
         else:
             session = FMParty(self.data, plan, rng=self.rng, seeded=self.seeded,
                               allow_insecure_keys=self.allow_insecure_keys, progress=self.progress,
-                              workers=self.workers)
+                              workers=self.workers, executor=self.executor,
+                              **({} if self.max_frame_bytes is None else {"max_frame_bytes": self.max_frame_bytes}))
+            self._phase = session
             # the policy's epsilon bounds hold for the epsilon this party's own privacy report computes
             summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows,
                                  true_epsilon=session.mech.privacy_report().epsilon)

@@ -26,23 +26,26 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vfl.data.rows import ArrayRows, MappedRows, RowSource
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink, prepare_labels, prepare_party_block, resolve_bounds
 from vfl.fm.solver import solve_details
 from vfl.privacy.fixed_point import (
+    accumulate_single_party_raw,
     block_generators,
     cross_block_noise,
     cross_block_offset,
     orient,
     prepare_fixed_point,
-    single_party_block,
+    release_single_party_block,
 )
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
@@ -52,17 +55,29 @@ from vfl.secure.encoding import DEFAULT_PRECISION_BITS
 from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import (
-    EncryptedBlock,
+    DEFAULT_MAX_FRAME_BYTES,
+    EncryptedChunk,
     ProductEncryptor,
     ProductResponder,
+    ProductStreamHeader,
     combine_shares,
 )
 
-__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "product_shape", "operand_of"]
+__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "product_shape", "operand_of",
+           "CREDIT_WINDOW", "MAX_CREDIT_WINDOW"]
 
 #: Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
 #: only compete for the same cores, and it keeps the process-pool start-up simple.
 SECURE_LOCK = threading.Lock()
+#: chunks a responder lets its encryptor have in flight (credit-based flow control, as in the ZeroMQ guide's file
+#: transfer pattern): the coordinator and the responder never hold more than this many ciphertext chunks of a product
+CREDIT_WINDOW = 4
+#: the coordinator refuses credit further ahead than this (a responder cannot make it buffer more)
+MAX_CREDIT_WINDOW = 8
+#: room for a chunk message's JSON header and framing on top of its ciphertext frame
+FRAME_HEADROOM = 64 * 1024
+#: rows per chunk when a party reads its prepared columns (single-party blocks, offsets)
+READ_CHUNK_ROWS = 65_536
 
 
 # ------------------------------------------------------------------ shared rules
@@ -164,6 +179,7 @@ class FMCoordinator:
         self.shares: dict[str, dict[int, np.ndarray]] = {b.name: {} for b in self.plan.cross_blocks()}
         self.ready: dict[int, ReadyBody] = {}
         self.relayed: set[tuple[str, str]] = set()
+        self.streams: dict[str, dict[str, int]] = {}
 
     def plan_messages(self) -> list[Out]:
         """One PLAN per party (step 1)."""
@@ -194,7 +210,7 @@ class FMCoordinator:
             self.ready[i] = ready
             return []
         block = _block_named(self.plan, msg, "names an unknown block")
-        if kind in ("enc_request", "masked_response"):
+        if kind in ("enc_request", "masked_response", "enc_chunk", "credit"):
             return [self._relay(block, i, msg)]
         if kind == "block":
             self._collect_block(block, i, msg)
@@ -206,15 +222,44 @@ class FMCoordinator:
 
     def _relay(self, block: Block, i: int, msg: Incoming) -> Out:
         kind = kind_of(msg)
-        src, dst = ((block.encryptor, block.responder) if kind == "enc_request"
+        src, dst = ((block.encryptor, block.responder) if kind in ("enc_request", "enc_chunk")
                     else (block.responder, block.encryptor))
         if i != src or msg.body["to"] != self.regs[dst].name:  # type: ignore[index]
             raise ProtocolError(f"party {self.regs[i].name} may not send {kind} for {block.name}")
-        if (block.name, kind) in self.relayed:  # a second product would draw the block's noise twice
+        if kind in ("enc_chunk", "credit"):
+            self._flow_control(block, kind, msg)
+        elif (block.name, kind) in self.relayed:  # a second product would draw the block's noise twice
             raise ProtocolError(f"party {self.regs[i].name} sent a second {kind} for {block.name}; "
                                 "each secure product runs once")
-        self.relayed.add((block.name, kind))
+        else:
+            self.relayed.add((block.name, kind))
+            if kind == "enc_request":
+                n_chunks = msg.body["wire"].get("n_chunks")
+                if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 1:
+                    raise ProtocolError(f"the request for {block.name} does not declare its number of chunks")
+                self.streams[block.name] = {"n_chunks": n_chunks, "relayed": 0, "upto": 0}
         return Out(type=kind, body={**msg.body, "origin": self.regs[i].name}, payload=msg.payload, to=dst)
+
+    def _flow_control(self, block: Block, kind: str, msg: Incoming) -> None:
+        """Credit-based flow control of a streamed product (ZeroMQ guide, ch. 7 file transfer): a chunk is relayed
+        only within the credit its responder granted, in order and once, so the coordinator never queues more than
+        :data:`MAX_CREDIT_WINDOW` chunks of a product, however slow the responder."""
+        stream = self.streams.get(block.name)
+        if stream is None:
+            raise ProtocolError(f"{kind} for {block.name} before its request")
+        if kind == "credit":
+            upto = msg.body["upto"]
+            if not stream["upto"] < upto <= min(stream["n_chunks"], stream["relayed"] + MAX_CREDIT_WINDOW):
+                raise ProtocolError(f"credit up to chunk {upto} of {block.name} is not ahead of {stream['upto']} or "
+                                    f"more than {MAX_CREDIT_WINDOW} chunks ahead of the {stream['relayed']} relayed")
+            stream["upto"] = upto
+            return
+        index = msg.body["wire"].get("index")
+        if index != stream["relayed"]:
+            raise ProtocolError(f"chunk {index!r} of {block.name} out of order (expected {stream['relayed']})")
+        if index >= stream["upto"]:
+            raise ProtocolError(f"chunk {index} of {block.name} sent without credit (granted up to {stream['upto']})")
+        stream["relayed"] += 1
 
     def _collect_block(self, block: Block, i: int, msg: Incoming) -> None:
         name = self.regs[i].name
@@ -295,12 +340,19 @@ class FMParty:
     """Party side after the PLAN: prepared data, the mechanism, this party's blocks and secure-product sides.
 
     ``data`` is the party's local table (:class:`vfl.net.party.LocalData`: ``name``, ``X``, ``y``,
-    ``feature_names``, ``bounds``, ``label_bounds``, ``fm_view``, ``n_rows``).
+    ``feature_names``, ``bounds``, ``label_bounds``, ``fm_view``, ``n_rows``). Its prepared columns are never
+    materialised: they are a row source (:mod:`vfl.data.rows`) mapped chunk by chunk, so single-party blocks are
+    accumulated (exactly) over chunks and secure products stream them (:class:`ProductStreamHeader`, then
+    :class:`EncryptedChunk` frames within the responder's credit). ``executor``: where this party's encryption and
+    multi-exponentiations run (``None``: local processes; a Dask scheduler address; a ``concurrent.futures``
+    executor), see :mod:`vfl.secure.executors`.
     """
 
     def __init__(self, data: Any, plan: PlanBody, *, rng: np.random.Generator, seeded: bool = False,
-                 allow_insecure_keys: bool = False, progress: bool = False, workers: int | None = None) -> None:
+                 allow_insecure_keys: bool = False, progress: bool = False, workers: int | None = None,
+                 executor: Any = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.data, self.seeded, self.progress, self.workers = data, seeded, progress, workers
+        self.executor_spec, self.max_frame_bytes = executor, max_frame_bytes
         self.index, self.n = plan.index, plan.n_samples
         if self.n != data.n_rows:
             raise ProtocolError(f"plan says {self.n} rows, this party holds {data.n_rows}")
@@ -308,6 +360,12 @@ class FMParty:
         if p.key_bits < 2048 and not allow_insecure_keys:
             raise ConfigurationError(f"the coordinator asked for {p.key_bits}-bit keys; this party refuses keys "
                                      "below 2048 bits (allow_insecure_keys is for tests only)")
+        limit = plan.params.get("max_message_bytes")
+        if isinstance(limit, int) and not isinstance(limit, bool) and max_frame_bytes + FRAME_HEADROOM > limit:
+            raise ConfigurationError(
+                f"party {data.name}: ciphertext frames of up to {max_frame_bytes} bytes do not fit the coordinator's "
+                f"message limit of {limit} bytes; lower this party's --max-frame-bytes (at most "
+                f"{max(0, limit - FRAME_HEADROOM)}) or raise the coordinator's --max-message-bytes")
         self.intercept = plan.me.intercept
         # no party carries the constant column: a run without intercept, whose maps must be pure scalings
         # (an affine map into [-1, 1] would re-introduce a hidden intercept; vfl.fm.domain)
@@ -324,20 +382,50 @@ class FMParty:
         # requests from different parties arrive, and no draw is ever reused across blocks
         self.block_rngs = block_generators(rng, self.plan)
         self.encryptors: dict[str, ProductEncryptor] = {}
+        self.outgoing: dict[str, tuple[ProductStreamHeader, Iterator[EncryptedChunk]]] = {}
+        self.sent: dict[str, int] = {}
+        self.folds: dict[str, list[Any]] = {}
         self.handled: set[tuple[str, str]] = set()
         self.keypair: tuple | None = None
-        self.Xp: np.ndarray = np.zeros((self.n, 0))
-        self.yp: np.ndarray | None = None
+        self.Xp: RowSource = ArrayRows(np.zeros((self.n, 0)))
+        self.yp: RowSource | None = None
         self.label_bounds: tuple[float, float] | None = None
+        self._stack = ExitStack()
+        self._executor: Any = None
+
+    # ------------------------------------------------------------------ resources
+    def executor(self, work_ms: float) -> Any:
+        """The executor for ``work_ms`` of serial work: None (products run inline) for small work with the local
+        default; otherwise one executor per run, opened on first use and closed by :meth:`close`."""
+        from vfl.secure.executors import open_executor
+        from vfl.secure.fastmath import resolve_workers
+
+        if self._executor is not None:
+            return self._executor
+        workers = resolve_workers(self.workers, work_ms)
+        if self.executor_spec is None and workers <= 1:
+            return None
+        self._executor = self._stack.enter_context(open_executor(self.executor_spec, workers))
+        return self._executor
+
+    def close(self) -> None:
+        """Shut down the executor this party opened (idempotent)."""
+        self._stack.close()
+        self._executor = None
 
     # ------------------------------------------------------------------ steps (worker thread)
     def start(self) -> list[Out]:
         """Steps 2-4 of this party: prepare its data, READY, its single-party blocks, its encrypted requests."""
         ready = self._prepare()
         out = [Out(type="ready", body=ready.to_body())]
+        p = self.params.precision_bits
         for block in self.plan.single_party_blocks(self.index):
-            value = single_party_block(self.plan, self.mech, block, self.Xp, self.yp, n_samples=self.n,
-                                       precision_bits=self.params.precision_bits, rng=self.block_rngs[block.name])
+            y_chunks = self.yp.iter_chunks(READ_CHUNK_ROWS) if self.yp is not None else None
+            pairs = ((X, None if y_chunks is None else next(y_chunks)[:, 0])
+                     for X in self.Xp.iter_chunks(READ_CHUNK_ROWS))
+            raw = accumulate_single_party_raw(self.plan, block, pairs, precision_bits=p)
+            value = release_single_party_block(self.plan, self.mech, block, raw, n_samples=self.n, precision_bits=p,
+                                               rng=self.block_rngs[block.name])
             out.append(Out(type="block", body={"block": block.name}, payload=[np.asarray(value, dtype=float)]))
         for block in self.plan.cross_blocks():
             if block.encryptor == self.index:
@@ -345,75 +433,134 @@ class FMParty:
         return out
 
     def _prepare(self) -> ReadyBody:
-        """Columns into the public domain and onto the 2^-p grid; the READY with the public bounds."""
+        """Columns into the public domain and onto the 2^-p grid (row by row, lazily); the READY with the bounds."""
         d, total, p = self.data, self.plan.n_features, self.params
         X_fm, declared = d.fm_view if d.fm_view is not None else (d.X, d.bounds)
         ready: dict[str, Any] = {"seeded": self.seeded}
+        bounds = None
         if X_fm.shape[1]:
             bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
-            self.Xp, _ = prepare_party_block(X_fm, bounds=bounds, domain=p.domain,  # type: ignore[arg-type]
-                                             n_features_total=total, feature_names=d.feature_names,
-                                             symmetric=self.no_intercept)
             # without intercept the map is x / m with the symmetric bounds (-m, m), m = max(|lo|, |hi|): those are
             # the public bounds the model file maps back with (intercept exactly 0)
             public = bounds.symmetric() if self.no_intercept else bounds
             ready.update(bounds=public.to_list(), bounds_from_data=bool(bounds.from_data))
-        if self.intercept:
-            # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
-            constant = 1.0 / np.sqrt(total) if p.domain == "l2" else 1.0
-            self.Xp = np.hstack([self.Xp, np.full((self.n, 1), constant)])
-        # Every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
-        # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; spec pitfall 1).
-        self.Xp = prepare_fixed_point(self.Xp, precision_bits=p.precision_bits, domain=p.domain,
-                                      n_features_total=total)
+        # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
+        constant = (1.0 / np.sqrt(total) if p.domain == "l2" else 1.0) if self.intercept else None
+
+        def prepare(chunk: np.ndarray) -> np.ndarray:
+            U = np.zeros((chunk.shape[0], 0))
+            if bounds is not None:
+                U, _ = prepare_party_block(chunk, bounds=bounds, domain=p.domain, n_features_total=total,
+                                           feature_names=d.feature_names, symmetric=self.no_intercept)
+            if constant is not None:
+                U = np.hstack([U, np.full((chunk.shape[0], 1), constant)])
+            # every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
+            # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; pitfall 1)
+            return prepare_fixed_point(U, precision_bits=p.precision_bits, domain=p.domain, n_features_total=total)
+
+        self.Xp = MappedRows(ArrayRows(X_fm), prepare, X_fm.shape[1] + int(self.intercept))
         if self.index == self.plan.label_owner:
             assert d.y is not None
-            yp, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds, symmetric=self.no_intercept)
-            self.yp = prepare_fixed_point(yp, precision_bits=p.precision_bits, domain="linf", n_features_total=total)
+            _, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds,  # checks; bounds (data: warns)
+                                   symmetric=self.no_intercept)
+            y_bounds = None if yb is None else (float(yb.lower[0]), float(yb.upper[0]))
+
+            def prepare_y(chunk: np.ndarray) -> np.ndarray:
+                yp, _ = prepare_labels(chunk[:, 0], self.plan.model, y_bounds=y_bounds, symmetric=self.no_intercept)
+                return prepare_fixed_point(yp, precision_bits=p.precision_bits, domain="linf",
+                                           n_features_total=total).reshape(-1, 1)
+
+            self.yp = MappedRows(ArrayRows(d.y.reshape(-1, 1)), prepare_y, 1)
             if yb is not None:
-                self.label_bounds = (float(yb.lower[0]), float(yb.upper[0]))
-                ready.update(label_bounds=list(self.label_bounds), label_bounds_from_data=bool(yb.from_data))
+                self.label_bounds = y_bounds
+                ready.update(label_bounds=list(y_bounds), label_bounds_from_data=bool(yb.from_data))
         return ReadyBody(**ready)
 
-    def _operand(self, block: Block) -> np.ndarray:
-        return operand_of(self.plan, block, self.index, self.Xp, self.yp)
+    def _operand(self, block: Block) -> RowSource:
+        if block.kind == "alpha" and self.index == self.plan.label_owner and block.parties[0] != self.index:
+            assert self.yp is not None
+            return self.yp
+        return self.Xp
+
+    def _work_ms(self, n_cols: int) -> float:
+        return self.n * max(1, n_cols) * 0.05
 
     def _request(self, block: Block) -> Out:
+        """Encryptor: the stream header now; the chunks follow as the responder grants credit."""
         p = self.params
         if self.keypair is None:
             self.keypair = generate_keypair(p.key_bits, allow_insecure=p.allow_insecure_keys)
         pub, priv = self.keypair
         # the responder's width comes from the plan this party accepted, never from the response (issue 14)
-        enc = ProductEncryptor(priv, self._operand(block), response_cols=product_shape(self.plan, block)[1],
+        operand = self._operand(block)
+        enc = ProductEncryptor(priv, operand, response_cols=product_shape(self.plan, block)[1],
                                precision_bits=p.precision_bits, randomness=p.randomness, progress=self.progress,
-                               workers=self.workers)
+                               workers=self.workers, executor=self.executor(self._work_ms(operand.n_cols)),
+                               max_frame_bytes=self.max_frame_bytes)
         self.encryptors[block.name] = enc
-        with SECURE_LOCK:
-            header, frames = enc.request().to_wire()
+        header = enc.stream_header()
+        self.outgoing[block.name] = (header, enc.encrypted_chunks())
+        self.sent[block.name] = 0
         responder = self.names[block.responder]  # type: ignore[index]
-        return Out(type="enc_request", body={"block": block.name, "to": responder, "wire": header},
-                   payload=[public_key_to_bytes(pub), *frames])
+        return Out(type="enc_request", body={"block": block.name, "to": responder, "wire": header.to_wire()[0]},
+                   payload=[public_key_to_bytes(pub)])
 
-    def _offset_fixed(self, block: Block, shape: tuple[int, int]) -> np.ndarray:
-        """This party's local offset of the block in raw fixed-point units, oriented like the product."""
-        return cross_block_offset(self.plan, block, self.index, self.Xp, shape,
-                                  precision_bits=self.params.precision_bits)
+    def send_chunks(self, block: Block, upto: int) -> Iterator[Out]:
+        """Encryptor: the next chunks, up to the credit ``upto`` (chunk indices ``< upto``), as they are ready."""
+        header, chunks = self.outgoing[block.name]
+        responder = self.names[block.responder]  # type: ignore[index]
+        while self.sent[block.name] < min(upto, header.n_chunks):
+            chunk = next(chunks)
+            self.sent[block.name] += 1
+            wire, frames = chunk.to_wire()
+            yield Out(type="enc_chunk", body={"block": block.name, "to": responder, "wire": wire}, payload=frames)
+        if self.sent[block.name] == header.n_chunks:
+            next(chunks, None)   # let the generator finish: the column sums and stats are final now
+
+    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
+        """This party's local offset of the block in raw fixed-point units, oriented like the product (summed over
+        chunks: it is a sum over rows, logistic alpha only)."""
+        p = self.params.precision_bits
+        total = cross_block_offset(self.plan, block, self.index, np.zeros((0, self.Xp.n_cols)), shape,
+                                   precision_bits=p)
+        if block.parties[0] == self.index and block.kind == "alpha" and self.plan.model == "logistic":
+            for chunk in self.Xp.iter_chunks(READ_CHUNK_ROWS):
+                total = total + cross_block_offset(self.plan, block, self.index, chunk, shape, precision_bits=p)
+        return total
+
+    def _credit(self, block: Block, upto: int) -> Out:
+        encryptor = self.names[block.encryptor]  # type: ignore[index]
+        return Out(type="credit", body={"block": block.name, "to": encryptor, "upto": upto})
 
     def respond(self, block: Block, msg: Incoming) -> list[Out]:
-        """Responder: masked products with the block's DP noise inside the ciphertext, and this party's share."""
+        """Responder, stream header: check it, draw the block's DP noise, open the fold, grant the first credit."""
         p = self.params
         pub = public_key_from_bytes(msg.blob(0), min_bits=p.key_bits)   # the plan's key size, no smaller
-        request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], pub)
+        stream = ProductStreamHeader.from_wire(msg.body["wire"], [], pub)
         B = self._operand(block)
-        shape = (request.n_cols, B.shape[1])
+        shape = (stream.n_cols, B.n_cols)
         noise = cross_block_noise(self.plan, self.mech, block, shape, n_samples=self.n,
                                   precision_bits=p.precision_bits, rng=self.block_rngs[block.name])
         responder = ProductResponder(B, precision_bits=p.precision_bits, randomness=p.randomness,
-                                     progress=self.progress, workers=self.workers)
-        with SECURE_LOCK:
-            response, share = responder.respond(request, noise)
+                                     progress=self.progress, workers=self.workers,
+                                     executor=self.executor(self._work_ms(B.n_cols)))
+        self.folds[block.name] = [stream, responder.open(stream, noise), 0]
+        return [self._credit(block, min(CREDIT_WINDOW, stream.n_chunks))]
+
+    def respond_chunk(self, block: Block, msg: Incoming) -> list[Out]:
+        """Responder, one chunk: fold it in; more credit, or after the last chunk the masked response and share."""
+        state = self.folds.get(block.name)
+        if state is None:
+            raise ProtocolError(f"chunk of {block.name} before its request")
+        stream, fold, folded = state
+        fold.add(EncryptedChunk.from_wire(msg.body["wire"], [msg.blob(0)], stream))
+        state[2] = folded = folded + 1
+        if folded < stream.n_chunks:
+            return [self._credit(block, folded + CREDIT_WINDOW)] if folded + CREDIT_WINDOW <= stream.n_chunks else []
+        del self.folds[block.name]
+        response, share = fold.finish()
         header, frames = response.to_wire()
-        share = share + self._offset_fixed(block, shape)
+        share = share + self._offset_fixed(block, share.shape)
         encryptor = self.names[block.encryptor]  # type: ignore[index]
         return [Out(type="masked_response", body={"block": block.name, "to": encryptor, "wire": header},
                     payload=frames),
@@ -425,16 +572,24 @@ class FMParty:
         if enc is None:
             raise ProtocolError(f"masked response for {block.name}, which this party did not request")
         response = enc.response_from_wire(msg.body["wire"], [msg.blob(0)])
-        with SECURE_LOCK:
-            share = enc.decrypt(response)
-        share = share + self._offset_fixed(block, share.shape)  # type: ignore[arg-type]   # 2-D
+        share = enc.decrypt(response)
+        share = share + self._offset_fixed(block, share.shape)
         return [Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
 
     # ------------------------------------------------------------------ dispatch (caller's thread)
-    def handle(self, msg: Incoming) -> Callable[[], list[Out]]:
-        """Check a relayed ENC_REQUEST / MASKED_RESPONSE now; return the step that answers it."""
+    def handle(self, msg: Incoming) -> Callable[[], Any]:
+        """Check a relayed message now; return the step that answers it (run in order on one worker thread).
+
+        ENC_REQUEST and MASKED_RESPONSE are answered once per block; ENC_CHUNK and CREDIT belong to an open stream
+        (their order and credit are checked by the coordinator and again by the stream itself).
+        """
         kind = kind_of(msg)
         block = _block_named(self.plan, msg, "for unknown block")
+        if kind == "enc_chunk" and block.responder == self.index and (block.name, "enc_request") in self.handled:
+            return lambda: self.respond_chunk(block, msg)
+        if kind == "credit" and block.encryptor == self.index and block.name in self.outgoing:
+            upto = int(msg.body["upto"])
+            return lambda: self.send_chunks(block, upto)
         if (block.name, kind) in self.handled:  # answering twice would release the block with fresh noise
             raise ProtocolError(f"second {kind} for block {block.name}")
         if kind == "enc_request" and block.responder == self.index:
@@ -444,4 +599,3 @@ class FMParty:
             self.handled.add((block.name, kind))
             return lambda: self.decrypt(block, msg)
         raise ProtocolError(f"unexpected {kind} for block {block.name}")
-

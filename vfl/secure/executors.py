@@ -48,6 +48,8 @@ class InlineExecutor(Executor):
 
 def executor_workers(executor: Any, workers: int) -> int:
     """Parallelism to plan chunk splits for: ``workers`` locally, the cluster's thread count for Dask."""
+    if isinstance(executor, ProcessPoolExecutor):
+        return max(1, int(getattr(executor, "_max_workers", workers)))
     client = getattr(executor, "_client", None)
     if client is not None:
         try:
