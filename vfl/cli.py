@@ -292,7 +292,14 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
     --min-epsilon, --max-epsilon, --max-delta, --max-exposed-rows) and prints the plan it is about to run.
     """
-    from vfl.net.config import PartyConfig, load_bounds_file, load_dataset_table, load_party_config, read_party_csv
+    from vfl.net.config import (
+        PartyConfig,
+        load_bounds_file,
+        load_dataset_table,
+        load_party_config,
+        open_party_table,
+        read_party_csv,
+    )
     from vfl.net.party import LocalData, PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
@@ -319,15 +326,21 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not (cfg.data or cfg.dataset):
         raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
-    if cfg.dataset:
-        table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
+    if cfg.data and cfg.bounds:  # declared bounds: the columns stay on disk and are read in chunks (issue 8)
+        declared = load_bounds_file(cfg.bounds)
+        file_table = open_party_table(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)
+        local = LocalData.from_table(cfg.name, file_table, bounds=declared,  # type: ignore[arg-type]
+                                     label_bounds=declared.get(cfg.label) if cfg.label else None)
     else:
-        table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)  # type: ignore[arg-type]
-    declared = load_bounds_file(cfg.bounds) if cfg.bounds else table.bounds
-    label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
-    fm_view = {} if cfg.bounds else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
-    local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore[arg-type]
-                            bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest, **fm_view)
+        if cfg.dataset:
+            table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
+        else:
+            table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)  # type: ignore
+        declared = load_bounds_file(cfg.bounds) if cfg.bounds else table.bounds
+        label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
+        fm_view = {} if cfg.bounds else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
+        local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
+                                bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest, **fm_view)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,

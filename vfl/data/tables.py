@@ -75,6 +75,20 @@ class TableColumns:
     def iter_chunks(self, rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[np.ndarray]:
         yield from self.table._frames(rows, self.columns)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The whole columns in memory (for code that needs them at once, e.g. (DP-)BCD's QR)."""
+        parts = list(self.iter_chunks(self.table.chunk_rows))
+        out = np.concatenate(parts, axis=0) if parts else np.zeros((0, self.n_cols))
+        return out if dtype is None else out.astype(dtype)
+
 
 class TableFile:
     """A party's CSV or Parquet table: ``features`` (resolved names), optional ``label`` and ``id_column``.

@@ -44,7 +44,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["PartyConfig", "LocalTable", "load_party_config", "load_bounds_file", "select_columns",
-           "read_party_csv", "row_id_digest", "load_dataset_table"]
+           "read_party_csv", "open_party_table", "row_id_digest", "load_dataset_table"]
 
 
 @dataclass
@@ -193,6 +193,16 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
     select no features (empty ``features``). The file is validated and read in chunks
     (:class:`vfl.data.tables.TableFile`), so only the selected columns' float arrays are ever held whole.
     """
+    p = Path(path)
+    table = open_party_table(p, features, label=label, id_column=id_column)
+    X, y = table.load()
+    return LocalTable(X, table.feature_names, y, label, table.id_digest)
+
+
+def open_party_table(path: str | Path, features: list[str] | str, *, label: str | None = None,
+                     id_column: str | None = None) -> Any:
+    """The :class:`vfl.data.tables.TableFile` of a party's CSV/Parquet file with its selection resolved (see
+    :func:`read_party_csv`): validated in one chunked pass, columns left on disk."""
     from vfl.data.tables import TableFile, table_columns
 
     p = Path(path)
@@ -209,9 +219,7 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
         names: list[str] = []  # a label owner without features
     else:
         names = select_columns(features, candidates, source=str(p))
-    table = TableFile(p, names, label=label, id_column=id_column)
-    X, y = table.load()
-    return LocalTable(X, names, y, label, table.id_digest)
+    return TableFile(p, names, label=label, id_column=id_column)
 
 
 def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | None = None) -> LocalTable:

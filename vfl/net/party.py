@@ -142,6 +142,41 @@ class LocalData:
             fm_view = (Xf, cf)
         return cls(name, X, names, yv, cb, lb, id_digest, fm_view)
 
+    @classmethod
+    def from_table(cls, name: str, table: Any, *, bounds: Any, label_bounds: Sequence[float] | None = None
+                   ) -> LocalData:
+        """A party whose features stay on disk (:class:`vfl.data.tables.TableFile`, already validated in chunks):
+        ``X`` is the table's row source, read chunk by chunk by the FM release; only the label is loaded. The
+        declared ``bounds`` are checked against the table's column minima and maxima."""
+        try:
+            validate_name(name)
+        except ProtocolError as exc:
+            raise ConfigurationError(str(exc)) from None
+        names = list(table.feature_names)
+        X = table.features
+        cb = None
+        if names and bounds is not None:
+            cb = resolve_bounds(bounds, np.zeros((1, len(names))), names, what=f"features of party {name}")
+            for j, col in enumerate(names):
+                lo, hi = table.column_min[col], table.column_max[col]
+                if lo < cb.lower[j] or hi > cb.upper[j]:
+                    raise DataValidationError(f"party {name}: column {col!r} has values in [{lo:g}, {hi:g}], "
+                                              f"outside its declared bounds [{cb.lower[j]:g}, {cb.upper[j]:g}]")
+        y = None
+        if table.label is not None:
+            y = np.asarray(table.label)[:, 0]
+        lb = None
+        if label_bounds is not None:
+            lo, hi = (float(v) for v in label_bounds)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise DataValidationError(f"party {name}: label bounds must be finite with lo < hi")
+            lb = (lo, hi)
+            if y is not None:
+                to_unit_interval(y[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
+        if not names and y is None:
+            raise DataValidationError(f"party {name} has neither features nor the label")
+        return cls(name, X, names, y, cb, lb, table.id_digest)
+
     @property
     def n_rows(self) -> int:
         return int(self.X.shape[0])

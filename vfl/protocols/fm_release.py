@@ -25,7 +25,6 @@ checks in ``handle`` run where it is called, so a replayed message is refused be
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl.data.rows import ArrayRows, MappedRows, RowSource
+from vfl.data.rows import ArrayRows, MappedRows, RowSource, as_row_source
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink, prepare_labels, prepare_party_block, resolve_bounds
@@ -63,12 +62,9 @@ from vfl.secure.products import (
     combine_shares,
 )
 
-__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "SECURE_LOCK", "product_shape", "operand_of",
+__all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "product_shape", "operand_of",
            "CREDIT_WINDOW", "MAX_CREDIT_WINDOW"]
 
-#: Secure-product steps of parties sharing one process (vfl.fit runs them as threads) are serialised: they would
-#: only compete for the same cores, and it keeps the process-pool start-up simple.
-SECURE_LOCK = threading.Lock()
 #: chunks a responder lets its encryptor have in flight (credit-based flow control, as in the ZeroMQ guide's file
 #: transfer pattern): the coordinator and the responder never hold more than this many ciphertext chunks of a product
 CREDIT_WINDOW = 4
@@ -458,7 +454,7 @@ class FMParty:
             # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; pitfall 1)
             return prepare_fixed_point(U, precision_bits=p.precision_bits, domain=p.domain, n_features_total=total)
 
-        self.Xp = MappedRows(ArrayRows(X_fm), prepare, X_fm.shape[1] + int(self.intercept))
+        self.Xp = MappedRows(as_row_source(X_fm), prepare, X_fm.shape[1] + int(self.intercept))
         if self.index == self.plan.label_owner:
             assert d.y is not None
             _, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds,  # checks; bounds (data: warns)

@@ -808,12 +808,14 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
                        allow_insecure: bool = False, rng: RandomState = None, workers: int | None = None,
                        progress: bool = False, keypair: tuple | None = None, encryptor: str = "auto",
                        randomness: str = "short-exponent", noise_bits: int | None = None,
-                       on_decrypt: Callable[[int], None] | None = None, precompute: bool = False) -> ProductRun:
+                       on_decrypt: Callable[[int], None] | None = None, precompute: bool = False,
+                       executor: Any = None) -> ProductRun:
     """Both roles in one process, through the wire format; shares of ``X_a^T X_b + noise``.
 
     ``noise``: integer array ``d_a x d_b`` in units ``2^-2p``; or ``noise_sigma`` (real units): a
     discrete Gaussian ``N_Z(0, (sigma 2^2p)^2)`` drawn from ``make_rng(rng)`` (Canonne et al. 2020).
-    ``encryptor``: ``"a"``, ``"b"`` or ``"auto"`` (:func:`choose_encryptor`).
+    ``encryptor``: ``"a"``, ``"b"`` or ``"auto"`` (:func:`choose_encryptor`). ``executor``: where both roles'
+    heavy work runs (:mod:`vfl.secure.executors`).
     """
     X_a, X_b = _as_matrix(X_a, "X_a"), _as_matrix(X_b, "X_b")
     if X_a.shape[0] != X_b.shape[0]:
@@ -839,9 +841,10 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
     holder = ProductEncryptor(private_key, X_enc, response_cols=X_resp.shape[1], precision_bits=precision_bits,
                               value_bound=value_bound,
                               noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress,
-                              on_decrypt=on_decrypt)
+                              on_decrypt=on_decrypt, executor=executor)
     responder = ProductResponder(X_resp, precision_bits=precision_bits, value_bound=value_bound,
-                                 noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress)
+                                 noise_bits=noise_bits, randomness=randomness, workers=workers, progress=progress,
+                                 executor=executor)
     if precompute:
         holder.precompute_randomness()
     header, frames = holder.request().to_wire()

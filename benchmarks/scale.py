@@ -1,0 +1,233 @@
+"""Scale benchmark (issue 8): real `vfl coordinator` + two `vfl party` processes, 2048-bit keys, 10 + 10 features.
+
+    nice -n 10 python benchmarks/scale.py --rows 10000,100000,1000000 [--mechanism none] [--out docs/performance]
+    nice -n 10 python benchmarks/scale.py --dask-rows 20000        # 1 vs 2 Dask workers, in-process product
+
+For each n: wall time from launch to the coordinator's exit, time per row, peak RSS of every process (sampled from
+the OS with psutil every 0.2 s; "tree" adds the party's process-pool workers), and, with ``--mechanism none``
+(default), the largest difference between the released coefficients and numpy least squares on the joined,
+prepared data. Data files are generated in chunks into ``--workdir`` (never committed). Results: a Markdown table
+on stdout and, with ``--out PREFIX``, ``PREFIX.json`` and ``PREFIX.png`` (time and memory vs n, log axes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+D_ALICE = D_BOB = 10
+BOUND = 5.0
+CHUNK = 100_000
+
+
+def write_data(folder: Path, n: int, seed: int = 0) -> dict[str, Path]:
+    """alice.csv (id, a0..a9, y), bob.csv (id, b0..b9), bounds.toml; written chunk by chunk."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"alice": folder / "alice.csv", "bob": folder / "bob.csv", "bounds": folder / "bounds.toml"}
+    if all(p.exists() for p in paths.values()) and (folder / f"rows_{n}").exists():
+        return paths
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(-1, 1, D_ALICE + D_BOB)
+    with open(paths["alice"], "w") as fa, open(paths["bob"], "w") as fb:
+        fa.write("id," + ",".join(f"a{j}" for j in range(D_ALICE)) + ",y\n")
+        fb.write("id," + ",".join(f"b{j}" for j in range(D_BOB)) + "\n")
+        for start in range(0, n, CHUNK):
+            m = min(CHUNK, n - start)
+            X = rng.uniform(-BOUND, BOUND, (m, D_ALICE + D_BOB))
+            y = np.clip(X @ w / BOUND + rng.normal(0, 0.5, m), -10, 10)
+            ids = np.arange(start, start + m)
+            fa.write("".join(f"r{i}," + ",".join(f"{v:.6f}" for v in row) + f",{t:.6f}\n"
+                             for i, row, t in zip(ids, X[:, :D_ALICE], y, strict=True)))
+            fb.write("".join(f"r{i}," + ",".join(f"{v:.6f}" for v in row) + "\n"
+                             for i, row in zip(ids, X[:, D_ALICE:], strict=True)))
+    cols = [f"a{j}" for j in range(D_ALICE)] + [f"b{j}" for j in range(D_BOB)]
+    paths["bounds"].write_text("[bounds]\n" + "".join(f"{c} = [{-BOUND}, {BOUND}]\n" for c in cols)
+                               + "y = [-10.0, 10.0]\n")
+    (folder / f"rows_{n}").write_text("complete\n")
+    return paths
+
+
+class RssSampler:
+    """Peak RSS of each process and of each process tree, sampled from the OS."""
+
+    def __init__(self, procs: dict[str, subprocess.Popen]) -> None:
+        import psutil
+
+        self.ps = {name: psutil.Process(p.pid) for name, p in procs.items()}
+        self.peak = {name: 0 for name in procs}
+        self.peak_tree = {name: 0 for name in procs}
+
+    def sample(self) -> None:
+        import psutil
+
+        for name, proc in self.ps.items():
+            try:
+                own = proc.memory_info().rss
+                tree = own + sum(c.memory_info().rss for c in proc.children(recursive=True))
+            except psutil.Error:
+                continue
+            self.peak[name] = max(self.peak[name], own)
+            self.peak_tree[name] = max(self.peak_tree[name], tree)
+
+
+def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: float, extra: list[str]) -> dict:
+    paths = write_data(workdir / f"n{n}", n)
+    from vfl.demo import free_port
+
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = workdir / f"model_{n}.json"
+    out.unlink(missing_ok=True)
+    vfl = [sys.executable, "-m", "vfl.cli"]
+    eps = [] if mechanism == "none" else ["--epsilon", "1", "--delta", "1e-5"]
+    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--id", "id", "--no-progress",
+              "--timeout", str(timeout), *extra]
+    logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
+    start = time.perf_counter()
+    procs = {
+        "coordinator": subprocess.Popen([*vfl, "coordinator", "--parties", "2", "--bind", url, "--out", str(out),
+                                         "--key-bits", str(key_bits), "--mechanism", mechanism, *eps,
+                                         "--timeout", str(timeout)],
+                                        stdout=logs["coordinator"], stderr=subprocess.STDOUT),
+        "alice": subprocess.Popen([*vfl, "party", "--name", "alice", "--data", str(paths["alice"]), "--features",
+                                   "a0:a9", "--label", "y", *common], stdout=logs["alice"], stderr=subprocess.STDOUT),
+        "bob": subprocess.Popen([*vfl, "party", "--name", "bob", "--data", str(paths["bob"]), "--features", "b0:b9",
+                                 *common], stdout=logs["bob"], stderr=subprocess.STDOUT),
+    }
+    sampler = RssSampler(procs)
+    while any(p.poll() is None for p in procs.values()):
+        sampler.sample()
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    codes = {name: p.returncode for name, p in procs.items()}
+    result = {"n": n, "wall_s": wall, "s_per_row": wall / n, "exit_codes": codes,
+              "peak_rss_mb": {k: v / 2**20 for k, v in sampler.peak.items()},
+              "peak_rss_tree_mb": {k: v / 2**20 for k, v in sampler.peak_tree.items()}}
+    if all(c == 0 for c in codes.values()) and mechanism == "none":
+        result["max_abs_diff_vs_lstsq"] = exactness(paths, out)
+    return result
+
+
+def exactness(paths: dict[str, Path], model: Path) -> float:
+    """max |w - lstsq| on the joined data, prepared as the parties do (unit interval, label owner's constant)."""
+    import pandas as pd
+
+    a = pd.read_csv(paths["alice"]).drop(columns="id").to_numpy()
+    b = pd.read_csv(paths["bob"]).drop(columns="id").to_numpy()
+    doc = json.loads(model.read_text())
+    U = np.hstack([a[:, :D_ALICE] / BOUND, np.ones((len(a), 1)), b / BOUND])
+    y = a[:, D_ALICE] / 10.0
+    if doc.get("protocol", {}).get("domain", doc.get("domain")) == "l2":
+        raise SystemExit("exactness check expects the linf domain of mechanism none")
+    ref = np.linalg.lstsq(U, y, rcond=None)[0]
+    return float(np.max(np.abs(np.asarray(doc["w"]) - ref)))
+
+
+def dask_speedup(n: int, key_bits: int) -> dict:
+    """One 10 x 10 secure product in-process, on a Dask LocalCluster of 1 and of 2 single-threaded workers."""
+    from dask.distributed import Client, LocalCluster
+
+    from vfl.secure import generate_keypair, run_secure_product
+
+    keypair = generate_keypair(key_bits)
+    rng = np.random.default_rng(1)
+    A, B = rng.uniform(-1, 1, (n, D_ALICE)), rng.uniform(-1, 1, (n, D_BOB))
+    out = {"n": n}
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+                Client(cl) as client:
+            executor = client.get_executor()
+            run_secure_product(A[:200], B[:200], keypair=keypair, encryptor="a", executor=executor)  # warm workers
+            t = time.perf_counter()
+            run = run_secure_product(A, B, keypair=keypair, encryptor="a", executor=executor)
+            out[f"dask_{workers}_s"] = time.perf_counter() - t
+            assert run.key_holder_share.shape == (D_ALICE, D_BOB)
+    out["speedup"] = out["dask_1_s"] / out["dask_2_s"]
+    return out
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| n | wall (s) | µs / row | ratio to previous n (per row) | peak RSS coordinator / alice / bob (MB) "
+             "| with pool workers alice / bob (MB) | max abs diff vs lstsq |",
+             "|---:|---:|---:|---:|---|---|---:|"]
+    prev = None
+    for r in results:
+        rss, tree = r["peak_rss_mb"], r["peak_rss_tree_mb"]
+        ratio = f"{r['s_per_row'] / prev['s_per_row']:.2f}" if prev else ""
+        diff = f"{r['max_abs_diff_vs_lstsq']:.1e}" if "max_abs_diff_vs_lstsq" in r else "-"
+        lines.append(f"| {r['n']:,} | {r['wall_s']:.1f} | {1e6 * r['s_per_row']:.0f} | {ratio} | "
+                     f"{rss['coordinator']:.0f} / {rss['alice']:.0f} / {rss['bob']:.0f} | "
+                     f"{tree['alice']:.0f} / {tree['bob']:.0f} | {diff} |")
+        prev = r
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.loglog(ns, [r["wall_s"] for r in results], "o-", label="wall time (s)")
+    ax1.loglog(ns, [r["wall_s"] / r["n"] * ns[0] for r in results], ":", color="grey",
+               label=f"time per row x {ns[0]:,}")
+    ax1.set_xlabel("rows n")
+    ax1.set_ylabel("seconds")
+    ax1.legend()
+    for name in ("coordinator", "alice", "bob"):
+        ax2.loglog(ns, [r["peak_rss_mb"][name] for r in results], "o-", label=f"{name}")
+    for name in ("alice", "bob"):
+        ax2.loglog(ns, [r["peak_rss_tree_mb"][name] for r in results], "x--", label=f"{name} + pool workers")
+    ax2.set_xlabel("rows n")
+    ax2.set_ylabel("peak RSS (MB)")
+    ax2.legend(fontsize=8)
+    fig.suptitle("vfl scale: 2 parties, 10 + 10 features, 2048-bit keys")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="10000,100000", help="comma-separated n")
+    parser.add_argument("--mechanism", default="none")
+    parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--workdir", default="/tmp/vfl-scale-bench")
+    parser.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.png")
+    parser.add_argument("--dask-rows", type=int, default=0, help="also time 1 vs 2 Dask workers on n rows")
+    parser.add_argument("--party-args", default="", help="extra `vfl party` options, space separated")
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n in [int(v) for v in args.rows.split(",") if v]:
+        r = run_once(n, workdir, mechanism=args.mechanism, key_bits=args.key_bits, timeout=args.timeout,
+                     extra=args.party_args.split())
+        print(json.dumps(r), flush=True)
+        results.append(r)
+    if results:
+        print(markdown(results))
+    dask = dask_speedup(args.dask_rows, args.key_bits) if args.dask_rows else None
+    if dask:
+        print(json.dumps(dask))
+    if args.out:
+        prefix = Path(args.out)
+        old = json.loads(prefix.with_suffix(".json").read_text()) if prefix.with_suffix(".json").exists() else {}
+        runs = {r["n"]: r for r in old.get("runs", [])}
+        runs.update({r["n"]: r for r in results})
+        merged = {"runs": [runs[k] for k in sorted(runs)], "dask": dask or old.get("dask")}
+        prefix.with_suffix(".json").write_text(json.dumps(merged, indent=1) + "\n")
+        if merged["runs"]:
+            plot(merged["runs"], prefix.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
