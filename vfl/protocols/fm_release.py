@@ -446,8 +446,9 @@ class FMParty:
         def prepare(chunk: np.ndarray) -> np.ndarray:
             U = np.zeros((chunk.shape[0], 0))
             if bounds is not None:
-                U, _ = prepare_party_block(chunk, bounds=bounds, domain=p.domain, n_features_total=total,
-                                           feature_names=d.feature_names, symmetric=self.no_intercept)
+                U, _ = prepare_party_block(chunk, bounds=bounds, domain=p.domain,  # type: ignore[arg-type]
+                                           n_features_total=total, feature_names=d.feature_names,
+                                           symmetric=self.no_intercept)
             if constant is not None:
                 U = np.hstack([U, np.full((chunk.shape[0], 1), constant)])
             # every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
@@ -467,7 +468,7 @@ class FMParty:
                                            n_features_total=total).reshape(-1, 1)
 
             self.yp = MappedRows(ArrayRows(d.y.reshape(-1, 1)), prepare_y, 1)
-            if yb is not None:
+            if yb is not None and y_bounds is not None:
                 self.label_bounds = y_bounds
                 ready.update(label_bounds=list(y_bounds), label_bounds_from_data=bool(yb.from_data))
         return ReadyBody(**ready)
@@ -513,7 +514,7 @@ class FMParty:
         if self.sent[block.name] == header.n_chunks:
             next(chunks, None)   # let the generator finish: the column sums and stats are final now
 
-    def _offset_fixed(self, block: Block, shape: tuple[int, ...]) -> np.ndarray:
+    def _offset_fixed(self, block: Block, shape: tuple[int, int]) -> np.ndarray:
         """This party's local offset of the block in raw fixed-point units, oriented like the product (summed over
         chunks: it is a sum over rows, logistic alpha only)."""
         p = self.params.precision_bits
@@ -569,7 +570,7 @@ class FMParty:
             raise ProtocolError(f"masked response for {block.name}, which this party did not request")
         response = enc.response_from_wire(msg.body["wire"], [msg.blob(0)])
         share = enc.decrypt(response)
-        share = share + self._offset_fixed(block, share.shape)
+        share = share + self._offset_fixed(block, share.shape)  # type: ignore[arg-type]   # 2-D
         return [Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
 
     # ------------------------------------------------------------------ dispatch (caller's thread)
