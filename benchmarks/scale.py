@@ -127,13 +127,24 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
     }
     load_start = os.getloadavg()[0]
     sampler = RssSampler(procs)
-    while any(p.poll() is None for p in procs.values()):
+    cpu: dict[str, float] = {}
+    maxrss: dict[str, float] = {}
+    while len(cpu) < len(procs):
         sampler.sample()
+        for name, p in procs.items():
+            if name in cpu:
+                continue
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)  # rusage of the process and its reaped pool workers
+            if pid == p.pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                cpu[name] = usage.ru_utime + usage.ru_stime
+                maxrss[name] = usage.ru_maxrss / 1024   # kB -> MB: the largest single process of that tree
         time.sleep(0.2)
     wall = time.perf_counter() - start
     codes = {name: p.returncode for name, p in procs.items()}
     result = {"n": n, "load_1min_start_end": [load_start, os.getloadavg()[0]], "wall_s": wall, "s_per_row": wall / n,
-              "exit_codes": codes,
+              "exit_codes": codes, "cpu_s": cpu, "cpu_s_total": sum(cpu.values()),
+              "cpu_s_per_row": sum(cpu.values()) / n, "ru_maxrss_mb": maxrss,
               "peak_rss_mb": {k: v / 2**20 for k, v in sampler.peak.items()},
               "peak_rss_tree_mb": {k: v / 2**20 for k, v in sampler.peak_tree.items()}}
     if all(c == 0 for c in codes.values()) and mechanism == "none":
@@ -183,15 +194,20 @@ def dask_speedup(n: int, key_bits: int) -> dict:
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| n | wall (s) | µs / row | ratio to previous n (per row) | peak RSS coordinator / alice / bob (MB) "
-             "| with pool workers alice / bob (MB) | max abs diff vs lstsq |",
-             "|---:|---:|---:|---:|---|---|---:|"]
+    lines = ["| n | load (1 min) | wall (s) | wall µs / row | CPU s (all processes) | CPU µs / row | per-row CPU ratio "
+             "to previous n | peak RSS coordinator / alice / bob (MB) | party + pool workers alice / bob (MB) "
+             "| max abs diff vs lstsq |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     prev = None
     for r in results:
         rss, tree = r["peak_rss_mb"], r["peak_rss_tree_mb"]
-        ratio = f"{r['s_per_row'] / prev['s_per_row']:.2f}" if prev else ""
+        cpu = r.get("cpu_s_per_row")
+        ratio = f"{cpu / prev['cpu_s_per_row']:.2f}" if prev and cpu and prev.get("cpu_s_per_row") else ""
         diff = f"{r['max_abs_diff_vs_lstsq']:.1e}" if "max_abs_diff_vs_lstsq" in r else "-"
-        lines.append(f"| {r['n']:,} | {r['wall_s']:.1f} | {1e6 * r['s_per_row']:.0f} | {ratio} | "
+        load = "-".join(f"{v:.0f}" for v in r.get("load_1min_start_end", []))
+        cpu_cells = f"{r['cpu_s_total']:.0f} | {1e6 * cpu:.0f}" if cpu else "- | -"
+        lines.append(f"| {r['n']:,} | {load} | {r['wall_s']:.1f} | {1e6 * r['s_per_row']:.0f} | "
+                     f"{cpu_cells} | {ratio} | "
                      f"{rss['coordinator']:.0f} / {rss['alice']:.0f} / {rss['bob']:.0f} | "
                      f"{tree['alice']:.0f} / {tree['bob']:.0f} | {diff} |")
         prev = r
@@ -207,8 +223,10 @@ def plot(results: list[dict], path: Path) -> None:
     ns = [r["n"] for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     ax1.loglog(ns, [r["wall_s"] for r in results], "o-", label="wall time (s)")
+    if all("cpu_s_total" in r for r in results):
+        ax1.loglog(ns, [r["cpu_s_total"] for r in results], "s--", label="CPU time, all processes (s)")
     ax1.loglog(ns, [r["wall_s"] / r["n"] * ns[0] for r in results], ":", color="grey",
-               label=f"time per row x {ns[0]:,}")
+               label=f"wall time per row x {ns[0]:,}")
     ax1.set_xlabel("rows n")
     ax1.set_ylabel("seconds")
     ax1.legend()
