@@ -279,14 +279,14 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 @click.option("--executor", default=None, metavar="tcp://SCHEDULER:8786",
               help="Run this party's encryption and multi-exponentiations on its Dask cluster (pip install "
                    "'vfl[dask]'; the workers must run inside this party's trust domain).")
-@click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=16 * 2**20,
-              show_default=True, help="Largest ciphertext frame this party sends (secure products are streamed in "
-                                      "chunks of this size, credit-based).")
+@click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
+              help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
+                   "credit-based). Default: 16 MiB, or less if the coordinator's --max-message-bytes needs it.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float, max_exposed_rows: int | None,
-          workers: int | None, executor: str | None, max_frame_bytes: int) -> None:
+          workers: int | None, executor: str | None, max_frame_bytes: int | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,

@@ -132,3 +132,24 @@ def test_a_party_refuses_chunks_and_credit_outside_an_open_stream():
         party.handle(Message(MessageType.ENC_CHUNK, {"block": "alpha[1]", "to": "a", "wire": {}}, [b"c"]))
     with pytest.raises(ProtocolError, match="unexpected credit"):      # party 0 streams nothing for alpha[1]
         party.handle(Message(MessageType.CREDIT, {"block": "alpha[1]", "to": "a", "upto": 1}))
+
+
+def test_default_frames_shrink_to_the_coordinators_limit_and_explicit_ones_are_refused():
+    """A party without --max-frame-bytes fits its frames under the PLAN's message limit (header room included);
+    a party that asked for bigger frames stops with the limit and both fixes named."""
+    from vfl.exceptions import ConfigurationError
+    from vfl.protocols.fm_release import FRAME_HEADROOM
+    from vfl.secure.products import DEFAULT_MAX_FRAME_BYTES
+
+    datas, _, _ = _datas(n=20)
+    regs = [Registration(peer=bytes([i]), name=d.name, n_rows=d.n_rows, features=d.feature_names,
+                         label_owner=d.y is not None, order=i) for i, d in enumerate(datas)]
+    out = FMCoordinator(_settings("none"), regs).plan_messages()[0]
+    for limit, expected in ((1 << 20, (1 << 20) - FRAME_HEADROOM), (256 << 20, DEFAULT_MAX_FRAME_BYTES)):
+        body = _wire(out).body
+        body["params"]["max_message_bytes"] = limit
+        party = FMParty(datas[0], PlanBody.from_body(body), rng=np.random.default_rng(0), allow_insecure_keys=True)
+        assert party.max_frame_bytes == expected
+    with pytest.raises(ConfigurationError, match=r"limit of 1048576 bytes.*at most 983040.*--max-message-bytes"):
+        FMParty(datas[0], PlanBody.from_body(body | {"params": body["params"] | {"max_message_bytes": 1 << 20}}),
+                rng=np.random.default_rng(0), allow_insecure_keys=True, max_frame_bytes=2 << 20)

@@ -346,9 +346,9 @@ class FMParty:
 
     def __init__(self, data: Any, plan: PlanBody, *, rng: np.random.Generator, seeded: bool = False,
                  allow_insecure_keys: bool = False, progress: bool = False, workers: int | None = None,
-                 executor: Any = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 executor: Any = None, max_frame_bytes: int | None = None) -> None:
         self.data, self.seeded, self.progress, self.workers = data, seeded, progress, workers
-        self.executor_spec, self.max_frame_bytes = executor, max_frame_bytes
+        self.executor_spec = executor
         self.index, self.n = plan.index, plan.n_samples
         if self.n != data.n_rows:
             raise ProtocolError(f"plan says {self.n} rows, this party holds {data.n_rows}")
@@ -357,11 +357,18 @@ class FMParty:
             raise ConfigurationError(f"the coordinator asked for {p.key_bits}-bit keys; this party refuses keys "
                                      "below 2048 bits (allow_insecure_keys is for tests only)")
         limit = plan.params.get("max_message_bytes")
-        if isinstance(limit, int) and not isinstance(limit, bool) and max_frame_bytes + FRAME_HEADROOM > limit:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            limit = None
+        if max_frame_bytes is None:  # the default frame size, or less if the coordinator accepts less
+            max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
+            if limit is not None:
+                max_frame_bytes = max(1, min(max_frame_bytes, limit - FRAME_HEADROOM))
+        elif limit is not None and max_frame_bytes + FRAME_HEADROOM > limit:
             raise ConfigurationError(
                 f"party {data.name}: ciphertext frames of up to {max_frame_bytes} bytes do not fit the coordinator's "
                 f"message limit of {limit} bytes; lower this party's --max-frame-bytes (at most "
                 f"{max(0, limit - FRAME_HEADROOM)}) or raise the coordinator's --max-message-bytes")
+        self.max_frame_bytes = max_frame_bytes
         self.intercept = plan.me.intercept
         # no party carries the constant column: a run without intercept, whose maps must be pure scalings
         # (an affine map into [-1, 1] would re-introduce a hidden intercept; vfl.fm.domain)
