@@ -62,9 +62,14 @@ def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_pr
     a = read_party_csv(data["alice"], "age,income,tenure", label="score")
     c = read_party_csv(data["bob"], "visits,spend")
     X, names = np.hstack([a.X, c.X]), a.feature_names + c.feature_names
-    U = to_unit_interval(X, ColumnBounds(np.array([b[n][0] for n in names]), np.array([b[n][1] for n in names])))
-    y = to_unit_interval(a.y[:, None], ColumnBounds(np.array([b["score"][0]]), np.array([b["score"][1]])))[:, 0]
-    np.testing.assert_allclose(json.loads(out.read_text())["w"], np.linalg.lstsq(U, y, rcond=None)[0], atol=1e-6)
+    # no intercept: the pure scaling x / max(|lo|, |hi|) of each column and of the label (issue 13)
+    U = to_unit_interval(X, ColumnBounds(np.array([b[n][0] for n in names]), np.array([b[n][1] for n in names])),
+                         symmetric=True)
+    y = to_unit_interval(a.y[:, None], ColumnBounds(np.array([b["score"][0]]), np.array([b["score"][1]])),
+                         symmetric=True)[:, 0]
+    doc = json.loads(out.read_text())
+    np.testing.assert_allclose(doc["w"], np.linalg.lstsq(U, y, rcond=None)[0], atol=1e-6)
+    np.testing.assert_allclose(doc["coef"], np.linalg.lstsq(X, a.y, rcond=None)[0], rtol=0, atol=1e-6)
 
 
 def test_frames_above_the_coordinators_limit_are_refused_naming_limit_and_fix(tmp_path, run_procs):
