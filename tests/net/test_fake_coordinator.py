@@ -73,10 +73,14 @@ def test_echoed_request_over_the_wire_is_refused_and_no_share_leaves_the_party(f
     assert got is not None
     request = got[1]
     block, wire = request.body["block"], request.body["wire"]
-    assert wire["n_rows"] == N
+    assert wire["n_rows"] == N and wire["n_chunks"] == 1
+    # streamed request (issue 8): the ciphertexts follow in ENC_CHUNKs once the "responder" grants credit
+    fake.send(peer, MessageType.CREDIT, {"block": block, "to": "bob", "origin": "alice", "upto": 1})
+    chunk = fake.wait_for(MessageType.ENC_CHUNK)
+    assert chunk is not None
     fake.send(peer, MessageType.MASKED_RESPONSE,
               {"block": block, "to": "bob", "origin": "alice", "wire": echo_response_wire(wire, N)},
-              [request.blob(1)])
+              [chunk[1].blob(0)])
     error = fake.wait_for(MessageType.ERROR, timeout=30)
     party.join(30)
     assert error is not None and "refused without decrypting" in error[1].body["reason"]

@@ -33,7 +33,9 @@ The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
     coordinator  -> party        WELCOME         run id (all later messages carry it)
     coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
     party        -> coordinator  READY           data prepared; the label owner's public label bounds
-    encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + encrypted columns
+    encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + stream header
+    responder    -> coordinator  CREDIT          (relayed to the encryptor) send chunks with index < upto
+    encryptor    -> coordinator  ENC_CHUNK       (relayed to the responder) one chunk of encrypted rows
     responder    -> coordinator  MASKED_RESPONSE (relayed to the encryptor) masked, noised products
     party        -> coordinator  SHARE           its additive share of a cross block (+ its local offset)
     party        -> coordinator  BLOCK           a single-party block with the owner's noise added
@@ -254,7 +256,9 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.WELCOME: ((),),
     MessageType.PLAN: ((),),
     MessageType.READY: ((),),
-    MessageType.ENC_REQUEST: (("bytes", "bytes"),),
+    MessageType.ENC_REQUEST: (("bytes",),),     # the public key; the stream header is in the body (issue 8)
+    MessageType.ENC_CHUNK: (("bytes",),),       # one chunk of ciphertexts
+    MessageType.CREDIT: ((),),
     MessageType.MASKED_RESPONSE: (("bytes",),),
     MessageType.SHARE: (("ints",),),
     MessageType.BLOCK: (("array",),),
