@@ -193,6 +193,50 @@ def dask_speedup(n: int, key_bits: int) -> dict:
     return out
 
 
+def product_work_per_row(n: int, d_enc: int, d_resp: int, key_bits: int = 2048) -> float:
+    """The library's cost model (multiplications modulo n^2, :func:`vfl.secure.products.product_cost`) per row of
+    one streamed product: ``G`` encryptions per row plus ``d_resp G`` multi-exponentiations over chunks of
+    ``chunk_rows`` bases (16 MiB frames); the slot width, hence ``G``, grows with ``log n``."""
+    from vfl.secure.encoding import DEFAULT_PRECISION_BITS
+    from vfl.secure.fastmath import multiexp_cost
+    from vfl.secure.packing import SlotLayout, default_noise_bits
+    from vfl.secure.products import _ENC_COST
+
+    p = DEFAULT_PRECISION_BITS
+    lay = SlotLayout(key_bits, n, p, 1.0, default_noise_bits(p))
+    G = lay.n_groups(d_enc)
+    chunk = max(1, (16 * 2**20) // (G * 2 * key_bits // 8))
+    return G * _ENC_COST["short-exponent"] + d_resp * G * multiexp_cost(chunk, lay.exponent_bits) / chunk
+
+
+def release_work_per_row(n: int, d_alice: int, d_bob: int) -> float:
+    """Both cross blocks of a 2-party linear FM release (alice holds the label and the constant column):
+    M[0,1] (the wider side encrypts) and alpha[1] (bob's columns against y)."""
+    from vfl.fm.dissection import DissectionPlan
+
+    counts = [d_alice + 1, d_bob]
+    total = 0.0
+    for block in DissectionPlan(counts, 0).blocks:
+        if block.cross:
+            d_enc = counts[block.encryptor]  # type: ignore[index]
+            d_resp = 1 if block.kind == "alpha" and block.responder == 0 else counts[block.responder]  # type: ignore
+            total += product_work_per_row(n, d_enc, d_resp)
+    return total
+
+
+def extrapolate(measured: dict, n: int, d_alice: int, d_bob: int) -> str:
+    """CPU time at (n, d_alice + d_bob) from a measured run at 10 + 10, scaled by the cost model's work per row."""
+    n0, cpu0 = measured["n"], measured["cpu_s_per_row"]
+    w0, w1 = release_work_per_row(n0, D_ALICE, D_BOB), release_work_per_row(n, d_alice, d_bob)
+    cpu = cpu0 * (w1 / w0) * n
+    return (f"CPU per row measured at n = {n0:,}, {D_ALICE} + {D_BOB} features: {1e3 * cpu0:.3f} ms; cost model "
+            f"(multiplications mod n^2 per row, both cross blocks): {w0:,.0f} at {D_ALICE} + {D_BOB}, n = {n0:,}; "
+            f"{w1:,.0f} at {d_alice} + {d_bob}, n = {n:,}; ratio {w1 / w0:.2f}.\n"
+            f"=> CPU at n = {n:,}, {d_alice} + {d_bob}: {1e3 * cpu0:.3f} ms x {w1 / w0:.2f} x {n:,} = {cpu:,.0f} s "
+            f"({cpu / 3600:.1f} CPU-hours); on 2 dedicated cores >= {cpu / 2 / 3600:.1f} h wall; "
+            f"on k cores (Dask workers) about {cpu / 3600:.1f} / k h.")
+
+
 def markdown(results: list[dict]) -> str:
     lines = ["| n | load (1 min) | wall (s) | wall µs / row | CPU s (all processes) | CPU µs / row | per-row CPU ratio "
              "to previous n | peak RSS coordinator / alice / bob (MB) | party + pool workers alice / bob (MB) "
@@ -252,6 +296,9 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.png")
     parser.add_argument("--dask-rows", type=int, default=0, help="also time 1 vs 2 Dask workers on n rows")
     parser.add_argument("--party-args", default="", help="extra `vfl party` options, space separated")
+    parser.add_argument("--extrapolate", default="", metavar="N,DA,DB",
+                        help="from the largest run in PREFIX.json (--out), estimate CPU time for N rows, DA + DB "
+                             "features (e.g. 10000000,50,50)")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +313,14 @@ def main() -> None:
     dask = dask_speedup(args.dask_rows, args.key_bits) if args.dask_rows else None
     if dask:
         print(json.dumps(dask))
-    if args.out:
+    if args.extrapolate:
+        if not args.out:
+            raise SystemExit("--extrapolate needs --out PREFIX (the measured runs)")
+        runs = json.loads(Path(args.out).with_suffix(".json").read_text())["runs"]
+        measured = max((r for r in runs if "cpu_s_per_row" in r), key=lambda r: r["n"])
+        n, da, db = (int(v) for v in args.extrapolate.split(","))
+        print(extrapolate(measured, n, da, db))
+    if args.out and (results or dask):
         prefix = Path(args.out)
         old = json.loads(prefix.with_suffix(".json").read_text()) if prefix.with_suffix(".json").exists() else {}
         runs = {r["n"]: r for r in old.get("runs", [])}
