@@ -112,7 +112,7 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
     vfl = [sys.executable, "-m", "vfl.cli"]
     eps = [] if mechanism == "none" else ["--epsilon", "1", "--delta", "1e-5"]
     common = ["--connect", url, "--bounds", str(paths["bounds"]), "--id", "id", "--no-progress",
-              "--timeout", str(timeout), *extra]
+              "--timeout", str(timeout), "--allow-mechanisms", mechanism, *extra]   # parties opt in (issue 14)
     logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
     start = time.perf_counter()
     procs = {
@@ -286,6 +286,18 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def save(prefix: Path, results: list[dict], dask: dict | None) -> None:
+    """Merge runs (by n) and the Dask timing into PREFIX.json; redraw PREFIX.png from all runs."""
+    path = prefix.with_suffix(".json")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    runs = {r["n"]: r for r in old.get("runs", [])}
+    runs.update({r["n"]: r for r in results})
+    merged = {"runs": [runs[k] for k in sorted(runs)], "dask": dask or old.get("dask")}
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    if merged["runs"]:
+        plot(merged["runs"], prefix.with_suffix(".png"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="10000,100000", help="comma-separated n")
@@ -308,6 +320,8 @@ def main() -> None:
                      extra=args.party_args.split())
         print(json.dumps(r), flush=True)
         results.append(r)
+        if args.out:
+            save(Path(args.out), [r], None)   # after every run: a long run that is stopped loses nothing
     if results:
         print(markdown(results))
     dask = dask_speedup(args.dask_rows, args.key_bits) if args.dask_rows else None
@@ -320,15 +334,10 @@ def main() -> None:
         measured = max((r for r in runs if "cpu_s_per_row" in r), key=lambda r: r["n"])
         n, da, db = (int(v) for v in args.extrapolate.split(","))
         print(extrapolate(measured, n, da, db))
-    if args.out and (results or dask):
-        prefix = Path(args.out)
-        old = json.loads(prefix.with_suffix(".json").read_text()) if prefix.with_suffix(".json").exists() else {}
-        runs = {r["n"]: r for r in old.get("runs", [])}
-        runs.update({r["n"]: r for r in results})
-        merged = {"runs": [runs[k] for k in sorted(runs)], "dask": dask or old.get("dask")}
-        prefix.with_suffix(".json").write_text(json.dumps(merged, indent=1) + "\n")
-        if merged["runs"]:
-            plot(merged["runs"], prefix.with_suffix(".png"))
+    if args.out:
+        save(Path(args.out), [], dask)
+        if not results:   # table (and PNG) of the runs already in PREFIX.json
+            print(markdown(json.loads(Path(args.out).with_suffix(".json").read_text())["runs"]))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def run_procs():
 
 
 def _parties(items, url, data, *extra):
-    common = ["--no-progress", "--insecure-test-keys", "--bounds", str(data["bounds"]), "--id", "id", *extra]
+    common = ["--no-progress", "--insecure-test-keys", "--bounds", str(data["bounds"]), "--id", "id",
+              "--allow-mechanisms", "none", *extra]   # mechanism none only by the party's opt-in (issue 14)
     items.append(start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
                        "age:tenure", "--label", "score", *common))
     items.append(start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",
