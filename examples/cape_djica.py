@@ -41,6 +41,7 @@ from vfl.exceptions import PrivacyLeakWarning, VFLError
 from vfl.models.cape_djica import CapeDJICA
 from vfl.models.cape_pca import CapePCA
 from vfl.models.ica_metrics import amari_index, match_mixing_matrix
+from vfl.net.modelio import atomic_write_text, plain_file_mode
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.ica_accounting import compare_accountants
 
@@ -215,16 +216,14 @@ def plots(results: dict, args: argparse.Namespace) -> None:
 
 def _save(fig, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.fchmod(fd, plain_file_mode(path))
     os.close(fd)
     fig.savefig(tmp, dpi=120)
     os.replace(tmp, path)
 
 
 def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def main() -> int:

@@ -77,3 +77,22 @@ def test_bad_model_files_and_inputs_are_refused_with_one_line(tmp_path, rng):
         m.predict(np.zeros((2, 2)))
     with pytest.raises(DataValidationError, match="NaN"):
         m.predict(np.full((1, 3), np.nan))
+
+
+def test_an_atomic_write_gets_the_mode_a_plain_write_would(tmp_path):
+    """mkstemp makes 0o600 files; a new model file must get 0o666 & ~umask, a replaced one keeps its mode."""
+    import os
+    import stat
+
+    old_umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.json"
+        atomic_write_text(fresh, "{}\n")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        kept = tmp_path / "kept.json"
+        kept.write_text("old\n")
+        kept.chmod(0o640)
+        atomic_write_text(kept, "new\n")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "new\n"
+    finally:
+        os.umask(old_umask)

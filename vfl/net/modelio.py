@@ -206,13 +206,31 @@ def load_model(path: str | Path) -> FittedModel:
     return FittedModel.from_dict(doc)
 
 
+def plain_file_mode(target: Path) -> int:
+    """The permission bits ``open(target, "w")`` would give: the existing file's, else ``0o666 & ~umask``.
+
+    ``tempfile.mkstemp`` creates files ``0o600``; an atomic write must not silently make a model file unreadable
+    to the group that could read the one it replaces.
+    """
+    try:
+        return target.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic)."""
+    """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic).
+
+    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``.
+    """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, plain_file_mode(target))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
