@@ -116,7 +116,7 @@ def test_single_party_blocks_accumulated_over_chunks_are_bit_identical(model):
     """The released single-party blocks from chunk-wise exact integer statistics equal the whole-table ones bit
     for bit (same generator), at p = 52 where float sums would visibly round."""
     from vfl.fm.dissection import DissectionPlan
-    from vfl.fm.domain import quantize
+    from vfl.fm.domain import round_to_grid
     from vfl.privacy.fixed_point import (
         accumulate_single_party_raw,
         release_single_party_block,
@@ -126,8 +126,8 @@ def test_single_party_blocks_accumulated_over_chunks_are_bit_identical(model):
 
     p, n = 52, 3001
     rng = np.random.default_rng(5)
-    X = quantize(rng.uniform(-0.5, 0.5, (n, 3)), p)
-    y = quantize(rng.uniform(-1, 1, n) if model == "linear" else rng.integers(0, 2, n) * 1.0, p)
+    X = round_to_grid(rng.uniform(-0.5, 0.5, (n, 3)), p)
+    y = round_to_grid(rng.uniform(-1, 1, n) if model == "linear" else rng.integers(0, 2, n) * 1.0, p)
     plan = DissectionPlan([3, 2], 0, model=model)
     mech = make_mechanism("gaussian-fm", plan=plan, n_samples=n, epsilon=1.0, delta=1e-5)
     for block in plan.single_party_blocks(0):

@@ -14,8 +14,8 @@ from vfl.fm.domain import (
     party_radii,
     prepare_labels,
     prepare_party_block,
-    quantize,
     resolve_bounds,
+    round_to_grid,
     to_unit_interval,
 )
 
@@ -81,8 +81,8 @@ def test_labels_linear_map_logistic_check():
 
 
 def test_fixed_point_grid_and_shrink():
-    assert quantize(np.array([0.3]), 4)[0] == 5 / 16
-    assert quantize(np.array([1.0, -1.0]), 8).tolist() == [1.0, -1.0]
+    assert round_to_grid(np.array([0.3]), 4)[0] == 5 / 16
+    assert round_to_grid(np.array([1.0, -1.0]), 8).tolist() == [1.0, -1.0]
     c = fixed_point_shrink(9, 10)
     assert c == pytest.approx(1 - 3 * 2.0**-11 - 2.0**-48) and c < 1
     with pytest.raises(ConfigurationError, match="too coarse"):

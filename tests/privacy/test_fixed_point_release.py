@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl.fm.domain import fixed_point_shrink, quantize
+from vfl.fm.domain import fixed_point_shrink, round_to_grid
 from vfl.privacy.fixed_point import exact_integer_gram
 
 
@@ -32,7 +32,7 @@ def test_shrink_then_round_keeps_rows_in_the_unit_ball(d, p, seed):
     nudged /= max(1.0, np.linalg.norm(nudged))
     c = fixed_point_shrink(d, p)
     for row in (x, nudged):
-        assert np.linalg.norm(quantize(c * row, p)) <= 1.0 + 1e-15
+        assert np.linalg.norm(round_to_grid(c * row, p)) <= 1.0 + 1e-15
 
 
 def test_cross_block_logistic_offset_is_exact_integer_arithmetic():

@@ -67,14 +67,14 @@ def test_many_chunks_give_the_bit_identical_release_of_one_chunk():
 def test_streamed_mechanism_none_is_least_squares_on_the_prepared_data():
     datas, X, y = _datas(n=120, seed=6)
     release, _ = run(_settings("none"), datas, (3, 4), 4096)
-    from vfl.fm.domain import fixed_point_shrink, quantize
+    from vfl.fm.domain import fixed_point_shrink, round_to_grid
 
     d = 5
     joined = np.hstack([X, np.ones((len(y), 1))])
     if release.domain == "l2":
         joined = fixed_point_shrink(d, 24) * joined / np.sqrt(d)
-    U = quantize(joined, 24)
-    ref = np.linalg.lstsq(U, quantize(y, 24), rcond=None)[0]
+    U = round_to_grid(joined, 24)
+    ref = np.linalg.lstsq(U, round_to_grid(y, 24), rcond=None)[0]
     np.testing.assert_allclose(release.w, ref[[0, 1, 4, 2, 3]], atol=1e-6)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from vfl.exceptions import ProtocolError
 from vfl.secure import MaskedResponse, ProductEncryptor, ProductResponder, generate_keypair
-from vfl.secure.encoding import quantize
+from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.fastmath import cached_encrypter
 from vfl.secure.keys import ciphertexts_to_bytes
 
@@ -85,7 +85,7 @@ def test_the_echo_attack_is_real_when_the_width_is_not_bounded(insecure_test_key
     fresh = [int(enc.rerandomise(c)) for c in block.ciphertexts]
     h, f = _echo_response(header, [], n_resp_cols=6, n_groups=G, ciphertexts=fresh, pk=pk)
     share = holder.decrypt(holder.response_from_wire(h, f))
-    assert _recover_rows(share, holder).tolist() == quantize(bob, P, 1.0).tolist()
+    assert _recover_rows(share, holder).tolist() == to_fixed_point_ints(bob, P, 1.0).tolist()
 
 
 def test_rerandomised_echo_leaks_at_most_response_cols_rows(insecure_test_keypair):
@@ -112,7 +112,7 @@ def test_rerandomised_echo_leaks_at_most_response_cols_rows(insecure_test_keypai
     assert len(seen) == 2 * G
     leaked = _recover_rows(share, holder)
     assert leaked.shape == (2, 3)
-    assert leaked.tolist() == quantize(bob[:2], P, 1.0).tolist()   # the documented residual (threat_model.md)
+    assert leaked.tolist() == to_fixed_point_ints(bob[:2], P, 1.0).tolist()  # documented residual (threat_model.md)
 
 
 def test_honest_response_of_the_plan_width_still_decrypts(insecure_test_keypair):
@@ -123,7 +123,7 @@ def test_honest_response_of_the_plan_width_still_decrypts(insecure_test_keypair)
     block = holder.request()
     response, share_b = ProductResponder(B, precision_bits=P, workers=1).respond(block)
     share_a = holder.decrypt(holder.response_from_wire(*response.to_wire()))
-    assert (share_a + share_b).tolist() == quantize(A, P, 1.0).T.dot(quantize(B, P, 1.0)).tolist()
+    assert (share_a + share_b).tolist() == to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0)).tolist()
     # a responder with one column too many (plan says 3) is refused
     holder2 = ProductEncryptor(sk, A, response_cols=3, precision_bits=P, workers=1)
     wide, _ = ProductResponder(np.hstack([B, B[:, :1]]), precision_bits=P, workers=1).respond(holder2.request())

@@ -11,14 +11,14 @@ from vfl.secure.encoding import (
     encode_offset,
     inner_product_error_bound,
     offset,
-    quantize,
+    to_fixed_point_ints,
 )
 from vfl.secure.packing import SlotLayout, pack, unpack
 
 
 def test_quantize_rounds_to_one_agreed_exponent_and_handles_negatives_and_extremes():
     X = np.array([[0.0, -1.0, 1.0], [0.5, -0.25, 2.0**-24], [-(2.0**-25), 1 - 2.0**-30, -0.3]])
-    q = quantize(X, 24, 1.0)
+    q = to_fixed_point_ints(X, 24, 1.0)
     assert q.dtype == object
     assert q[0].tolist() == [0, -(2**24), 2**24]
     assert q[1].tolist() == [2**23, -(2**22), 1]
@@ -32,24 +32,24 @@ def test_encode_offset_is_non_negative_and_returns_owner_column_sums():
     enc, sums = encode_offset(X, 20, 1.0)
     O = offset(20, 1.0)
     assert all(0 <= v <= 2 * O for v in enc.ravel())
-    assert sums.tolist() == quantize(X, 20, 1.0).sum(axis=0).tolist()
+    assert sums.tolist() == to_fixed_point_ints(X, 20, 1.0).sum(axis=0).tolist()
 
 
 def test_values_outside_bound_or_non_finite_raise_before_encoding():
     with pytest.raises(EncodingOverflowError, match="value_bound"):
-        quantize(np.array([[1.0000001]]), 24, 1.0)
+        to_fixed_point_ints(np.array([[1.0000001]]), 24, 1.0)
     with pytest.raises(DataValidationError):
-        quantize(np.array([[np.nan]]), 24, 1.0)
+        to_fixed_point_ints(np.array([[np.nan]]), 24, 1.0)
     with pytest.raises(ConfigurationError):
-        quantize(np.zeros((1, 1)), 60, 1.0)
+        to_fixed_point_ints(np.zeros((1, 1)), 60, 1.0)
     with pytest.raises(ConfigurationError):
-        quantize(np.zeros((1, 1)), 24, -1.0)
+        to_fixed_point_ints(np.zeros((1, 1)), 24, -1.0)
 
 
 def test_decode_and_error_bound_against_numpy():
     rng = np.random.default_rng(2)
     a, b = rng.uniform(-1, 1, 1000), rng.uniform(-1, 1, 1000)
-    qa, qb = quantize(a, 16, 1.0), quantize(b, 16, 1.0)
+    qa, qb = to_fixed_point_ints(a, 16, 1.0), to_fixed_point_ints(b, 16, 1.0)
     raw = np.array([sum(int(x) * int(y) for x, y in zip(qa, qb, strict=True))], dtype=object)
     err = abs(decode_products(raw, 16)[0] - a @ b)
     assert 0 < err <= inner_product_error_bound(1000, 16, 1.0)

@@ -32,7 +32,7 @@ from vfl.secure import (
     secure_gram,
     secure_label_products,
 )
-from vfl.secure.encoding import quantize
+from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.packing import unpack
 
 P = 24
@@ -45,7 +45,7 @@ def insecure_test_keypair():
 
 def exact_integer_product(A, B, p=P, bound=1.0):
     """``round(A 2^p)^T round(B 2^p)`` in exact integers: what the shares must sum to."""
-    return quantize(A, p, bound).T.dot(quantize(B, p, bound))
+    return to_fixed_point_ints(A, p, bound).T.dot(to_fixed_point_ints(B, p, bound))
 
 
 def run(A, B, keypair, **kw):
@@ -234,7 +234,7 @@ def test_decryption_audit_key_holder_only_sees_masked_slots(insecure_test_keypai
     assert n_dec == 3  # one per responder column (one group): nothing else was ever decrypted
     lay = r.layout
     O = lay.offset
-    unmasked = (quantize(A, P, 1.0) + O).T.dot(quantize(B, P, 1.0) + O)
+    unmasked = (to_fixed_point_ints(A, P, 1.0) + O).T.dot(to_fixed_point_ints(B, P, 1.0) + O)
     assert all(s >= 2**lay.value_bits for s in slots)
     assert not set(slots) & {int(u) for u in unmasked.ravel()}
     assert not set(slots) & {int(u) + lay.noise_offset for u in unmasked.ravel()}

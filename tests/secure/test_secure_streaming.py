@@ -14,7 +14,7 @@ import pytest
 from vfl.data.rows import ArrayRows, MappedRows
 from vfl.exceptions import DataValidationError, EncodingOverflowError, ProtocolError
 from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
-from vfl.secure.encoding import quantize
+from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.keys import ciphertext_byte_length
 from vfl.secure.products import (
     EncryptedChunk,
@@ -32,7 +32,7 @@ def keypair():
 
 
 def exact(A, B):
-    return quantize(A, P, 1.0).T.dot(quantize(B, P, 1.0))
+    return to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0))
 
 
 def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None, workers=1):

@@ -41,7 +41,7 @@ __all__ = [
     "prepare_labels",
     "validate_domain",
     "fixed_point_shrink",
-    "quantize",
+    "round_to_grid",
 ]
 
 
@@ -253,7 +253,7 @@ def fixed_point_shrink(n_features_total: int, precision_bits: int) -> float:
     return c
 
 
-def quantize(values: np.ndarray, precision_bits: int) -> np.ndarray:
+def round_to_grid(values: np.ndarray, precision_bits: int) -> np.ndarray:
     """Round every value to the public fixed-point grid 2^-p (values in [-1, 1] stay in [-1, 1])."""
     scale = 2.0**precision_bits
     return np.rint(np.asarray(values, dtype=float) * scale) / scale

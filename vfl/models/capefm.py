@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning, PrivacyParameterError
+from vfl.fm.domain import round_to_grid
 from vfl.fm.objective import QuadraticObjective, fm_objective, validate_labels, validate_xy
 from vfl.fm.solver import solve_details
 from vfl.privacy.accounting import apply_formal_dp
@@ -64,7 +65,6 @@ __all__ = [
     "cape_fm_report",
     "validate_site_data",
     "draw_block_noise",
-    "quantize",
     "zero_sum_noise",
     "aggregate_noise_std",
     "CapeFM",
@@ -113,11 +113,6 @@ def draw_block_noise(std: float, shape: tuple[int, ...], rng: np.random.Generato
     return (E + E.T) / 2.0 if symmetric else E
 
 
-def quantize(x: np.ndarray, precision_bits: int) -> np.ndarray:
-    """Round to the 2^-precision_bits grid the secure aggregation encodes exactly."""
-    return np.ldexp(np.rint(np.ldexp(x, precision_bits)), -precision_bits)
-
-
 def zero_sum_noise(taus: Sequence[float], shape: tuple[int, ...], rngs: Sequence[np.random.Generator], *,
                    symmetric: bool = False, precision_bits: int = SECAGG_NOISE_PRECISION_BITS
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -128,7 +123,7 @@ def zero_sum_noise(taus: Sequence[float], shape: tuple[int, ...], rngs: Sequence
     Returns ``(e, e_hat)`` lists (e_hat is each site's private draw, returned for tests/accounting).
     """
     S = len(taus)
-    e_hat = [quantize(draw_block_noise(t, shape, r, symmetric=symmetric), precision_bits)
+    e_hat = [round_to_grid(draw_block_noise(t, shape, r, symmetric=symmetric), precision_bits)
              for t, r in zip(taus, rngs, strict=True)]
     total = secure_sum([v.ravel() for v in e_hat], precision_bits=precision_bits).reshape(shape)
     return [v - total / S for v in e_hat], e_hat

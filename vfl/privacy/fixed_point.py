@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from vfl.fm.dissection import Block, DissectionPlan
-from vfl.fm.domain import fixed_point_shrink, quantize
+from vfl.fm.domain import fixed_point_shrink, round_to_grid
 from vfl.privacy.mechanisms import Mechanism, NoiseSpec, symmetric_noise
 from vfl.rng import spawn
 from vfl.secure.encoding import decode_products
@@ -66,7 +66,7 @@ def prepare_fixed_point(prepared: np.ndarray, *, precision_bits: int, domain: st
     values = np.asarray(prepared, dtype=float)
     if domain == "l2":
         values = values * fixed_point_shrink(n_features_total, precision_bits)
-    return quantize(values, precision_bits)
+    return round_to_grid(values, precision_bits)
 
 
 def _ints(values: np.ndarray, precision_bits: int) -> np.ndarray:

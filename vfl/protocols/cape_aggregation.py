@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
+from vfl.fm.domain import round_to_grid
 from vfl.models.capefm import (
     SECAGG_NOISE_PRECISION_BITS,
     aggregate_noise_std,
@@ -60,7 +61,6 @@ from vfl.models.capefm import (
     cape_fm_report,
     combine_releases,
     draw_block_noise,
-    quantize,
     site_coefficients,
     validate_site_data,
 )
@@ -163,7 +163,7 @@ class CapeSiteRound:
             if self.noise == "none":
                 e, g = np.zeros(shape), np.zeros(shape)
             else:
-                e = quantize(draw_block_noise(b.tau, shape, rng, symmetric=b.symmetric), self.precision_bits)
+                e = round_to_grid(draw_block_noise(b.tau, shape, rng, symmetric=b.symmetric), self.precision_bits)
                 g = draw_block_noise(b.tau / math.sqrt(self.n_sites), shape, rng, symmetric=b.symmetric)
                 if self.noise == "zero-sum-only":
                     g = np.zeros(shape)

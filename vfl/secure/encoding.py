@@ -43,7 +43,7 @@ def offset(precision_bits: int, value_bound: float) -> int:
     return math.ceil(value_bound * 2**precision_bits)
 
 
-def quantize(X: np.ndarray, precision_bits: int, value_bound: float) -> np.ndarray:
+def to_fixed_point_ints(X: np.ndarray, precision_bits: int, value_bound: float) -> np.ndarray:
     """``round(X 2^p)`` as an object array of Python ints, refusing values outside ``[-V, V]``.
 
     Raises :class:`DataValidationError` for non-finite input and :class:`EncodingOverflowError` when
@@ -66,7 +66,7 @@ def encode_offset(X: np.ndarray, precision_bits: int, value_bound: float) -> tup
 
     The column sums stay with their owner: they are what that party subtracts from its share.
     """
-    X_int = quantize(X, precision_bits, value_bound)
+    X_int = to_fixed_point_ints(X, precision_bits, value_bound)
     O = offset(precision_bits, value_bound)
     col_sums = X_int.sum(axis=0) if X_int.shape[0] else np.zeros(X_int.shape[1], dtype=object)
     return X_int + O, np.asarray(col_sums, dtype=object)
@@ -75,7 +75,7 @@ def encode_offset(X: np.ndarray, precision_bits: int, value_bound: float) -> tup
 def encode_offset_chunk(X: np.ndarray, precision_bits: int, value_bound: float) -> tuple[np.ndarray, np.ndarray]:
     """:func:`encode_offset` for one chunk of rows, as an int64 matrix (fast; exact since ``V 2^p < 2^52``).
 
-    Same checks and errors as :func:`quantize`; the column sums of ``round(X 2^p)`` are exact Python ints.
+    Same checks and errors as :func:`to_fixed_point_ints`; the column sums of ``round(X 2^p)`` are exact Python ints.
     """
     check_precision(precision_bits, value_bound)
     X = np.asarray(X, dtype=np.float64)
