@@ -106,3 +106,20 @@ def test_streamed_product_executor_workers_die_with_a_sigkilled_parent():
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert _all_gone(workers, within=5.0), "executor workers survived a SIGKILLed parent"
+
+
+def test_pool_workers_outlive_the_thread_that_forked_them():
+    """Regression: with prctl(PR_SET_PDEATHSIG) the workers died with the (short-lived) thread that submitted first,
+    so the next chunk of a streamed product met BrokenProcessPool (seen at 10^6 rows in benchmarks/scale.py)."""
+    import threading
+
+    from vfl.secure.executors import open_executor
+
+    with open_executor(None, 2) as pool:
+        first: list[int] = []
+        t = threading.Thread(target=lambda: first.append(pool.submit(pow, 2, 10).result()))
+        t.start()
+        t.join()
+        time.sleep(1.5)   # the forking thread is gone; watchdog polls happened
+        assert first == [1024]
+        assert pool.submit(pow, 3, 3).result(timeout=30) == 27

@@ -313,29 +313,20 @@ def multiexp_cost(n_bases: int, exponent_bits: int) -> int:
 
 # ----------------------------------------------------------------------------- process pool
 _WORKER: dict[str, Any] = {}
-_PR_SET_PDEATHSIG = 1
 WATCHDOG_SECONDS = 0.5
 
 
 def die_with_parent(parent_pid: int) -> None:
     """Make this (worker) process end when ``parent_pid`` does, however the parent dies (issue 14, item 6).
 
-    On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill us the moment the parent exits, even by
-    SIGKILL; everywhere a daemon thread also polls ``os.getppid()`` every :data:`WATCHDOG_SECONDS` (re-parenting
-    means the parent is gone) and exits. The check right after ``prctl`` closes the race of a parent that died
-    before it was called.
+    A daemon thread polls ``os.getppid()`` every :data:`WATCHDOG_SECONDS`: re-parenting means the parent process
+    is gone (even by SIGKILL), and the worker exits. ``prctl(PR_SET_PDEATHSIG)`` is deliberately *not* used: Linux
+    sends that signal when the *thread* that forked the worker exits, and a ``ProcessPoolExecutor`` forks its
+    workers from whichever thread submits first — a party's short-lived message thread — so healthy workers were
+    killed mid-run (BrokenProcessPool at 10^6 rows; regression test in tests/secure/test_secure_pool_lifetime.py).
     """
     import signal
-    import sys
 
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl: the watchdog below still works
-            pass
     if os.getppid() != parent_pid:
         os._exit(1)
 
