@@ -79,7 +79,7 @@ def test_select_columns():
         select_columns("a,a:b", header)
 
 
-def test_csv_reader_and_id_digest(tmp_path):
+def test_csv_reader_and_row_ids(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("id,x,y\nu1,1.5,0\nu2,2.5,1\n")
     t = read_party_csv(f, "x", label="y", id_column="id")
@@ -87,7 +87,8 @@ def test_csv_reader_and_id_digest(tmp_path):
     np.testing.assert_array_equal(t.y, [0, 1])
     g = tmp_path / "g.csv"
     g.write_text("id,z\nu2,1\nu1,2\n")
-    assert read_party_csv(g, "z", id_column="id").id_digest != t.id_digest
+    assert t.ids == ["u1", "u2"] and read_party_csv(g, "z", id_column="id").ids == ["u2", "u1"]
+    assert read_party_csv(g, "z").ids is None
     f.write_text("id,x,y\nu1,abc,0\n")
     with pytest.raises(DataValidationError, match="'abc' is not a number"):
         read_party_csv(f, "x", label="y")

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, PartyFailure
-from vfl.net.config import row_id_digest
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
 from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
@@ -34,12 +33,13 @@ __all__ = ["Party", "fit", "Site", "fit_sites"]
 
 
 class Party:
-    """One organisation's columns: ``X`` (rows aligned across parties), optional label ``y``.
+    """One organisation's columns: ``X`` (rows aligned across parties, or aligned by ``ids``), optional label ``y``.
 
     ``bounds``: public per-column bounds (one (lo, hi) pair, a list of pairs, or a dict by feature name);
     ``None`` takes them from the data with a :class:`~vfl.exceptions.DataBoundsWarning`.
-    ``label_bounds``: public (lo, hi) of y for linear regression. ``ids``: row IDs, whose digest is
-    compared across parties to detect misaligned rows.
+    ``label_bounds``: public (lo, hi) of y for linear regression. ``ids``: one row ID per row (any order; strings
+    after ``str()``, normalised as in docs/psi.md): the parties first run a private set intersection of their IDs
+    and train on the rows common to all of them (every party must give ``ids``, or none).
     """
 
     def __init__(self, name: str, X: Any, y: Any = None, feature_names: Sequence[str] | None = None,
@@ -54,12 +54,11 @@ class Party:
         self.feature_names = list(feature_names) if feature_names is not None else None
         self.bounds = bounds
         self.label_bounds = label_bounds
-        self.ids = None if ids is None else [str(v) for v in ids]
+        self.ids = None if ids is None else list(ids)
 
     def local_data(self, *, use_bounds: bool = True) -> LocalData:
-        digest = row_id_digest(self.ids) if self.ids is not None else None
         return LocalData.build(self.name, self.X, self.y, feature_names=self.feature_names, bounds=self.bounds,
-                               label_bounds=self.label_bounds, id_digest=digest, use_bounds=use_bounds)
+                               label_bounds=self.label_bounds, ids=self.ids, use_bounds=use_bounds)
 
 
 def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gaussian-fm", epsilon: float | None = 1.0,
@@ -67,7 +66,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
         lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, tol: float | None = None,
         max_run_seconds: float | None = 86400.0, fit_intercept: bool = True, randomness: str = "short-exponent",
-        out: str | None = None,
+        min_rows: int = 1, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -79,7 +78,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     Paillier encryption randomness instead of the faster short-exponent variant. ``mechanism_options`` go to the
     mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
     maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.models.bcd.run_bcd`.
-    ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run.
+    ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
+    (after the row alignment when the parties give ``ids``) below which the run stops.
     """
     if not parties:
         raise ConfigurationError("fit needs at least one Party")
@@ -87,7 +87,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
                            key_bits=key_bits, allow_insecure_keys=allow_insecure_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
-                           fit_intercept=fit_intercept, randomness=randomness)
+                           fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows)
     settings.validate()
     fm = mechanism not in BCD_MECHANISMS
     datas = [p.local_data(use_bounds=fm) for p in parties]

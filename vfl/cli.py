@@ -174,6 +174,9 @@ def cli() -> None:
               help="FM runs: give the label owner (cape-fm: every site) a public constant column (an intercept); it "
                    "counts against the row-norm radius; --no-fit-intercept: no intercept at all (columns and label "
                    "mapped by x / max(|lo|, |hi|)). (DP-)BCD uses the data as given.")
+@click.option("--min-rows", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Public minimum number of rows N (with --id: of row IDs common to all parties) below which the "
+                   "run stops without a model.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 @click.pass_context
 def coordinator(ctx: click.Context, parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
@@ -182,7 +185,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
-                fit_intercept: bool, quiet: bool, force: bool) -> None:
+                fit_intercept: bool, min_rows: int, quiet: bool, force: bool) -> None:
     """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
     from vfl.net.coordinator import Coordinator, RunSettings
     from vfl.net.transport import load_server_keys
@@ -222,7 +225,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
     settings = RunSettings(n_parties=parties, model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,
                            key_bits=key_bits, allow_insecure_keys=insecure_test_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=options, gamma=gamma, rounds=rounds, tol=tol,
-                           max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness)
+                           max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness,
+                           min_rows=min_rows)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,
@@ -247,7 +251,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                    "(a label owner may have none).")
 @click.option("--label", default=None, help="Label column (exactly one party, the label owner).")
 @click.option("--id", "id_column", default=None,
-              help="Row-ID column; its digest is compared across parties to detect misaligned rows.")
+              help="Row-ID column (text; any row order): the parties align their rows by a private set intersection "
+                   "of these IDs and train on the IDs common to all (docs/psi.md). Give it on every party or none.")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None,
               help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
@@ -326,7 +331,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not (cfg.data or cfg.dataset):
         raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
-    if cfg.data and cfg.bounds:  # declared bounds: the columns stay on disk and are read in chunks (issue 8)
+    if cfg.data and cfg.bounds and not cfg.id:
+        # declared bounds: the columns stay on disk and are read in chunks (issue 8); with --id the PSI alignment
+        # reorders the rows, so the table is loaded in memory
         declared = load_bounds_file(cfg.bounds)
         file_table = open_party_table(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)
         local = LocalData.from_table(cfg.name, file_table, bounds=declared,  # type: ignore[arg-type]
@@ -340,7 +347,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
         fm_view = {} if cfg.bounds else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
         local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
-                                bounds=declared, label_bounds=label_bounds, id_digest=table.id_digest, **fm_view)
+                                bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,

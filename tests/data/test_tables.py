@@ -25,16 +25,28 @@ def table(tmp_path):
     return write_csv(tmp_path / "t.csv", ["id", "a", "b", "c", "note", "y"], rows), X, y
 
 
+def _id_digest(ids):
+    """The documented TableFile.id_digest: SHA-256 over the length-prefixed, stripped IDs in row order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for value in ids:
+        blob = value.strip().encode()
+        h.update(len(blob).to_bytes(4, "big") + blob)
+    return h.hexdigest()
+
+
 def test_chunked_csv_equals_the_values_written(table):
-    from vfl.net.config import read_party_csv, row_id_digest
+    from vfl.net.config import read_party_csv
 
     path, X, y = table
     t = TableFile(path, ["a", "b", "c"], label="y", id_column="id", chunk_rows=5)
-    assert t.n_rows == 57 and t.id_digest == row_id_digest([f"id{i}" for i in range(57)])
+    assert t.n_rows == 57 and t.id_digest == _id_digest([f"id{i}" for i in range(57)])
     X_t, y_t = t.load()
     assert np.array_equal(X_t, X) and np.array_equal(y_t, y)
     ref = read_party_csv(path, "a:c", label="y", id_column="id")   # the CLI's reader goes through TableFile
-    assert np.array_equal(ref.X, X) and ref.id_digest == t.id_digest and ref.feature_names == ["a", "b", "c"]
+    assert np.array_equal(ref.X, X) and ref.ids == t.read_ids() == [f"id{i}" for i in range(57)]
+    assert ref.feature_names == ["a", "b", "c"]
     chunks = list(t.features.iter_chunks(8))
     assert [len(c) for c in chunks] == [8] * 7 + [1]
     assert np.array_equal(np.concatenate(chunks), X)
@@ -51,6 +63,7 @@ def test_parquet_reads_like_csv(table, tmp_path):
                              "y": y}), tmp_path / "t.parquet", row_group_size=10)
     t = TableFile(tmp_path / "t.parquet", ["a", "b", "c"], label="y", id_column="id", chunk_rows=7)
     assert t.id_digest == TableFile(path, ["a"], id_column="id").id_digest
+    assert t.read_ids() == TableFile(path, ["a"], id_column="id").read_ids() == [f"id{i}" for i in range(57)]
     assert np.array_equal(np.concatenate(list(t.features.iter_chunks(9))), X)
     assert np.array_equal(t.load()[1], y)
 

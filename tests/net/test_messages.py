@@ -21,7 +21,7 @@ from vfl.net.messages import (
 
 
 def _register(**over):
-    body = {"name": "alice", "n_rows": 10, "features": ["a", "b"], "label_owner": True, "id_digest": None}
+    body = {"name": "alice", "n_rows": 10, "features": ["a", "b"], "label_owner": True, "row_ids": False}
     body.update(over)
     return Message(MessageType.REGISTER, body)
 

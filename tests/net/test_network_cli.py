@@ -69,16 +69,16 @@ def _coordinator(procs, url, out, *extra, parties=2, timeout=20):
                        "--key-bits", "1024", "--timeout", str(timeout), *TEST_KEYS, *extra)
 
 
-def _alice(procs, url, data, *extra, name="alice"):
+def _alice(procs, url, data, *extra, name="alice", ids=True):
     return procs.start("party", "--connect", url, "--name", name, "--data", str(data["alice"]), "--features",
-                       "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]),
-                       "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
+                       "age:tenure", "--label", "score", *(["--id", "id"] if ids else []), "--bounds",
+                       str(data["bounds"]), "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
 
 
-def _bob(procs, url, data, *extra, name="bob", data_file=None):
+def _bob(procs, url, data, *extra, name="bob", data_file=None, ids=True):
     return procs.start("party", "--connect", url, "--name", name, "--data", str(data_file or data["bob"]),
-                       "--features", "visits,spend", "--id", "id", "--bounds", str(data["bounds"]),
-                       "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
+                       "--features", "visits,spend", *(["--id", "id"] if ids else []), "--bounds",
+                       str(data["bounds"]), "--no-progress", "--timeout", "20", *TEST_KEYS, *OPT_IN, *extra)
 
 
 def _wait_listening(url: str, timeout: float = 60.0) -> None:
@@ -196,19 +196,16 @@ def test_registration_errors(procs, data, tmp_path, case):
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
     c = _coordinator(procs, url, out, "--mechanism", "none", timeout=10)
-    a = _alice(procs, url, data)
+    a = _alice(procs, url, data, ids=case != "rows")
     time.sleep(0.3)  # alice registers first, so the second party is the offender
-    if case == "rows":
+    if case == "rows":  # without --id, rows are aligned by position: the counts must match
         short = tmp_path / "short.csv"
         short.write_text("".join(data["bob"].read_text().splitlines(keepends=True)[:-5]))
-        b = _bob(procs, url, data, data_file=short)
-        expected = "rows"
-    elif case == "ids":
-        lines = data["bob"].read_text().splitlines(keepends=True)
-        swapped = tmp_path / "swapped.csv"
-        swapped.write_text("".join([lines[0], lines[2], lines[1], *lines[3:]]))
-        b = _bob(procs, url, data, data_file=swapped)
-        expected = "row IDs"
+        b = _bob(procs, url, data, data_file=short, ids=False)
+        expected = "the parties' tables are not aligned (give --id"
+    elif case == "ids":  # --id on one party only
+        b = _bob(procs, url, data, ids=False)
+        expected = "party alice gave row IDs (--id) but bob did not"
     elif case == "duplicate":
         b = _bob(procs, url, data, name="alice")
         expected = "two parties registered with the name 'alice'"
@@ -245,11 +242,11 @@ class FakeParty(threading.Thread):
     """A protocol-speaking party that registers, heartbeats, and never answers a secure product."""
 
     def __init__(self, url: str, name: str, n_rows: int, features: list[str], bounds: list[list[float]],
-                 id_digest: str | None) -> None:
+                 row_ids: bool) -> None:
         super().__init__(daemon=True)
         self.t = ClientTransport(url, name=name)
         self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False,
-                     "id_digest": id_digest}
+                     "row_ids": row_ids}
         self.seen: list[MessageType] = []
         self.stop = threading.Event()
 
@@ -268,15 +265,12 @@ class FakeParty(threading.Thread):
 
 def test_party_killed_mid_run(procs, data, tmp_path):
     """Alice is SIGKILLed while waiting for bob's product: the coordinator names her within the timeout."""
-    from vfl.net.config import read_party_csv
-
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    a = _alice(procs, url, data)  # started first (see test_unknown_feature_and_never_connecting_party)
+    a = _alice(procs, url, data, ids=False)  # started first (see test_unknown_feature_and_never_connecting_party)
     c = _coordinator(procs, url, out, "--mechanism", "none", timeout=5)
     _wait_listening(url)
-    table = read_party_csv(data["bob"], "visits,spend", id_column="id")
-    fake = FakeParty(url, "bob", 300, ["visits", "spend"], [[0.0, 50.0], [0.0, 10.0]], table.id_digest)
+    fake = FakeParty(url, "bob", 300, ["visits", "spend"], [[0.0, 50.0], [0.0, 10.0]], False)
     fake.start()
     deadline = time.monotonic() + 30
     while MessageType.PLAN not in fake.seen and time.monotonic() < deadline:

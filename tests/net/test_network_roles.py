@@ -100,7 +100,7 @@ class HeartbeatOnlyParty(threading.Thread):
         from vfl.net.transport import ClientTransport
 
         self.t = ClientTransport(url, name=name)
-        self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False, "id_digest": None}
+        self.body = {"name": name, "n_rows": n_rows, "features": features, "label_owner": False, "row_ids": False}
         self.aborted = threading.Event()
 
     def run(self) -> None:

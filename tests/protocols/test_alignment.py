@@ -35,12 +35,12 @@ def _run(id_lists, min_rows=1):
     parties = [AlignmentParty(ids) for ids in id_lists]
     coordinator = AlignmentCoordinator([len(p.ids) for p in parties], min_rows=min_rows)
     sent_by_party: list[list[Out]] = [[] for _ in parties]
-    queue = list(coordinator.start())
+    queue = list(coordinator.plan_messages())
     while queue:
         out = queue.pop(0)
         for reply in parties[out.to].on_message(out):
             sent_by_party[out.to].append(reply)
-            queue.extend(coordinator.on_message(out.to, reply))
+            queue.extend(coordinator.handle(out.to, reply))
     return parties, coordinator, sent_by_party
 
 
@@ -128,22 +128,22 @@ def test_roles_refuse_out_of_order_or_misrouted_messages():
     coordinator = AlignmentCoordinator([10, 10, 10])
     with pytest.raises(ProtocolError, match="not started"):
         parties[0].on_message(Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[b""]))
-    starts = coordinator.start()
+    starts = coordinator.plan_messages()
     first = [parties[o.to].on_message(o)[0] for o in starts]
     # party 2 pretends to send party 0's list
     with pytest.raises(ProtocolError, match="unexpected list"):
-        coordinator.on_message(2, first[0])
-    relayed = coordinator.on_message(0, first[0])
+        coordinator.handle(2, first[0])
+    relayed = coordinator.handle(0, first[0])
     assert relayed[0].to == 1 and relayed[0].body == {"origin": 0, "hops": 1}
     with pytest.raises(ProtocolError, match="unexpected list"):       # replay
-        coordinator.on_message(0, first[0])
+        coordinator.handle(0, first[0])
     with pytest.raises(ProtocolError, match="unexpected list"):       # party 2 is not the next hop of list 0
         parties[2].on_message(relayed[0])
     short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[first[1].payload[0][:-33]])
     with pytest.raises(ProtocolError, match="9 points, 10 registered"):
-        coordinator.on_message(1, short)
+        coordinator.handle(1, short)
     with pytest.raises(ProtocolError, match="unexpected message"):
-        coordinator.on_message(1, Out(type="block"))
+        coordinator.handle(1, Out(type="block"))
 
 
 def test_party_validates_the_result():

@@ -193,7 +193,7 @@ def test_linear_runs_need_valid_label_bounds_from_the_label_owner():
 def test_register_plan_and_ready_bodies_round_trip_through_the_wire():
     from vfl.protocols.contracts import PlanParty, RegisterBody
 
-    reg = RegisterBody(name="a", n_rows=5, features=["x"], label_owner=True, id_digest="ab", order=2)
+    reg = RegisterBody(name="a", n_rows=5, features=["x"], label_owner=True, row_ids=True, order=2)
     assert RegisterBody.from_body(_wire(Out(type="register", body=reg.to_body())).body, "a") == reg
     with pytest.raises(ProtocolError, match="differs from the sender"):
         RegisterBody.from_body(reg.to_body(), "b")

@@ -94,7 +94,7 @@ class TableFile:
     """A party's CSV or Parquet table: ``features`` (resolved names), optional ``label`` and ``id_column``.
 
     Construction reads the file once in chunks of ``chunk_rows`` to validate it and compute ``n_rows``,
-    ``id_digest`` (same SHA-256 as :func:`vfl.net.config.row_id_digest`), ``column_min`` / ``column_max``.
+    ``id_digest`` (SHA-256 over the length-prefixed, stripped row IDs in row order), ``column_min`` / ``column_max``.
     """
 
     def __init__(self, path: str | Path, features: Sequence[str], *, label: str | None = None,
@@ -179,6 +179,23 @@ class TableFile:
                 what = "is not finite" if isinstance(cell, float) else "is not a number"
             raise DataValidationError(f"{self.path}: column {column!r}, data row {first_row + i + 1}: {cell!r} {what}")
         return values
+
+    def read_ids(self) -> list[str] | None:
+        """The row-ID column's cells as strings in file order (None without ``id_column``), for the PSI row
+        alignment (``--id``); the IDs are held whole, the numeric columns are not."""
+        if self.id_column is None:
+            return None
+        if self.parquet:
+            return [str(v) for _, frame in self._raw_chunks(self.chunk_rows, [self.id_column])
+                    for v in frame[self.id_column].tolist()]
+        pos = self.header.index(self.id_column)
+        try:
+            with open(self.path, newline="", encoding="utf-8-sig") as fh:
+                rows = (r for r in csv.reader(fh) if r)
+                next(rows, None)
+                return [r[pos] for r in rows]
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise DataValidationError(f"cannot read {self.path}: {exc}") from None
 
     def _frames(self, rows: int, columns: Sequence[str]) -> Iterator[np.ndarray]:
         for start, frame in self._raw_chunks(rows, columns):

@@ -4,8 +4,8 @@ Sources of a party's data, in the order the CLI resolves them:
 
 * a CSV file (``--data FILE.csv``) with a header row; ``--features`` selects columns by name, by
   name range ``first:last`` (inclusive, header order) or by 0-based index / index range ``2-5``;
-  ``--label`` names the label column (label owner only); ``--id`` names a row-ID column whose digest
-  is sent at registration so misaligned rows are detected (the IDs themselves never leave);
+  ``--label`` names the label column (label owner only); ``--id`` names a row-ID column (any text): the
+  parties align their rows by a private set intersection of these IDs (docs/psi.md; no ID ever leaves in clear);
 * a built-in data set (``dataset = "forestfires" | "garment"`` in a config file), preprocessed as in
   :mod:`vfl.data.datasets`, with its documented public bounds;
 * a party config file (TOML)::
@@ -26,7 +26,6 @@ Sources of a party's data, in the order the CLI resolves them:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import sys
@@ -44,7 +43,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["PartyConfig", "LocalTable", "load_party_config", "load_bounds_file", "select_columns",
-           "read_party_csv", "open_party_table", "row_id_digest", "load_dataset_table"]
+           "read_party_csv", "open_party_table", "load_dataset_table"]
 
 
 @dataclass
@@ -64,13 +63,13 @@ class PartyConfig:
 
 @dataclass
 class LocalTable:
-    """A party's selected columns (raw units), optional label and row-ID digest, and declared bounds."""
+    """A party's selected columns (raw units), optional label and row IDs (raw cells), and declared bounds."""
 
     X: np.ndarray
     feature_names: list[str]
     y: np.ndarray | None = None
     label_name: str | None = None
-    id_digest: str | None = None
+    ids: list[str] | None = None
     bounds: dict[str, tuple[float, float]] | None = None
     #: FM runs: the same columns in raw units with their documented bounds. The paper's z-scoring (for BCD) uses
     #: the data's own mean and sd; z-space bounds would reveal them, while the unit-interval map, and hence the
@@ -175,13 +174,6 @@ def select_columns(spec: list[str] | str, header: list[str], *, source: str = "d
     return chosen
 
 
-def row_id_digest(ids: list[str]) -> str:
-    """SHA-256 over the row-ID column in row order: equal digests <=> identical, equally ordered IDs."""
-    h = hashlib.sha256()
-    for value in ids:
-        blob = value.strip().encode()
-        h.update(len(blob).to_bytes(4, "big") + blob)
-    return h.hexdigest()
 
 
 def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | None = None,
@@ -196,7 +188,7 @@ def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | 
     p = Path(path)
     table = open_party_table(p, features, label=label, id_column=id_column)
     X, y = table.load()
-    return LocalTable(X, table.feature_names, y, label, table.id_digest)
+    return LocalTable(X, table.feature_names, y, label, table.read_ids())
 
 
 def open_party_table(path: str | Path, features: list[str] | str, *, label: str | None = None,
@@ -251,5 +243,5 @@ def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | 
                 # undo the z-scoring; the clip only absorbs float round-off (the raw values lie in [lo, hi])
                 fm_columns[:, j] = np.clip(X[:, j] * sd + mean, lo, hi)
                 fm_bounds[col] = (float(lo), float(hi))
-    digest = row_id_digest([str(i) for i in range(X.shape[0])])
-    return LocalTable(X, names, y, label, digest, {k: tuple(v) for k, v in bounds.items()}, fm_columns, fm_bounds)
+    # built-in data sets are aligned by construction (same file, same row order): no row IDs, no PSI
+    return LocalTable(X, names, y, label, None, {k: tuple(v) for k, v in bounds.items()}, fm_columns, fm_bounds)

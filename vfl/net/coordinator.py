@@ -3,8 +3,9 @@
 The coordinator holds no Paillier key and no data. It
 
 1. waits (at most ``timeout`` seconds) for K parties to REGISTER and checks them: unique names, exactly
-   one label owner, equal row counts, equal row-ID digests (misaligned tables), sane public bounds;
-2. orders the parties (by their ``order`` if all give one, else by name);
+   one label owner, row IDs on every party or on none, equal row counts (without row IDs), sane public bounds;
+2. orders the parties (by their ``order`` if all give one, else by name); with row IDs, runs the row alignment
+   (:class:`vfl.protocols.alignment.AlignmentCoordinator`: private set intersection, N = common IDs >= ``min_rows``);
 3. runs the phase the mechanism names, sending what it returns and feeding it every message until it is
    done: the FM release (:class:`vfl.protocols.fm_release.FMCoordinator`: PLAN, relay ENC_REQUEST /
    MASKED_RESPONSE once each, collect BLOCKs and SHAREs, assemble, solve) or the (DP-)BCD ring
@@ -29,6 +30,7 @@ from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import Out, RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
@@ -38,6 +40,9 @@ from vfl.rng import RandomState, make_rng
 __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
 
 HEARTBEAT_SECONDS = 1.0
+ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
+                  "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
+                  "hide whether a person is in the intersection (each party learns it for its own IDs)")
 MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
 MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
 
@@ -48,7 +53,10 @@ class Coordinator:
     def __init__(self, settings: RunSettings, bind: str = "tcp://127.0.0.1:5555", *,
                  curve: CurveServerKeys | None = None, out: str | None = None,
                  log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 random_state: RandomState = None) -> None:
+                 random_state: RandomState = None,
+                 audit: Callable[[bytes, list[bytes]], None] | None = None) -> None:
+        """``audit``: optional ``audit(peer, frames)`` called with the raw frames of every received message
+        (:class:`vfl.net.transport.ServerTransport`; privacy audits of what the coordinator learns)."""
         settings.validate()
         if not MIN_MESSAGE_BYTES <= max_message_bytes <= MAX_MESSAGE_BYTES:
             raise ConfigurationError(f"--max-message-bytes must lie in [{MIN_MESSAGE_BYTES}, {MAX_MESSAGE_BYTES}], "
@@ -60,7 +68,7 @@ class Coordinator:
         self.run_id = secrets.token_hex(16)
         self.max_message_bytes = max_message_bytes
         self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
-                                         on_reject=self.log)
+                                         on_reject=self.log, audit=audit)
         #: peers whose REGISTER was refused (each is answered once; a stray REGISTER never ends the run)
         self.refused: dict[bytes, VFLError] = {}
         self.endpoint = self.transport.endpoint
@@ -68,6 +76,7 @@ class Coordinator:
         self.result: FittedModel | None = None
         self._last_heartbeat = 0.0
         self._deadline = math.inf
+        self.aligned_rows: int | None = None
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -76,6 +85,7 @@ class Coordinator:
             self._deadline = time.monotonic() + self.settings.max_run_seconds
         try:
             regs = self._register_all()
+            self._align(regs)
             if self.settings.mechanism in BCD_MECHANISMS:
                 model = self._run_bcd(regs)
             else:
@@ -229,23 +239,41 @@ class Coordinator:
             if r.label_owner and reg.label_owner:
                 raise ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
                                          "pass --label")
-            if r.n_rows != reg.n_rows:
+            if r.row_ids != reg.row_ids:
+                with_id, without = (r.name, reg.name) if r.row_ids else (reg.name, r.name)
+                raise DataValidationError(f"party {with_id} gave row IDs (--id) but {without} did not: use --id on "
+                                          "every party or on none")
+            if not reg.row_ids and r.n_rows != reg.n_rows:
                 raise DataValidationError(f"party {reg.name} has {reg.n_rows} rows but {r.name} has {r.n_rows}: "
-                                          "the parties' tables are not aligned")
-            if (r.id_digest is None) != (reg.id_digest is None):
-                with_id = r.name if r.id_digest is not None else reg.name
-                without = reg.name if with_id == r.name else r.name
-                raise DataValidationError(f"party {with_id} gave a row-ID column but {without} did not "
-                                          "(use --id on every party or on none)")
-            if r.id_digest is not None and r.id_digest != reg.id_digest:
-                raise DataValidationError(f"the row IDs of {reg.name} differ from those of {r.name} "
-                                          "(different rows or a different order): align the tables first")
+                                          "the parties' tables are not aligned (give --id to align them by row ID)")
         for r in self.parties:
             shared = sorted(set(r.features) & set(reg.features))
             if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
                 raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
                                          f"are already used by party {r.name}; feature names must be unique across "
                                          "parties (rename the columns)")
+
+    def _align(self, regs: list[Registration]) -> None:
+        """With row IDs: the private set intersection (:mod:`vfl.protocols.alignment`), after which every party
+        holds N common rows in one order; N (public, like every row count) must reach ``min_rows``."""
+        m = self.settings.min_rows
+        if not regs[0].row_ids:
+            if regs[0].n_rows < m:
+                raise DataValidationError(f"the parties have {regs[0].n_rows} rows, fewer than the public minimum "
+                                          f"--min-rows {m}; run stopped, no model written")
+            return
+        phase = AlignmentCoordinator([r.n_rows for r in regs], min_rows=m)
+        self._run_phase(regs, phase)
+        for r in regs:
+            r.n_rows = phase.n_common  # type: ignore[assignment]
+        self.aligned_rows = phase.n_common
+        self.log(f"row alignment (private set intersection): {phase.n_common} row IDs common to all "
+                 f"{len(regs)} parties (" + ", ".join(f"{r.name} {n}" for r, n in zip(regs, phase.n_rows, strict=True))
+                 + ")")
+
+    def _note_alignment(self, model: FittedModel) -> None:
+        if self.aligned_rows is not None:
+            model.privacy_report.setdefault("notes", []).append(ALIGNMENT_NOTE.format(n=self.aligned_rows))
 
     # ------------------------------------------------------------------ phases
     def _send_out(self, regs: list[Registration], out: list[Out]) -> None:
@@ -259,10 +287,12 @@ class Coordinator:
         phase = FMCoordinator(s, regs, log=self.log)
         self._run_phase(regs, phase)
         model = fm_model(s, regs, phase.finish(), self.run_id)
+        self._note_alignment(model)
         self.log(report_text(model))
         return model
 
-    def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator) -> None:
+    def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator | AlignmentCoordinator
+                   ) -> None:
         """Send the phase's PLANs, then feed it every message and send what it answers, until it is done."""
         plans = phase.plan_messages()
         if isinstance(phase, FMCoordinator):  # parties size their ciphertext frames below this socket's limit
@@ -283,6 +313,7 @@ class Coordinator:
         self._run_phase(regs, phase)
         release = phase.finish()
         model = bcd_model(s, regs, release, self.run_id)
+        self._note_alignment(model)
         self.log(f"{s.mechanism}: {release.rounds_run} of at most {s.rounds} rounds"
                  + (" (converged)" if release.converged else "") + f"; formal DP: no ({FORMAL_DP_REASON})")
         return model

@@ -29,8 +29,11 @@ then every frame's declared size (at most :data:`MAX_INTS` integers), then the c
 
 The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
 
-    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row-ID digest
+    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row IDs given?
     coordinator  -> party        WELCOME         run id (all later messages carry it)
+    coordinator  -> party        PSI_START       (--id runs) index and K of the row alignment
+    party        -> coordinator  PSI_POINTS      (relayed round the ring) blinded ID points; fully blinded: kept
+    coordinator  -> party        PSI_RESULT      positions of the party's common rows in the agreed order
     coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
     party        -> coordinator  READY           data prepared; the label owner's public label bounds
     encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + stream header
@@ -131,6 +134,9 @@ class MessageType(str, Enum):
     CAPE_MASKED = "cape_masked"
     CAPE_SUM = "cape_sum"
     CAPE_RELEASE = "cape_release"
+    PSI_START = "psi_start"
+    PSI_POINTS = "psi_points"
+    PSI_RESULT = "psi_result"
 
 
 # ------------------------------------------------------------------ body schemas
@@ -176,7 +182,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "n_rows": (True, _is_int(1)),
         "features": (True, _is_list(_FEATURE, 100_000)),
         "label_owner": (True, _is_bool),
-        "id_digest": (False, _is_opt(_is_str(128))),
+        "row_ids": (False, _is_bool),
         "order": (False, _is_opt(_is_int(0, 10_000))),
         "bounds": (False, _is_opt(_is_dict)),
         "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
@@ -246,6 +252,9 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.CAPE_MASKED: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_SUM: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.PSI_START: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_int(1, 10_001))},
+    MessageType.PSI_POINTS: {"origin": (True, _is_int(0, 10_000)), "hops": (True, _is_int(1, 10_001))},
+    MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
 }
 
 
@@ -269,6 +278,9 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.HEARTBEAT: ((),),
     MessageType.ABORT: ((),),
     MessageType.ERROR: ((),),
+    MessageType.PSI_START: ((),),
+    MessageType.PSI_POINTS: (("bytes",),),
+    MessageType.PSI_RESULT: (("array",),),
 }
 
 

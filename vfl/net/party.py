@@ -2,8 +2,10 @@
 
 A party never sends a raw row. What leaves it (see docs/threat_model.md):
 
-* REGISTER: its name, row count, column names, whether it holds the label, and a SHA-256 digest of
-  its row-ID column;
+* REGISTER: its name, row count, column names, whether it holds the label, and whether it aligns rows by ID;
+* PSI_POINTS (``--id``): its row IDs blinded by its secret PSI key, and the other parties' lists re-blinded by it
+  (:mod:`vfl.protocols.alignment`: never an ID or a plain hash); afterwards it keeps only the common rows, in the
+  agreed order;
 * READY (FM mechanisms): its public column bounds and the label owner's public label bounds (linear);
 * BLOCK: each single-party block ``scale * raw + offset + noise`` with the owner's DP noise
   (:meth:`vfl.privacy.mechanisms.Mechanism.block_noise`), e.g. ``M[k,k] = (1/N) X_k^T X_k + E``;
@@ -44,12 +46,14 @@ from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel
 from vfl.net.transport import ClientTransport, CurveClientKeys
+from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
 from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
+from vfl.secure.psi import normalise_ids
 
 __all__ = ["PartyNode", "LocalData", "wire_reason"]
 
@@ -84,15 +88,17 @@ class LocalData:
     y: np.ndarray | None
     bounds: ColumnBounds | None
     label_bounds: tuple[float, float] | None
-    id_digest: str | None
+    #: normalised row IDs (vfl.secure.psi.normalise_ids), or None: rows are aligned by position
+    ids: list[str] | None
     #: optional FM view of the same features (raw units and bounds; see vfl.net.config.LocalTable.fm_columns)
     fm_view: tuple[np.ndarray, ColumnBounds] | None = None
 
     @classmethod
     def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
-              bounds: Any = None, label_bounds: Sequence[float] | None = None, id_digest: str | None = None,
+              bounds: Any = None, label_bounds: Sequence[float] | None = None, ids: Sequence[Any] | None = None,
               use_bounds: bool = True, fm_columns: Any = None, fm_bounds: Any = None) -> LocalData:
-        """Validate the party's table and its declared bounds (``bounds=None``: none declared)."""
+        """Validate the party's table, its row IDs (normalised; no missing, empty or duplicate ID) and its declared
+        bounds (``bounds=None``: none declared)."""
         try:
             validate_name(name)
         except ProtocolError as exc:  # a user's typo, not a peer's protocol violation (CLI exit code 2, not 4)
@@ -140,7 +146,12 @@ class LocalData:
             cf = resolve_bounds(fm_bounds, Xf, names, what=f"features of party {name}")
             to_unit_interval(Xf, cf, feature_names=names)
             fm_view = (Xf, cf)
-        return cls(name, X, names, yv, cb, lb, id_digest, fm_view)
+        id_list = None
+        if ids is not None:
+            id_list = normalise_ids(ids, what=f"party {name}: row-ID column")
+            if len(id_list) != X.shape[0]:
+                raise DataValidationError(f"party {name}: ids has {len(id_list)} entries, X has {X.shape[0]} rows")
+        return cls(name, X, names, yv, cb, lb, id_list, fm_view)
 
     @classmethod
     def from_table(cls, name: str, table: Any, *, bounds: Any, label_bounds: Sequence[float] | None = None
@@ -152,6 +163,9 @@ class LocalData:
             validate_name(name)
         except ProtocolError as exc:
             raise ConfigurationError(str(exc)) from None
+        if table.id_column is not None:
+            raise ConfigurationError("row alignment by ID (--id) reorders rows: load the table in memory "
+                                     "(LocalData.build with ids=) instead of streaming it from disk")
         names = list(table.feature_names)
         X = table.features
         cb = None
@@ -175,11 +189,18 @@ class LocalData:
                 to_unit_interval(y[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
         if not names and y is None:
             raise DataValidationError(f"party {name} has neither features nor the label")
-        return cls(name, X, names, y, cb, lb, table.id_digest)
+        return cls(name, X, names, y, cb, lb, None)
 
     @property
     def n_rows(self) -> int:
         return int(self.X.shape[0])
+
+    def take(self, rows: np.ndarray) -> LocalData:
+        """The same party restricted to ``rows`` in that order (after the row alignment; bounds unchanged)."""
+        fm_view = None if self.fm_view is None else (self.fm_view[0][rows], self.fm_view[1])
+        ids = None if self.ids is None else [self.ids[int(i)] for i in rows]
+        return LocalData(self.name, self.X[rows], self.feature_names, None if self.y is None else self.y[rows],
+                         self.bounds, self.label_bounds, ids, fm_view)
 
 
 class PartyNode:
@@ -215,6 +236,8 @@ class PartyNode:
         self._results: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
+        self.alignment: AlignmentParty | None = None
+        self.rows_before_alignment = data.n_rows
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -247,7 +270,7 @@ class PartyNode:
     def _register_body(self) -> dict:
         d = self.data
         return RegisterBody(name=d.name, n_rows=d.n_rows, features=d.feature_names, label_owner=d.y is not None,
-                            id_digest=d.id_digest, order=self.order).to_body()
+                            row_ids=d.ids is not None, order=self.order).to_body()
 
     def _run(self, t: ClientTransport) -> FittedModel:
         t.send(Message(MessageType.REGISTER, self._register_body()))
@@ -290,13 +313,39 @@ class PartyNode:
             return session
         if kind is MessageType.RESULT:
             return FittedModel.from_dict(msg.body["model"])
+        if kind in (PSI_START, PSI_POINTS, PSI_RESULT):
+            self._align(msg, session)
+            return None
         if session is None:
             raise ProtocolError(f"{kind.value} before the plan")
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
 
+    def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
+        """Row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: blinding and re-blinding run on
+        the worker thread; the result restricts and reorders this party's rows to the common IDs."""
+        if self.data.ids is None or session is not None:
+            raise ProtocolError(f"{msg.type.value}: this party gave no row IDs or already has its plan")
+        if msg.type is MessageType.PSI_START:
+            if self.alignment is not None:
+                raise ProtocolError("second psi_start in one run")
+            self.alignment = AlignmentParty(self.data.ids)
+        if self.alignment is None:
+            raise ProtocolError(f"{msg.type.value} before psi_start")
+        if msg.type is not MessageType.PSI_RESULT:
+            self._submit(self.alignment.on_message, msg)
+            return
+        # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
+        self.alignment.on_message(msg)
+        assert self.alignment.rows is not None
+        self.data = self.data.take(self.alignment.rows)
+        self.log(f"[{self.data.name}] row alignment: {self.data.n_rows} of its {self.rows_before_alignment} row IDs "
+                 "are common to all parties")
+
     def _session(self, msg: Message) -> FMParty | BCDParty:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
+        if self.data.ids is not None and (self.alignment is None or not self.alignment.done):
+            raise ProtocolError("plan before the row alignment this party's row IDs ask for")
         # the local policy first, on the body as sent: nothing of this party's data is touched for a plan it
         # refuses (issue 14, item 1)
         summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows)

@@ -32,12 +32,12 @@ openmined-psi's C++); 2n each for K = 2, the same total work as one two-party EC
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from vfl.exceptions import DataValidationError, ProtocolError
+from vfl.protocols.contracts import Out
 from vfl.secure.psi import POINT_BYTES, BlindingKey, normalise_ids, self_test, split_points
 
 __all__ = ["PSI_START", "PSI_POINTS", "PSI_RESULT", "Out", "AlignmentParty", "AlignmentCoordinator",
@@ -49,16 +49,6 @@ PSI_POINTS = "psi_points"
 PSI_RESULT = "psi_result"
 
 _self_tested = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class Out:
-    """A message to send: wire type, body, payload frames and (coordinator side) the receiving party's index."""
-
-    type: str
-    body: dict = field(default_factory=dict)
-    payload: list = field(default_factory=list)
-    to: int | None = None
 
 
 class IntersectionTooSmall(DataValidationError):
@@ -171,11 +161,13 @@ class AlignmentCoordinator:
     def done(self) -> bool:
         return self.n_common is not None
 
-    def start(self) -> list[Out]:
+    def plan_messages(self) -> list[Out]:
+        """The messages that open the phase (PSI_START to every party; named like the other phases' openers so
+        :meth:`vfl.net.coordinator.Coordinator._run_phase` drives every phase the same way)."""
         return [Out(type=PSI_START, body={"index": j, "parties": self.n_parties}, to=j)
                 for j in range(self.n_parties)]
 
-    def on_message(self, sender: int, msg: Any) -> list[Out]:
+    def handle(self, sender: int, msg: Any) -> list[Out]:
         """Handle a PSI_POINTS from party ``sender``: relay it, or store a fully blinded list (all received:
         intersect and answer every party)."""
         if _type(msg) != PSI_POINTS:
@@ -238,13 +230,13 @@ def align_in_process(id_lists: Sequence[Sequence[Any]], *, min_rows: int = 1) ->
     positions in the agreed order. Messages pass through the same state machines as over the network."""
     parties = [AlignmentParty(ids) for ids in id_lists]
     coordinator = AlignmentCoordinator([len(p.ids) for p in parties], min_rows=min_rows)
-    queue = [(o.to, o) for o in coordinator.start()]
+    queue = [(o.to, o) for o in coordinator.plan_messages()]
     while queue:
         to, out = queue.pop(0)
         if to is None:
             raise ProtocolError("alignment message without a recipient")
         for reply in parties[to].on_message(out):
-            queue.extend((o.to, o) for o in coordinator.on_message(to, reply))
+            queue.extend((o.to, o) for o in coordinator.handle(to, reply))
     if not coordinator.done or not all(p.done for p in parties):
         raise ProtocolError("alignment did not finish")
     return [p.rows for p in parties]  # type: ignore[misc]

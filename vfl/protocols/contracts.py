@@ -60,12 +60,12 @@ class RegisterBody:
     n_rows: int
     features: list[str]
     label_owner: bool
-    id_digest: str | None = None
+    row_ids: bool = False    # aligns its rows by PSI of row IDs (vfl.protocols.alignment); n_rows counts its IDs
     order: int | None = None
 
     def to_body(self) -> dict:
         body: dict[str, Any] = {"name": self.name, "n_rows": self.n_rows, "features": list(self.features),
-                                "label_owner": self.label_owner, "id_digest": self.id_digest}
+                                "label_owner": self.label_owner, "row_ids": self.row_ids}
         if self.order is not None:
             body["order"] = int(self.order)
         return body
@@ -75,7 +75,8 @@ class RegisterBody:
         if body["name"] != sender:
             raise ProtocolError(f"registration name {body['name']!r} differs from the sender {sender!r}")
         return cls(name=body["name"], n_rows=body["n_rows"], features=list(body["features"]),
-                   label_owner=body["label_owner"], id_digest=body.get("id_digest"), order=body.get("order"))
+                   label_owner=body["label_owner"], row_ids=bool(body.get("row_ids", False)),
+                   order=body.get("order"))
 
 
 @dataclass(kw_only=True)
@@ -88,7 +89,7 @@ class Registration:
     n_rows: int
     features: list[str]
     label_owner: bool
-    id_digest: str | None = None
+    row_ids: bool = False
     order: int | None = None
     bounds: list[list[float]] | None = None
     label_bounds: list[float] | None = None
@@ -97,7 +98,7 @@ class Registration:
     @classmethod
     def of(cls, peer: bytes, reg: RegisterBody) -> Registration:
         return cls(peer=peer, name=reg.name, n_rows=reg.n_rows, features=list(reg.features),
-                   label_owner=reg.label_owner, id_digest=reg.id_digest, order=reg.order)
+                   label_owner=reg.label_owner, row_ids=reg.row_ids, order=reg.order)
 
 
 @dataclass(frozen=True, kw_only=True)

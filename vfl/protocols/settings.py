@@ -57,6 +57,7 @@ class RunSettings:
     max_run_seconds: float | None = 86400.0
     fit_intercept: bool = True
     randomness: str = "short-exponent"   # Paillier encryption randomness (vfl.secure.fastmath); or "standard"
+    min_rows: int = 1                    # public minimum N (after the row alignment, if any); fewer stops the run
 
     def validate(self) -> None:
         """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
@@ -81,6 +82,8 @@ class RunSettings:
                                      f"(2048 is the secure default), got {self.key_bits}")
         if self.randomness not in RANDOMNESS_MODES:
             raise ConfigurationError(f"randomness must be 'short-exponent' or 'standard', got {self.randomness!r}")
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
+            raise ConfigurationError(f"--min-rows must be an integer >= 1, got {self.min_rows}")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
