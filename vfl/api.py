@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,24 +105,33 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     log = print if verbose else None
     coordinator = Coordinator(settings, bind, out=out, log=log,
                               random_state=seeds[-1] if random_state is not None else None)
+    nodes = {d.name: PartyNode(d, coordinator.endpoint, timeout=timeout, order=i,
+                               random_state=seeds[i] if random_state is not None else None, progress=progress,
+                               allow_insecure_keys=allow_insecure_keys,
+                               policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
+             for i, d in enumerate(datas)}
+    return _run_on_loopback(coordinator.run, nodes)
+
+
+def _run_on_loopback(run_hub: Callable[[], FittedModel], nodes: dict[str, Any]) -> FittedModel:
+    """Run every member node (party or site) on its own thread and the hub (coordinator or aggregator) here.
+
+    When the hub fails because a member did, the member's own error is raised (it names the real cause); each node
+    reports its failure to the hub itself.
+    """
     errors: dict[str, BaseException] = {}
 
-    def run_party(i: int, data: LocalData) -> None:
-        node = PartyNode(data, coordinator.endpoint, timeout=timeout, order=i,
-                         random_state=seeds[i] if random_state is not None else None, progress=progress,
-                         allow_insecure_keys=allow_insecure_keys,
-                         policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
+    def run_member(name: str) -> None:
         try:
-            node.run()
-        except BaseException as exc:  # reported to the coordinator by the node itself
-            errors[data.name] = exc
+            nodes[name].run()
+        except BaseException as exc:  # reported to the hub by the node itself
+            errors[name] = exc
 
-    threads = [threading.Thread(target=run_party, args=(i, d), daemon=True, name=f"vfl-{d.name}")
-               for i, d in enumerate(datas)]
+    threads = [threading.Thread(target=run_member, args=(name,), daemon=True, name=f"vfl-{name}") for name in nodes]
     for t in threads:
         t.start()
     try:
-        result = coordinator.run()
+        return run_hub()
     except PartyFailure as exc:
         first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
         if first is not None:
@@ -131,7 +140,6 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     finally:
         for t in threads:
             t.join(timeout=10)
-    return result
 
 
 # ---------------------------------------------------------------------------------------------- capeFM sites
@@ -184,27 +192,6 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
             seeds[i] = gen
     aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
                                 seeded=random_state is not None)
-    errors: dict[str, BaseException] = {}
-
-    def run_site(i: int) -> None:
-        node = SiteNode(sites[i].data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise)
-        try:
-            node.run()
-        except BaseException as exc:  # reported to the aggregator by the node itself
-            errors[sites[i].name] = exc
-
-    threads = [threading.Thread(target=run_site, args=(i,), daemon=True, name=f"vfl-site-{s.name}")
-               for i, s in enumerate(sites)]
-    for t in threads:
-        t.start()
-    try:
-        result = aggregator.run()
-    except PartyFailure as exc:
-        first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
-        if first is not None:
-            raise first from exc
-        raise
-    finally:
-        for t in threads:
-            t.join(timeout=10)
-    return result
+    nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise)
+             for i, s in enumerate(sites)}
+    return _run_on_loopback(aggregator.run, nodes)
