@@ -203,6 +203,37 @@ class LocalData:
                          self.bounds, self.label_bounds, ids, fm_view)
 
 
+def send_error(t: ClientTransport, exc: BaseException, name: str) -> None:
+    """Tell the hub (coordinator or aggregator) that this member failed, with a data-free reason; best effort."""
+    try:
+        t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, name), "error": type(exc).__name__[:64]}),
+               timeout=1.0)
+    except Exception:  # the hub may be gone already
+        pass
+
+
+def run_reporting_failures(t: ClientTransport, name: str, role: str, session: Callable[[], FittedModel]
+                           ) -> FittedModel:
+    """Run a member's (party's or site's) session; on failure report it to the hub, then re-raise.
+
+    A :class:`PartyFailure` came from the hub's side (abort, silence) and is not echoed back; an unexpected bug is
+    reported too; Ctrl-C or SIGTERM (vfl.cli) is reported as an interruption naming the member, so the hub aborts
+    the run at once instead of waiting for its silence timeout.
+    """
+    try:
+        return session()
+    except VFLError as exc:
+        if not isinstance(exc, PartyFailure):
+            send_error(t, exc, name)
+        raise
+    except Exception as exc:
+        send_error(t, exc, name)
+        raise
+    except KeyboardInterrupt:
+        send_error(t, ConfigurationError(f"{role} {name} was interrupted (SIGINT/SIGTERM)"), name)
+        raise
+
+
 class PartyNode:
     """One party of a run: ``PartyNode(...).run()`` returns the released model or raises.
 
@@ -243,29 +274,12 @@ class PartyNode:
     def run(self) -> FittedModel:
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
         try:
-            return self._run(t)
-        except VFLError as exc:
-            if not isinstance(exc, PartyFailure):
-                self._send_error(t, exc)
-            raise
-        except Exception as exc:  # an unexpected bug: tell the coordinator, then surface it
-            self._send_error(t, exc)
-            raise
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (vfl.cli): the coordinator aborts now, naming this party
-            self._send_error(t, ConfigurationError(f"party {self.data.name} was interrupted (SIGINT/SIGTERM)"))
-            raise
+            return run_reporting_failures(t, self.data.name, "party", lambda: self._run(t))
         finally:
             self._stop.set()
             t.close()
             if self._phase is not None and hasattr(self._phase, "close"):
                 self._phase.close()   # the executor it opened (process pool or Dask client)
-
-    def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
-        try:
-            t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, self.data.name),
-                                               "error": type(exc).__name__[:64]}), timeout=1.0)
-        except Exception:  # the coordinator may be gone already
-            pass
 
     def _register_body(self) -> dict:
         d = self.data

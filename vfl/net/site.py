@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError, VFLError
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
 from vfl.net.modelio import FittedModel
-from vfl.net.party import wire_reason
+from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
 from vfl.rng import RandomState
@@ -156,23 +156,9 @@ class SiteNode:
     def run(self) -> FittedModel:
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
         try:
-            return self._run(t)
-        except VFLError as exc:
-            if not isinstance(exc, PartyFailure):
-                self._send_error(t, exc)
-            raise
-        except Exception as exc:
-            self._send_error(t, exc)
-            raise
+            return run_reporting_failures(t, self.data.name, "site", lambda: self._run(t))
         finally:
             t.close()
-
-    def _send_error(self, t: ClientTransport, exc: BaseException) -> None:
-        try:
-            t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, self.data.name),
-                                               "error": type(exc).__name__[:64]}), timeout=1.0)
-        except Exception:  # the aggregator may be gone already
-            pass
 
     def _run(self, t: ClientTransport) -> FittedModel:
         t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
