@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from scipy.special import expit
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
 from vfl.models.cape_noise import aggregate_std, check_mode, noise_kappa, resolve_colluders
-from vfl.models.cape_pca import validate_site_columns
+from vfl.models.cape_pca import PAPER_WARNING, validate_site_columns
 from vfl.models.capefm import zero_sum_noise
 from vfl.privacy.accounting import apply_formal_dp
 from vfl.privacy.calibration import validate_delta, validate_epsilon
@@ -57,7 +58,19 @@ from vfl.privacy.ica_accounting import (
 )
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source, spawn
 
-__all__ = ["MAX_WEIGHT", "infomax_update", "CapeDJICA"]
+__all__ = [
+    "MAX_WEIGHT",
+    "PAPER_WARNING",
+    "DJICACalibration",
+    "InfomaxSchedule",
+    "infomax_update",
+    "calibrate_djica",
+    "round_noise_scales",
+    "noisy_site_update",
+    "combine_updates",
+    "djica_privacy_report",
+    "CapeDJICA",
+]
 
 MAX_WEIGHT = 1e8  # runica / djICA: weights larger than this have blown up
 BLOWUP_CHANGE = 1e9
@@ -73,6 +86,204 @@ def infomax_update(W: np.ndarray, b: np.ndarray, X: np.ndarray, learning_rate: f
     dW = learning_rate * (np.eye(W.shape[0]) + (U @ Z.T) / n) @ W
     db = learning_rate * U.mean(axis=1)
     return dW, db
+
+
+@dataclass(frozen=True)
+class DJICACalibration:
+    """Public calibration of a capeDJICA run (every site and the aggregator derive it from public values).
+
+    ``rel[s]`` = a_s = min_t N_t / N_s (per-site sensitivities are proportional to 1/N_s); ``mu_round`` the
+    per-round target mu (inf without noise), ``mu_round_true`` = mu_round sqrt(kappa_true / kappa_cal).
+    """
+
+    noise: str
+    calibration: str
+    accountant: str
+    n_rows: np.ndarray
+    weights: np.ndarray
+    rel: np.ndarray
+    n_colluders: int
+    kappa_calibration: float
+    kappa_true: float
+    mu_round: float
+    mu_round_true: float
+    max_iter: int
+    prior_releases: list[tuple[float, int]]
+
+    @property
+    def private(self) -> bool:
+        return self.noise != "none"
+
+    @property
+    def n_sites(self) -> int:
+        return int(self.n_rows.size)
+
+
+def calibrate_djica(n_rows: Sequence[int], epsilon: float, delta: float, *, noise: str = "cape", max_iter: int = 200,
+                    n_colluders: int | None = None, calibration: str = "analytic", accountant: str = "gdp",
+                    prior_releases: Sequence[tuple[float, int]] = ()) -> DJICACalibration:
+    """mu_round for ``max_iter`` rounds after ``prior_releases`` under ``accountant``, kappa, a_s (module docstring)."""
+    check_mode(noise, calibration)
+    rows = np.array([int(n) for n in n_rows])
+    S = rows.size
+    private = noise != "none"
+    C = resolve_colluders(n_colluders, S) if noise == "cape" else 0
+    k_cal, k_true = noise_kappa(noise, calibration, rows, C)
+    prior = [(float(m), int(c)) for m, c in prior_releases]
+    mu_round = calibrate_round_mu(epsilon, delta, max_iter, accountant, fixed_events=prior) if private else math.inf
+    mu_true = mu_round * math.sqrt(k_true / k_cal) if private else math.inf
+    return DJICACalibration(noise, calibration, accountant, rows, rows / rows.sum(), rows.min() / rows, C, k_cal,
+                            k_true, mu_round, mu_true, int(max_iter), prior)
+
+
+def round_noise_scales(cal: DJICACalibration, W: np.ndarray, b: np.ndarray, learning_rate: float,
+                       data_radius: float, unit_size: int) -> tuple[float, float] | None:
+    """(c_W, c_b) of this round: tau_{b,s} = c_b a_s = Delta_b sqrt(2 kappa) / mu_round (None without noise).
+
+    Depends only on the public W, b, rho, r and min N_s, so each site computes its own noise std.
+    """
+    if not cal.private:
+        return None
+    base_W, base_b = infomax_sensitivities(W, b, learning_rate, int(cal.n_rows.min()), data_radius, unit_size)
+    return (base_W * math.sqrt(2.0 * cal.kappa_calibration) / cal.mu_round,
+            base_b * math.sqrt(2.0 * cal.kappa_calibration) / cal.mu_round)
+
+
+def noisy_site_update(X: np.ndarray, W: np.ndarray, b: np.ndarray, learning_rate: float, cal: DJICACalibration,
+                      site: int, scales: tuple[float, float] | None, zero_sum_row: np.ndarray | None,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Site s's released (Delta W_s + n_W, Delta b_s + n_b) for one round.
+
+    cape: n = c (z_s,j) + N(0, (c a_s)^2 / S), z_s,j this round's row of the unit-scale zero-sum share;
+    conventional/local: n = N(0, (c a_s)^2); none: no noise. Draw order per site: W block, then b.
+    """
+    dW, db = infomax_update(W, b, X, learning_rate)
+    if scales is None:
+        return dW, db
+    R = W.shape[0]
+    c_W, c_b = scales
+    a = cal.rel[site]
+    if cal.noise == "cape":
+        if zero_sum_row is None:
+            raise ConfigurationError("a CAPE round needs this round's zero-sum share")
+        S = cal.n_sites
+        nW = c_W * zero_sum_row[: R * R].reshape(R, R) + rng.normal(0.0, c_W * a / math.sqrt(S), (R, R))
+        nb = c_b * zero_sum_row[R * R:] + rng.normal(0.0, c_b * a / math.sqrt(S), R)
+    else:
+        nW = rng.normal(0.0, c_W * a, (R, R))
+        nb = rng.normal(0.0, c_b * a, R)
+    return dW + nW, db + nb
+
+
+def combine_updates(updates: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregator's Delta W = sum_s (N_s/N) Delta W^_s and Delta b likewise."""
+    dW = sum(w * u[0] for w, u in zip(weights, updates, strict=True))
+    db = sum(w * u[1] for w, u in zip(weights, updates, strict=True))
+    return dW, db  # type: ignore[return-value]
+
+
+@dataclass
+class InfomaxSchedule:
+    """The aggregator's state: W, b, rho and the seed's learning-rate schedule (module docstring).
+
+    :meth:`apply` takes one round's released aggregate update; :attr:`done` when converged, out of rounds
+    (``max_iter`` releases, restarts included) or rho fell below 1e-6. Only released quantities enter.
+    """
+
+    n_components: int
+    max_iter: int
+    learning_rate: float = 0.2
+    anneal_deg: float = 60.0
+    anneal_step: float = 0.9
+    restart_factor: float = 0.9
+    tol: float = 1e-6
+    rounds: int = 0
+    restarts: int = 0
+    converged: bool = False
+    stopped: bool = False
+    learning_rates: list[float] = field(default_factory=list)
+    changes: list[float] = field(default_factory=list)
+    last_scales: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        R = self.n_components
+        self.W0 = np.eye(R)
+        self.W, self.b = self.W0.copy(), np.zeros(R)
+        self._step = 0
+        self._old_delta: np.ndarray | None = None
+        self._old_change = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or self.rounds >= self.max_iter
+
+    def apply(self, dW: np.ndarray, db: np.ndarray, scales: tuple[float, float] | None = None) -> None:
+        """W <- W + Delta W, b <- b + Delta b, then annealing / restart / blow-up / convergence rules."""
+        if self.done:
+            raise ConfigurationError("the schedule is finished: no further round may be released")
+        self.rounds += 1
+        if scales is not None:
+            self.last_scales = scales
+        R = self.n_components
+        W_new, b_new = self.W + dW, self.b + db
+        if not (np.isfinite(W_new).all() and np.isfinite(b_new).all()) or np.abs(W_new).max() > MAX_WEIGHT:
+            self.restarts += 1
+            self.learning_rate *= self.restart_factor
+            self.W, self.b, self._step, self._old_delta = self.W0.copy(), np.zeros(R), 0, None
+            if self.learning_rate < MIN_LEARNING_RATE:
+                self.stopped = True
+            return
+        self.W, self.b = W_new, b_new
+        self._step += 1
+        delta_vec = dW.ravel()
+        change = float(delta_vec @ delta_vec)
+        self.learning_rates.append(self.learning_rate)
+        self.changes.append(change)
+        if self._step > 2 and self._old_delta is not None:
+            cosine = float(delta_vec @ self._old_delta) / math.sqrt(change * self._old_change)
+            if (180.0 / math.pi) * math.acos(min(1.0, max(-1.0, cosine))) > self.anneal_deg:
+                self.learning_rate *= self.anneal_step
+                self._old_delta, self._old_change = delta_vec, change
+        elif self._step == 1:
+            self._old_delta, self._old_change = delta_vec, change
+        if self._step > 2 and change < self.tol:
+            self.converged = self.stopped = True
+            return
+        if change > BLOWUP_CHANGE:
+            self.learning_rate *= BLOWUP_FACTOR
+
+
+def djica_privacy_report(cal: DJICACalibration, schedule: InfomaxSchedule, epsilon: float, delta: float, *,
+                         unit_size: int, data_radius: float, report_accountants: bool = True,
+                         random_state: RandomState = None, seeded: bool | None = None,
+                         randomness: str | None = None) -> dict[str, Any]:
+    """The capeDJICA privacy report: epsilon of all planned rounds (plus prior releases) by GDP composition and,
+    with ``report_accountants``, under every accountant side by side; formal_dp by the one rule."""
+    seeded = is_seeded(random_state) if seeded is None else bool(seeded)
+    private = cal.private
+    report: dict[str, Any] = {
+        "mechanism": f"capeDJICA ({cal.noise})", "calibration": cal.calibration, "accountant": cal.accountant,
+        "claimed_epsilon": epsilon, "delta": delta, "planned_rounds": cal.max_iter,
+        "released_rounds": schedule.rounds, "restarts": schedule.restarts, "converged": schedule.converged,
+        "prior_releases": cal.prior_releases, "n_sites": cal.n_sites, "n_rows": cal.n_rows.tolist(),
+        "n_colluders": cal.n_colluders, "kappa_calibration": cal.kappa_calibration, "kappa_true": cal.kappa_true,
+        "unit_size": unit_size, "data_radius": data_radius, "mu_round_target": cal.mu_round if private else None,
+        "mu_round_true": cal.mu_round_true if private else None, "seeded": seeded,
+    }
+    if private:
+        events = [*cal.prior_releases, (cal.mu_round_true, cal.max_iter)]
+        report["true_epsilon"] = gdp_epsilon(events, delta)
+        if report_accountants:  # ~0.1 s (PLD, 255 RDP orders); sweeps can compute it once per setting
+            report["accountants"] = compare_accountants(events, delta)
+        c_W, c_b = schedule.last_scales if schedule.last_scales is not None else (0.0, 0.0)
+        report["last_round_aggregate_std"] = {"W": aggregate_std(cal.noise, c_W * cal.rel, cal.weights),
+                                              "b": aggregate_std(cal.noise, c_b * cal.rel, cal.weights)}
+    else:
+        report["true_epsilon"] = math.inf
+    report["randomness"] = randomness_source(random_state) if randomness is None else randomness
+    # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
+    return apply_formal_dp(report, "capeDJICA", noise=private, seeded=seeded)
 
 
 class CapeDJICA:
@@ -127,7 +338,12 @@ class CapeDJICA:
 
     # ------------------------------------------------------------------------------------------------ fit
     def fit(self, site_datasets: Sequence[np.ndarray]) -> CapeDJICA:
-        """Run the protocol in process: sites compute, CAPE noise, secure aggregation, aggregator update."""
+        """Run the protocol in process: sites compute, CAPE noise, secure aggregation, aggregator update.
+
+        The networked sites and aggregator (:mod:`vfl.protocols.cape_djica_rounds`) run the same functions:
+        :func:`calibrate_djica` (public), :func:`noisy_site_update` per site and round, :func:`combine_updates`
+        and :class:`InfomaxSchedule` at the aggregator, :func:`djica_privacy_report`.
+        """
         local = self.noise == "local"
         data = validate_site_columns(site_datasets, radius=self.data_radius,
                                      min_sites=1 if local or self.noise == "none" else 2, what="capeDJICA")
@@ -137,112 +353,37 @@ class CapeDJICA:
         R = data[0].shape[0]
         if R < 2:
             raise DataValidationError("ICA needs at least 2 components (rows)")
-        n_rows = np.array([X.shape[1] for X in data])
-        weights = n_rows / n_rows.sum()
-        private = self.noise != "none"
-        C = resolve_colluders(self.n_colluders, S) if self.noise == "cape" else 0
-        k_cal, k_true = noise_kappa(self.noise, self.calibration, n_rows, C)
+        cal = calibrate_djica([X.shape[1] for X in data], self.epsilon, self.delta, noise=self.noise,
+                              max_iter=self.max_iter, n_colluders=self.n_colluders, calibration=self.calibration,
+                              accountant=self.accountant, prior_releases=self.prior_releases)
         if self.noise == "cape" and self.calibration == "paper":
-            warnings.warn("calibration='paper' ignores the colluders (kappa): the true per-site epsilon is larger "
-                          "than the claimed one (see privacy_report_)", PrivacyLeakWarning, stacklevel=2)
-        mu_round = calibrate_round_mu(self.epsilon, self.delta, self.max_iter, self.accountant,
-                                      fixed_events=self.prior_releases) if private else math.inf
+            warnings.warn(PAPER_WARNING, PrivacyLeakWarning, stacklevel=2)
         rng = make_rng(self.random_state)
         site_rngs = spawn(rng, S)
-        rel = n_rows.min() / n_rows  # a_s: per-site sensitivities are proportional to 1/N_s
-        L = R * R + R
+        zero_sum: list[np.ndarray] | None = None
         if self.noise == "cape":  # all rounds' zero-sum shares at unit scale, one secure aggregation
-            zero_sum, _ = zero_sum_noise(rel, (self.max_iter, L), site_rngs)
+            zero_sum, _ = zero_sum_noise(cal.rel, (self.max_iter, R * R + R), site_rngs)
 
-        W0 = np.eye(R)
-        W, b = W0.copy(), np.zeros(R)
-        rho = self.learning_rate
-        step, restarts, rounds = 0, 0, 0
-        old_delta: np.ndarray | None = None
-        old_change = 0.0
-        converged = False
-        lrates, changes, taus_used = [], [], []
-        deg = 180.0 / math.pi
-        while rounds < self.max_iter:
-            updates = [infomax_update(W, b, X, rho) for X in data]
-            if private:
-                base_W, base_b = infomax_sensitivities(W, b, rho, int(n_rows.min()), self.data_radius, self.unit_size)
-                c_W = base_W * math.sqrt(2.0 * k_cal) / mu_round  # tau_{W,s} = c_W a_s
-                c_b = base_b * math.sqrt(2.0 * k_cal) / mu_round
-                taus_used.append((c_W, c_b))
-                noisy = []
-                for s, (dW, db) in enumerate(updates):
-                    r_s = site_rngs[s]
-                    if self.noise == "cape":
-                        z = zero_sum[s][rounds]
-                        nW = c_W * z[: R * R].reshape(R, R) + r_s.normal(0.0, c_W * rel[s] / math.sqrt(S), (R, R))
-                        nb = c_b * z[R * R:] + r_s.normal(0.0, c_b * rel[s] / math.sqrt(S), R)
-                    else:
-                        nW = r_s.normal(0.0, c_W * rel[s], (R, R))
-                        nb = r_s.normal(0.0, c_b * rel[s], R)
-                    noisy.append((dW + nW, db + nb))
-                updates = noisy
-            rounds += 1
-            dW = sum(w * u[0] for w, u in zip(weights, updates, strict=True))
-            db = sum(w * u[1] for w, u in zip(weights, updates, strict=True))
-            W_new, b_new = W + dW, b + db
-            if not (np.isfinite(W_new).all() and np.isfinite(b_new).all()) or np.abs(W_new).max() > MAX_WEIGHT:
-                restarts += 1
-                rho *= self.restart_factor
-                W, b, step, old_delta = W0.copy(), np.zeros(R), 0, None
-                if rho < MIN_LEARNING_RATE:
-                    break
-                continue
-            W, b = W_new, b_new
-            step += 1
-            delta_vec = dW.ravel()
-            change = float(delta_vec @ delta_vec)
-            lrates.append(rho)
-            changes.append(change)
-            if step > 2 and old_delta is not None:
-                cosine = float(delta_vec @ old_delta) / math.sqrt(change * old_change)
-                if deg * math.acos(min(1.0, max(-1.0, cosine))) > self.anneal_deg:
-                    rho *= self.anneal_step
-                    old_delta, old_change = delta_vec, change
-            elif step == 1:
-                old_delta, old_change = delta_vec, change
-            if step > 2 and change < self.tol:
-                converged = True
-                break
-            if change > BLOWUP_CHANGE:
-                rho *= BLOWUP_FACTOR
+        schedule = InfomaxSchedule(R, self.max_iter, learning_rate=self.learning_rate, anneal_deg=self.anneal_deg,
+                                   anneal_step=self.anneal_step, restart_factor=self.restart_factor, tol=self.tol)
+        while not schedule.done:
+            W, b, rho, j = schedule.W, schedule.b, schedule.learning_rate, schedule.rounds
+            scales = round_noise_scales(cal, W, b, rho, self.data_radius, self.unit_size)
+            updates = [noisy_site_update(X, W, b, rho, cal, s, scales, None if zero_sum is None else zero_sum[s][j],
+                                         site_rngs[s]) for s, X in enumerate(data)]
+            schedule.apply(*combine_updates(updates, cal.weights), scales)
 
-        self.unmixing_ = W
-        self.bias_ = b
-        self.n_rounds_ = rounds
-        self.n_restarts_ = restarts
-        self.converged_ = converged
-        self.learning_rates_ = np.array(lrates)
-        self.changes_ = np.array(changes)
-        self.mu_round_ = mu_round if private else math.inf
-        mu_true = mu_round * math.sqrt(k_true / k_cal) if private else math.inf
-        report: dict[str, Any] = {
-            "mechanism": f"capeDJICA ({self.noise})", "calibration": self.calibration, "accountant": self.accountant,
-            "claimed_epsilon": self.epsilon, "delta": self.delta, "planned_rounds": self.max_iter,
-            "released_rounds": rounds, "restarts": restarts, "converged": converged,
-            "prior_releases": self.prior_releases, "n_sites": S, "n_rows": n_rows.tolist(),
-            "n_colluders": C, "kappa_calibration": k_cal, "kappa_true": k_true, "unit_size": self.unit_size,
-            "data_radius": self.data_radius, "mu_round_target": mu_round if private else None,
-            "mu_round_true": mu_true if private else None, "seeded": is_seeded(self.random_state),
-        }
-        if private:
-            events = [*self.prior_releases, (mu_true, self.max_iter)]
-            report["true_epsilon"] = gdp_epsilon(events, self.delta)
-            if self.report_accountants:  # ~0.1 s (PLD, 255 RDP orders); sweeps can compute it once per setting
-                report["accountants"] = compare_accountants(events, self.delta)
-            c_W, c_b = taus_used[-1] if taus_used else (0.0, 0.0)
-            report["last_round_aggregate_std"] = {
-                "W": aggregate_std(self.noise, c_W * rel, weights), "b": aggregate_std(self.noise, c_b * rel, weights)}
-        else:
-            report["true_epsilon"] = math.inf
-        report["randomness"] = randomness_source(self.random_state)
-        # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
-        self.privacy_report_ = apply_formal_dp(report, "capeDJICA", noise=private, seeded=is_seeded(self.random_state))
+        self.unmixing_ = schedule.W
+        self.bias_ = schedule.b
+        self.n_rounds_ = schedule.rounds
+        self.n_restarts_ = schedule.restarts
+        self.converged_ = schedule.converged
+        self.learning_rates_ = np.array(schedule.learning_rates)
+        self.changes_ = np.array(schedule.changes)
+        self.mu_round_ = cal.mu_round
+        self.privacy_report_ = djica_privacy_report(
+            cal, schedule, self.epsilon, self.delta, unit_size=self.unit_size, data_radius=self.data_radius,
+            report_accountants=self.report_accountants, random_state=self.random_state)
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,20 @@ from vfl.privacy.calibration import calibrate_mu, epsilon_of, validate_delta, va
 from vfl.privacy.ica_accounting import pca_sensitivity
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source, spawn
 
-__all__ = ["validate_site_columns", "CapePCA"]
+__all__ = [
+    "PAPER_WARNING",
+    "PCACalibration",
+    "validate_site_columns",
+    "calibrate_pca",
+    "second_moment",
+    "combine_second_moments",
+    "pca_privacy_report",
+    "whitening_matrix",
+    "CapePCA",
+]
+
+PAPER_WARNING = ("calibration='paper' ignores the colluders (kappa): the true per-site epsilon is larger than the "
+                 "claimed one (see privacy_report_)")
 
 
 def validate_site_columns(site_datasets: Sequence[np.ndarray], *, radius: float = 1.0, min_sites: int = 2,
@@ -63,6 +77,108 @@ def validate_site_columns(site_datasets: Sequence[np.ndarray], *, radius: float 
     if len({X.shape[0] for X in out}) != 1:
         raise DataValidationError(f"all sites must have the same row dimension D, got {[X.shape[0] for X in out]}")
     return out
+
+
+@dataclass(frozen=True)
+class PCACalibration:
+    """Public noise calibration of one capePCA release (every site and the aggregator derive it from public values).
+
+    ``taus[s]`` = Delta_s sqrt(kappa_cal) / mu_target (spec §3.3); ``mu_site`` the true per-site mu
+    (mu_target sqrt(kappa_true / kappa_cal); 0 without noise); ``noise_std`` the aggregate std of a diagonal entry.
+    """
+
+    noise: str
+    calibration: str
+    n_rows: np.ndarray
+    weights: np.ndarray
+    n_colluders: int
+    kappa_calibration: float
+    kappa_true: float
+    mu_target: float
+    mu_site: float
+    unit_size: int
+    sensitivities: np.ndarray
+    taus: np.ndarray
+    noise_std: float
+
+    @property
+    def n_sites(self) -> int:
+        return int(self.n_rows.size)
+
+
+def calibrate_pca(n_rows: Sequence[int], epsilon: float, delta: float, *, noise: str = "cape",
+                  mu: float | None = None, n_colluders: int | None = None, calibration: str = "analytic",
+                  unit_size: int = 1) -> PCACalibration:
+    """The public calibration of Algorithm 3 (module docstring) from every site's N_s and the run's parameters."""
+    check_mode(noise, calibration)
+    rows = np.array([int(n) for n in n_rows])
+    S = rows.size
+    weights = rows / int(rows.sum())
+    C = resolve_colluders(n_colluders, S) if noise == "cape" else 0
+    k_cal, k_true = noise_kappa(noise, calibration, rows, C)
+    mu_target = calibrate_mu(epsilon, delta) if mu is None else float(mu)
+    sens = np.array([pca_sensitivity(int(n), unit_size) for n in rows])
+    taus = sens * math.sqrt(k_cal) / mu_target
+    mu_site = 0.0 if noise == "none" else mu_target * math.sqrt(k_true / k_cal)
+    return PCACalibration(noise, calibration, rows, weights, C, k_cal, k_true, mu_target, mu_site, int(unit_size),
+                          sens, taus, aggregate_std(noise, taus, weights))
+
+
+def second_moment(X: np.ndarray) -> np.ndarray:
+    """Step 1 at site s: C_s = (1/N_s) X_s X_s^T (D x D) of its D x N_s columns."""
+    return X @ X.T / X.shape[1]
+
+
+def combine_second_moments(releases: Sequence[np.ndarray], weights: Sequence[float] | np.ndarray, n_components: int
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 3 at the aggregator: C^ = sum_s (N_s/N) C^_s (symmetrised), its top-K eigenvectors and eigenvalues.
+
+    Returns ``(C^, V_K (D x K), lambda_K (descending))``.
+    """
+    agg = sum(w * r for w, r in zip(weights, releases, strict=True))
+    agg = (agg + agg.T) / 2.0
+    vals, vecs = np.linalg.eigh(agg)
+    order = np.argsort(vals)[::-1][:n_components]
+    return agg, vecs[:, order], vals[order]
+
+
+def pca_privacy_report(cal: PCACalibration, epsilon: float, delta: float, *, mu_given: bool,
+                       random_state: RandomState = None, seeded: bool | None = None,
+                       randomness: str | None = None) -> dict[str, Any]:
+    """The capePCA privacy report (formal_dp by the one rule of :func:`vfl.privacy.accounting.formal_dp_status`).
+
+    ``seeded`` / ``randomness`` override what ``random_state`` says (the networked aggregator draws no noise and
+    knows from the sites' registrations whether any site was seeded).
+    """
+    seeded = is_seeded(random_state) if seeded is None else bool(seeded)
+    report: dict[str, Any] = {
+        "mechanism": f"capePCA ({cal.noise})", "calibration": cal.calibration,
+        "claimed_epsilon": epsilon if not mu_given else epsilon_of(cal.mu_target, delta),
+        "delta": delta, "mu_target": cal.mu_target, "mu_site": cal.mu_site,
+        "true_epsilon": math.inf if cal.noise == "none" else epsilon_of(cal.mu_site, delta),
+        "kappa_calibration": cal.kappa_calibration, "kappa_true": cal.kappa_true, "n_colluders": cal.n_colluders,
+        "n_sites": cal.n_sites, "n_rows": cal.n_rows.tolist(), "unit_size": cal.unit_size,
+        "sensitivities": cal.sensitivities.tolist(), "tau": cal.taus.tolist(),
+        "aggregate_noise_std_diagonal": cal.noise_std, "seeded": seeded,
+        "randomness": randomness_source(random_state) if randomness is None else randomness,
+    }
+    # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
+    return apply_formal_dp(report, "capePCA", noise=cal.noise != "none", seeded=seeded)
+
+
+def whitening_matrix(components: np.ndarray, eigenvalues: np.ndarray, noise_std: float,
+                     floor: float | None = None) -> tuple[np.ndarray, float]:
+    """(M, r): M = diag(max(lambda_k, floor)^-1/2) V_K^T and the public radius r = max_k max(lambda_k, floor)^-1/2.
+
+    Post-processing of the release. ||M x|| <= r for every ||x|| <= 1, so r is a public data radius for
+    capeDJICA. Default floor: the aggregate noise std of a diagonal entry times sqrt(D) (a fraction of the
+    noise's spectral radius, spec §2.5; data-independent), at least 1e-12.
+    """
+    D = components.shape[0]
+    f = noise_std * math.sqrt(D) if floor is None else float(floor)
+    lam = np.maximum(eigenvalues, max(f, 1e-12))
+    M = (components / np.sqrt(lam)).T
+    return M, float(1.0 / math.sqrt(lam.min()))
 
 
 class CapePCA:
@@ -98,30 +214,28 @@ class CapePCA:
         self.random_state = random_state
 
     def fit(self, site_datasets: Sequence[np.ndarray]) -> CapePCA:
-        """Run Algorithm 3 in process (real secure aggregation of the zero-sum shares for ``noise="cape"``)."""
+        """Run Algorithm 3 in process (real secure aggregation of the zero-sum shares for ``noise="cape"``).
+
+        The same functions run the networked sites and aggregator (:mod:`vfl.protocols.cape_djica_rounds`):
+        :func:`calibrate_pca` (public), :func:`second_moment` and the CAPE release per site,
+        :func:`combine_second_moments` and :func:`pca_privacy_report` at the aggregator.
+        """
         local = self.noise == "local"
         data = validate_site_columns(site_datasets, min_sites=1 if local or self.noise == "none" else 2)
         if local and len(data) != 1:
             raise DataValidationError("noise='local' is the single-site baseline: pass exactly one site matrix")
-        S = len(data)
         D = data[0].shape[0]
         if self.n_components > D:
             raise ConfigurationError(f"n_components={self.n_components} exceeds the data dimension D={D}")
-        n_rows = np.array([X.shape[1] for X in data])
-        N = int(n_rows.sum())
-        weights = n_rows / N
-        C = resolve_colluders(self.n_colluders, S) if self.noise == "cape" else 0
-        k_cal, k_true = noise_kappa(self.noise, self.calibration, n_rows, C)
+        cal = calibrate_pca([X.shape[1] for X in data], self.epsilon, self.delta, noise=self.noise, mu=self.mu,
+                            n_colluders=self.n_colluders, calibration=self.calibration, unit_size=self.unit_size)
         if self.noise == "cape" and self.calibration == "paper":
-            warnings.warn("calibration='paper' ignores the colluders (kappa): the true per-site epsilon is larger "
-                          "than the claimed one (see privacy_report_)", PrivacyLeakWarning, stacklevel=2)
-        mu_target = calibrate_mu(self.epsilon, self.delta) if self.mu is None else float(self.mu)
-        sens = np.array([pca_sensitivity(int(n), self.unit_size) for n in n_rows])
-        taus = sens * math.sqrt(k_cal) / mu_target
+            warnings.warn(PAPER_WARNING, PrivacyLeakWarning, stacklevel=2)
+        S, taus = cal.n_sites, cal.taus
         rng = make_rng(self.random_state)
         site_rngs = spawn(rng, S)
 
-        local_cov = [X @ X.T / X.shape[1] for X in data]
+        local_cov = [second_moment(X) for X in data]
         if self.noise == "cape":
             e, _ = zero_sum_noise(taus, (D, D), site_rngs, symmetric=True)
             releases = [c + es + draw_block_noise(t / math.sqrt(S), (D, D), r, symmetric=True)
@@ -131,31 +245,13 @@ class CapePCA:
                         for c, t, r in zip(local_cov, taus, site_rngs, strict=True)]
         else:
             releases = [c.copy() for c in local_cov]
-        agg = sum(w * r for w, r in zip(weights, releases, strict=True))
-        agg = (agg + agg.T) / 2.0
-        vals, vecs = np.linalg.eigh(agg)
-        order = np.argsort(vals)[::-1][: self.n_components]
-
-        self.covariance_ = agg
-        self.components_ = vecs[:, order]
-        self.eigenvalues_ = vals[order]
+        self.covariance_, self.components_, self.eigenvalues_ = combine_second_moments(
+            releases, cal.weights, self.n_components)
         self.site_releases_ = releases
-        self.noise_std_ = aggregate_std(self.noise, taus, weights)
-        mu_true = 0.0 if self.noise == "none" else mu_target * math.sqrt(k_true / k_cal)
-        self.mu_ = mu_true
-        self.privacy_report_: dict[str, Any] = {
-            "mechanism": f"capePCA ({self.noise})", "calibration": self.calibration,
-            "claimed_epsilon": self.epsilon if self.mu is None else epsilon_of(self.mu, self.delta),
-            "delta": self.delta, "mu_target": mu_target, "mu_site": mu_true,
-            "true_epsilon": math.inf if self.noise == "none" else epsilon_of(mu_true, self.delta),
-            "kappa_calibration": k_cal, "kappa_true": k_true, "n_colluders": C, "n_sites": S,
-            "n_rows": n_rows.tolist(), "unit_size": self.unit_size, "sensitivities": sens.tolist(),
-            "tau": taus.tolist(), "aggregate_noise_std_diagonal": self.noise_std_,
-            "seeded": is_seeded(self.random_state), "randomness": randomness_source(self.random_state),
-        }
-        # formal_dp by the one rule (vfl.privacy.accounting.formal_dp_status): no noise or a fixed seed -> false
-        apply_formal_dp(self.privacy_report_, "capePCA", noise=self.noise != "none",
-                        seeded=is_seeded(self.random_state))
+        self.noise_std_ = cal.noise_std
+        self.mu_ = cal.mu_site
+        self.privacy_report_ = pca_privacy_report(cal, self.epsilon, self.delta, mu_given=self.mu is not None,
+                                                  random_state=self.random_state)
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:
@@ -163,14 +259,5 @@ class CapePCA:
         return self.components_.T @ np.asarray(X, float)
 
     def whitening(self, floor: float | None = None) -> tuple[np.ndarray, float]:
-        """(M, r): M = diag(max(lambda_k, floor)^-1/2) V_K^T and the public radius r = max_k max(lambda_k, floor)^-1/2.
-
-        Post-processing of the release. ||M x|| <= r for every ||x|| <= 1, so r is a public data radius for
-        capeDJICA. Default floor: the aggregate noise std of a diagonal entry times sqrt(D) (a fraction of the
-        noise's spectral radius, spec §2.5; data-independent), at least 1e-12.
-        """
-        D = self.covariance_.shape[0]
-        f = self.noise_std_ * math.sqrt(D) if floor is None else float(floor)
-        lam = np.maximum(self.eigenvalues_, max(f, 1e-12))
-        M = (self.components_ / np.sqrt(lam)).T
-        return M, float(1.0 / math.sqrt(lam.min()))
+        """(M, r) of :func:`whitening_matrix` for this fit's release."""
+        return whitening_matrix(self.components_, self.eigenvalues_, self.noise_std_, floor)

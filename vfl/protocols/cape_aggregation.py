@@ -78,12 +78,13 @@ __all__ = [
     "CapeFMPlan",
     "CapeFMSite",
     "CapeFMAggregator",
+    "TO_SITE_KINDS",
     "drive",
 ]
 
 NOISE_MODES = ("full", "zero-sum-only", "none")
 PUBLIC_KEY_BYTES = 256
-KINDS = ("plan", "key", "keys", "masked", "sum", "release")
+KINDS = ("plan", "key", "keys", "masked", "sum", "release", "subspace", "state")
 
 
 @dataclass
@@ -138,13 +139,17 @@ class CapeSiteRound:
 
     All noise is drawn at construction from one generator in block order, e^_j then g_j per block (the order of
     :class:`vfl.models.capefm.CapeFM`'s per-site generator, so seeded runs reproduce the in-process estimator).
+    ``release=False``: a **shares-only** round (steps 1-4): only the e^_j are drawn, the ``sum`` step leaves the
+    zero-sum shares e_s in :attr:`zero_sum_` and sends nothing (capeDJICA sets up all rounds' shares this way,
+    :mod:`vfl.protocols.cape_djica_rounds`); ``blocks`` then give the shapes and taus (values are ignored).
     ``e_hat_``, ``zero_sum_`` (e_s, after the ``sum``) and ``independent_`` (g_s) stay local: tests read them.
     """
 
     def __init__(self, site_id: int, n_sites: int, round_id: int, blocks: Sequence[CapeBlock], *,
                  random_state: RandomState = None, noise: str = "full",
-                 precision_bits: int = SECAGG_NOISE_PRECISION_BITS) -> None:
+                 precision_bits: int = SECAGG_NOISE_PRECISION_BITS, release: bool = True) -> None:
         self.noise = _check_mode(noise)
+        self.release = bool(release)
         if not blocks or len({b.name for b in blocks}) != len(blocks):
             raise ConfigurationError("a CAPE round needs at least one block, with distinct names")
         self.site_id, self.n_sites, self.round_id = int(site_id), int(n_sites), int(round_id)
@@ -164,7 +169,10 @@ class CapeSiteRound:
                 e, g = np.zeros(shape), np.zeros(shape)
             else:
                 e = round_to_grid(draw_block_noise(b.tau, shape, rng, symmetric=b.symmetric), self.precision_bits)
-                g = draw_block_noise(b.tau / math.sqrt(self.n_sites), shape, rng, symmetric=b.symmetric)
+                if not self.release:  # shares only: no independent part is drawn
+                    g = np.zeros(shape)
+                else:
+                    g = draw_block_noise(b.tau / math.sqrt(self.n_sites), shape, rng, symmetric=b.symmetric)
                 if self.noise == "zero-sum-only":
                     g = np.zeros(shape)
             self.e_hat_[b.name], self.independent_[b.name] = e, g
@@ -203,6 +211,8 @@ class CapeSiteRound:
                 self.zero_sum_[b.name] = e
                 out.append((b.value + e + self.independent_[b.name]).ravel())
             self.phase = "done"
+            if not self.release:  # a shares-only round: e_s stays here for later releases
+                return []
             return [CapeMessage("release", self.site_id, {"round": self.round_id}, np.concatenate(out))]
         raise ProtocolError(f"site {self.site_id}: unexpected {msg.kind!r} in phase {self.phase!r}")
 
@@ -211,13 +221,15 @@ class CapeAggregatorRound:
     """The aggregator's side of one CAPE round: relays keys, learns only sum_s e^_s, collects the releases.
 
     ``layout``: (name, shape) of the blocks in the sites' order. ``on_receive(msg)`` sees every message this
-    object receives (an audit hook: tests check it never holds a single site's noise share).
+    object receives (an audit hook: tests check it never holds a single site's noise share). ``release=False``:
+    a shares-only round, done once the ``sum`` is broadcast (:meth:`releases` is then empty).
     """
 
     def __init__(self, n_sites: int, layout: Sequence[tuple[str, tuple[int, ...]]], round_id: int, *,
                  precision_bits: int = SECAGG_NOISE_PRECISION_BITS,
-                 on_receive: Callable[[CapeMessage], None] | None = None) -> None:
+                 on_receive: Callable[[CapeMessage], None] | None = None, release: bool = True) -> None:
         self.n_sites, self.round_id = int(n_sites), int(round_id)
+        self.release = bool(release)
         self.layout = [(str(n), tuple(int(v) for v in s)) for n, s in layout]
         self.length = int(sum(math.prod(s) for _, s in self.layout))
         self.precision_bits = int(precision_bits)
@@ -271,7 +283,7 @@ class CapeAggregatorRound:
             if self._secagg.missing_sites():
                 return []
             words = self._secagg.aggregate_words()  # the masks cancel: sum_s enc(e^_s) mod 2^64
-            self.phase = "release"
+            self.phase = "release" if self.release else "done"
             return [CapeMessage("sum", t, {"round": self.round_id}, words.copy()) for t in range(self.n_sites)]
         if msg.kind == "release" and self.phase == "release":
             if s in self._releases:
@@ -289,6 +301,8 @@ class CapeAggregatorRound:
         """Every site's noisy release, split into the layout's blocks (after :attr:`done`)."""
         if not self.done:
             raise ProtocolError(f"the round is not complete: waiting for sites {self.waiting_for()}")
+        if not self.release:
+            return []
         out = []
         for s in range(self.n_sites):
             pos, blocks = 0, {}
@@ -481,19 +495,24 @@ class CapeFMAggregator:
         return result.w, report
 
 
-def drive(aggregator: CapeFMAggregator | CapeAggregatorRound, sites: Sequence[Any],
-          first: Sequence[CapeMessage] | None = None) -> None:
+#: message kinds that travel aggregator -> site (the rest travel site -> aggregator); ``subspace`` and ``state``
+#: are the public broadcasts of the multi-round capePCA/capeDJICA session (vfl.protocols.cape_djica_rounds)
+TO_SITE_KINDS = ("plan", "keys", "sum", "subspace", "state")
+
+
+def drive(aggregator: Any, sites: Sequence[Any], first: Sequence[CapeMessage] | None = None) -> None:
     """Move messages between ``aggregator`` and ``sites`` (objects with ``handle``) in process until done.
 
-    ``first``: the opening messages (default: the aggregator's plan messages, or every site's ``start()``).
+    ``first``: the opening messages (default: the aggregator's ``plan_messages()`` if it has them (capeFM,
+    capeDJICA), else every site's ``start()``).
     """
     if first is None:
-        first = (aggregator.plan_messages() if isinstance(aggregator, CapeFMAggregator)
+        first = (aggregator.plan_messages() if hasattr(aggregator, "plan_messages")
                  else [m for site in sites for m in site.start()])
     queue = list(first)
     while queue:
         msg = queue.pop(0)
-        if msg.kind in ("plan", "keys", "sum"):
+        if msg.kind in TO_SITE_KINDS:
             queue.extend(sites[msg.site].handle(msg))
         else:
             queue.extend(aggregator.handle(msg))
