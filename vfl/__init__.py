@@ -47,10 +47,10 @@ __all__ = [
     "__version__",
 ]
 
-from vfl.api import Party, Site, fit, fit_sites  # noqa: E402  (networked API, issues 4 and 10)
+from vfl.api import Party, Site, fit, fit_ica_sites, fit_sites  # noqa: E402  (networked API, issues 4, 10, 11)
 from vfl.net.coordinator import Coordinator, RunSettings  # noqa: E402
 from vfl.net.modelio import FittedModel, load_model  # noqa: E402
 from vfl.net.party import LocalData, PartyNode  # noqa: E402
 
 __all__ += ["Coordinator", "FittedModel", "LocalData", "Party", "PartyNode", "RunSettings", "fit", "load_model",
-            "Site", "fit_sites"]
+            "Site", "fit_sites", "fit_ica_sites"]

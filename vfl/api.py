@@ -29,7 +29,7 @@ from vfl.net.party import LocalData, PartyNode
 from vfl.protocols.policy import PartyPolicy
 from vfl.rng import RandomState
 
-__all__ = ["Party", "fit", "Site", "fit_sites"]
+__all__ = ["Party", "fit", "Site", "fit_sites", "fit_ica_sites"]
 
 
 class Party:
@@ -194,4 +194,46 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
                                 seeded=random_state is not None)
     nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise)
              for i, s in enumerate(sites)}
+    return _run_on_loopback(aggregator.run, nodes)
+
+
+# ---------------------------------------------------------------------------------------------- capeDJICA sites
+def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0, delta: float = 1e-5, *,
+                  max_iter: int = 50, learning_rate: float = 1.0, pca_share: float = 0.1, clip: float = 2.0,
+                  unit_size: int = 1, n_colluders: int | None = None, calibration: str = "analytic",
+                  accountant: str = "gdp", anneal_deg: float = 60.0, anneal_step: float = 0.9,
+                  restart_factor: float = 0.9, tol: float = 1e-6, scale: float = 1.0, random_state: int | None = None,
+                  timeout: float = 120.0, max_run_seconds: float | None = 86400.0, out: str | None = None,
+                  verbose: bool = False, bind: str = "tcp://127.0.0.1:0", insecure_test_noise: str | None = None
+                  ) -> Any:
+    """capePCA + capeDJICA over the real networked protocol on loopback (one aggregator, one thread per site).
+
+    ``sites``: name -> the site's D x N_s matrix (columns = time points; divided by the public ``scale``, every
+    column must then lie in the unit ball). Same protocol and messages as ``vfl djica-aggregator`` with
+    ``vfl djica-site`` processes (docs/capedjica.md). ``epsilon``/``delta`` hold per site for the whole pipeline
+    against the aggregator plus ``n_colluders`` sites. ``random_state`` (an int, experiments only) seeds every
+    site: the model then equals :func:`vfl.models.cape_ica.fit_cape_ica` with the same seed on the sites in name
+    order, bit for bit. ``insecure_test_noise="none"`` disables the noise (tests only). Returns the
+    :class:`~vfl.net.ica_model.ICAModel` (written atomically to ``out`` if given).
+    """
+    from vfl.models.cape_ica import CapeICAConfig
+    from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings
+    from vfl.net.cape_ica_site import ICASiteData, ica_site_node
+
+    if not isinstance(sites, dict) or len(sites) < 2:
+        raise ConfigurationError("fit_ica_sites needs a dict of at least 2 sites (name -> D x N_s matrix)")
+    if insecure_test_noise not in (None, "none"):
+        raise ConfigurationError("insecure_test_noise must be None or 'none'")
+    noise = "none" if insecure_test_noise else "cape"
+    config = CapeICAConfig(n_components, epsilon, delta, noise=noise, pca_share=pca_share, clip=clip,
+                           max_iter=max_iter, learning_rate=learning_rate, anneal_deg=anneal_deg,
+                           anneal_step=anneal_step, restart_factor=restart_factor, tol=tol, unit_size=unit_size,
+                           n_colluders=n_colluders, calibration=calibration, accountant=accountant)
+    settings = CapeICASettings(len(sites), config, timeout, max_run_seconds)
+    settings.validate()
+    datas = [ICASiteData.build(name, X, scale=scale) for name, X in sites.items()]
+    aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
+                                      seeded=random_state is not None)
+    nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state, noise=noise)
+             for d in datas}
     return _run_on_loopback(aggregator.run, nodes)

@@ -393,6 +393,99 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
              curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo)
 
 
+# ---------------------------------------------------------------------------------------------- capeDJICA
+@cli.command("djica-aggregator")
+@click.option("--sites", type=int, required=True,
+              help="Number of sites S (disjoint columns / time points, the same D rows) that must register with "
+                   "`vfl djica-site`.")
+@click.option("--components", "-K", type=int, required=True, help="Components K (capePCA subspace and ICA sources).")
+@click.option("--epsilon", type=float, required=True,
+              help="Per-site epsilon for the whole pipeline (the capePCA release plus every planned round).")
+@click.option("--delta", type=float, default=1e-5, show_default=True, help="Per-site delta for the whole pipeline.")
+@click.option("--rounds", type=int, default=50, show_default=True,
+              help="capeDJICA rounds J (the budget is calibrated for J rounds; restarts count).")
+@click.option("--learning-rate", type=float, default=1.0, show_default=True, help="Initial learning rate rho_0.")
+@click.option("--pca-share", type=float, default=0.1, show_default=True,
+              help="Share of the GDP budget mu^2 spent on the capePCA release (0 < share < 1).")
+@click.option("--clip", type=float, default=2.0, show_default=True,
+              help="Whitened columns are clipped to the public radius min(r, clip sqrt(K)).")
+@click.option("--unit-size", type=int, default=1, show_default=True,
+              help="Columns per protected unit (1: one time point, as the seed; T: one subject's T time points).")
+@click.option("--colluding", type=int, default=None,
+              help="Sites S_C that may collude with the aggregator (default ceil(S/3) - 1); noise is calibrated "
+                   "against them.")
+@click.option("--calibration", type=click.Choice(["analytic", "paper"]), default="analytic", show_default=True,
+              help="CAPE calibration: corrected with kappa(S, S_C), or the seed's Lemma 1 (true epsilon reported).")
+@click.option("--accountant", type=click.Choice(["gdp", "rdp", "moments", "strong"]), default="gdp",
+              show_default=True, help="Accountant that calibrates the per-round noise (all are reported).")
+@click.option("--anneal-deg", type=float, default=60.0, show_default=True,
+              help="Anneal when consecutive updates differ by more than this angle (degrees).")
+@click.option("--anneal-step", type=float, default=0.9, show_default=True, help="Annealing factor of rho.")
+@click.option("--tol", type=float, default=1e-6, show_default=True, help="Stop when ||Delta W||_F^2 < tol.")
+@click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
+              help="TESTS ONLY: run without noise (every site must pass the same flag).")
+@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, help="Endpoint to listen on.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for registrations, and the longest a site may stay silent.")
+@click.option("--max-run-time", type=float, default=86400.0, show_default=True,
+              help="Abort the run (no model) after this many seconds.")
+@click.option("--out", type=click.Path(dir_okay=False), default="djica_model.json", show_default=True,
+              help="Model JSON (written atomically: W, b, subspace, whitening, privacy report).")
+@click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="Enable CURVE: directory with coordinator.key_secret and the allowed sites' public keys.")
+@click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
+              help="Largest message accepted from a site.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
+def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, rounds: int, learning_rate: float,
+                     pca_share: float, clip: float, unit_size: int, colluding: int | None, calibration: str,
+                     accountant: str, anneal_deg: float, anneal_step: float, tol: float,
+                     insecure_test_noise: str | None, bind: str, timeout: float, max_run_time: float, out: str,
+                     force: bool, curve_dir: str | None, max_message_bytes: int, quiet: bool) -> None:
+    """Run the capePCA + capeDJICA aggregator: S sites, one capePCA release, J CAPE rounds (docs/capedjica.md)."""
+    from vfl.net.ica_cli import run_djica_aggregator
+
+    check_writable(out, force=force)
+    run_djica_aggregator(sites=sites, components=components, epsilon=epsilon, delta=delta, rounds=rounds,
+                         learning_rate=learning_rate, pca_share=pca_share, clip=clip, unit_size=unit_size,
+                         colluding=colluding, calibration=calibration, accountant=accountant, anneal_deg=anneal_deg,
+                         anneal_step=anneal_step, tol=tol, noise=insecure_test_noise, bind=bind, timeout=timeout,
+                         max_run_time=max_run_time, out=out, curve_dir=curve_dir,
+                         max_message_bytes=max_message_bytes, quiet=quiet, echo=_echo)
+
+
+@cli.command("djica-site")
+@click.option("--connect", required=True, help="Aggregator endpoint (`vfl djica-aggregator`).")
+@click.option("--name", required=True, help="This site's unique name.")
+@click.option("--data", type=click.Path(dir_okay=False), required=True,
+              help="CSV (or Parquet) with a header: one row per time point, one column per dimension (D columns, "
+                   "the same at every site).")
+@click.option("--columns", default=None,
+              help="Dimension columns: names, ranges FIRST:LAST or 0-based indices, comma separated (default: all).")
+@click.option("--scale", type=float, default=1.0, show_default=True,
+              help="Public constant the data are divided by; every time point must then have ||x||_2 <= 1.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Give up when the aggregator is silent this many seconds.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed the noise (reproducible experiments only; every site given the same seed reproduces the "
+                   "in-process fit; the report flags seeded runs).")
+@click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
+              help="TESTS ONLY: run without noise; the aggregator must pass the same flag.")
+def djica_site(connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
+               timeout: float, seed: int | None, insecure_test_noise: str | None) -> None:
+    """Run one capeDJICA site: its time points, the capePCA release and the CAPE rounds (docs/capedjica.md).
+
+    The pipeline parameters come from the aggregator's public plan; the site checks the plan against its own data
+    and computes its own noise. A site that loses the aggregator, or gets ABORT, exits with code 3.
+    """
+    from vfl.net.ica_cli import run_djica_site
+
+    run_djica_site(connect=connect, name=name, data=data, columns=columns, scale=scale, curve_dir=curve_dir,
+                   timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo)
+
+
 # ---------------------------------------------------------------------------------------------- predict
 @cli.command()
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,

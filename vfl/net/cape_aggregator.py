@@ -109,7 +109,15 @@ def _symmetric(pair: list[float]) -> list[float]:
 
 
 class CapeAggregator:
-    """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest."""
+    """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest.
+
+    Subclasses for other CAPE statistics (:class:`vfl.net.cape_ica_aggregator.CapeICANetAggregator`) reuse the
+    registration loop, the liveness checks and the message loop (:meth:`_drive`) and override
+    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_body`.
+    """
+
+    label = "capeFM"
+    site_role = "site"
 
     def __init__(self, settings: CapeSettings, bind: str = "tcp://127.0.0.1:5555", *,
                  curve: CurveServerKeys | None = None, out: str | None = None,
@@ -146,12 +154,16 @@ class CapeAggregator:
             self.transport.close()
             raise
         try:
-            self._broadcast(Message(MessageType.RESULT, {"model": model.to_dict()}))
+            self._broadcast(Message(MessageType.RESULT, {"model": self._result_body(model)}))
         finally:
             self.transport.close()
         return model
 
     # ------------------------------------------------------------------ helpers
+    def _result_body(self, model: Any) -> dict[str, Any]:
+        """The RESULT body's model (the sites' copy)."""
+        return model.to_dict()  # type: ignore[no-any-return]
+
     def _broadcast(self, msg: Message) -> None:
         for r in self.sites:
             try:
@@ -170,7 +182,8 @@ class CapeAggregator:
         for r in self.sites:
             if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
                 raise PartyFailure(f"site {r.name} sent nothing for {self.settings.timeout:g} s (crashed, killed or "
-                                   "disconnected); capeFM has no dropout recovery: run aborted, no model written")
+                                   f"disconnected); {self.label} has no dropout recovery: run aborted, no model "
+                                   "written")
 
     def _send_to(self, reg: SiteRegistration, msg: Message) -> None:
         """Send to a registered site; a site that is gone or not reading (the message is dropped) is a dropout."""
@@ -178,7 +191,7 @@ class CapeAggregator:
             self.transport.send(reg.peer, msg)
         except PeerUnreachable as exc:
             raise PartyFailure(f"site {reg.name} is unreachable (vanished or not reading): {msg.type.value} dropped; "
-                               "capeFM has no dropout recovery: run aborted, no model written") from exc
+                               f"{self.label} has no dropout recovery: run aborted, no model written") from exc
 
     def _refuse(self, peer: bytes, reason: str) -> None:
         try:
@@ -191,7 +204,8 @@ class CapeAggregator:
         S = self.settings.n_sites
         wait = self.settings.registration_timeout or self.settings.timeout
         deadline = time.monotonic() + wait
-        self.log(f"capeFM aggregator listening on {self.endpoint}; waiting for {S} sites (run {self.run_id[:8]})")
+        self.log(f"{self.label} aggregator listening on {self.endpoint}; waiting for {S} sites "
+                 f"(run {self.run_id[:8]})")
         while len(self.sites) < S:
             if time.monotonic() > deadline:
                 have = ", ".join(r.name for r in self.sites) or "none"
@@ -218,14 +232,14 @@ class CapeAggregator:
             self.sites.append(reg)
             self.transport.bind_peer(peer, reg.name)  # later messages from this peer must carry this name
             self._send_to(reg, Message(MessageType.WELCOME, {"run": self.run_id}))
-            self.log(f"  registered site {reg.name}: {reg.n_rows} rows")
+            self.log(f"  registered site {reg.name}: {reg.n_rows} {'columns' if self.site_role != 'site' else 'rows'}")
         self.sites.sort(key=lambda r: r.name)
 
     def _parse_registration(self, peer: bytes, msg: Message) -> SiteRegistration:
         b = msg.body
         if b.get("role") != "site":
-            raise ConfigurationError(f"{b['name']} registered as a vertical party; a cape-fm run takes sites "
-                                     "(`vfl site`)")
+            what = "a capeDJICA site" if b.get("role") == "djica-site" else "a vertical party"
+            raise ConfigurationError(f"{b['name']} registered as {what}; a cape-fm run takes sites (`vfl site`)")
         if b["name"] != msg.sender:
             raise ProtocolError(f"registration name {b['name']!r} differs from the sender {msg.sender!r}")
         raw = b.get("bounds")
@@ -258,21 +272,9 @@ class CapeAggregator:
                                          "site must use the same bounds file")
         return reg
 
-    def _run(self) -> FittedModel:
-        s = self.settings
-        self._register_all()
-        icpt = 1 if s.fit_intercept else 0
-        n_features = len(self.sites[0].features) + icpt
-        plan = s.plan([r.n_rows for r in self.sites], n_features)
-        seeded_sites = [r.name for r in self.sites if r.seeded]
-        agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded or bool(seeded_sites))
-        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
-            body = dict(m.body)
-            body.pop("index")
-            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
-                                                                        "fit_intercept": s.fit_intercept}))
-        self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
-                 f"delta {s.delta:g}, S_C {agg.info['n_colluders']}")
+    def _drive(self, agg: Any) -> None:
+        """Move the registered sites' CAPE messages to ``agg`` (a socket-free aggregator session) and its answers
+        back until ``agg.done``; liveness, sender checks, ERROR and the audit hook as for every CAPE run."""
         index_of = {r.peer: i for i, r in enumerate(self.sites)}
         while not agg.done:
             self._tick()
@@ -283,7 +285,7 @@ class CapeAggregator:
             i = index_of.get(peer)
             if i is None:
                 if msg.type is MessageType.REGISTER:
-                    self._refuse(peer, f"the run already has its {s.n_sites} sites")
+                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites")
                 continue
             reg = self.sites[i]
             if msg.sender != reg.name:
@@ -299,6 +301,23 @@ class CapeAggregator:
                 raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
             for out in agg.handle(from_wire(msg, i)):
                 self._send_to(self.sites[out.site], to_wire(out))
+
+    def _run(self) -> FittedModel:
+        s = self.settings
+        self._register_all()
+        icpt = 1 if s.fit_intercept else 0
+        n_features = len(self.sites[0].features) + icpt
+        plan = s.plan([r.n_rows for r in self.sites], n_features)
+        seeded_sites = [r.name for r in self.sites if r.seeded]
+        agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded or bool(seeded_sites))
+        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
+            body = dict(m.body)
+            body.pop("index")
+            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
+                                                                        "fit_intercept": s.fit_intercept}))
+        self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
+                 f"delta {s.delta:g}, S_C {agg.info['n_colluders']}")
+        self._drive(agg)
         w, report = agg.finish()
         scale = 1.0 / math.sqrt(n_features)
         first = self.sites[0]

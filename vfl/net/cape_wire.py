@@ -20,6 +20,8 @@ KIND_TO_TYPE = {
     "masked": MessageType.CAPE_MASKED,
     "sum": MessageType.CAPE_SUM,
     "release": MessageType.CAPE_RELEASE,
+    "subspace": MessageType.CAPE_SUBSPACE,   # capeDJICA (vfl.protocols.cape_djica_rounds)
+    "state": MessageType.CAPE_STATE,
 }
 TYPE_TO_KIND = {v: k for k, v in KIND_TO_TYPE.items()}
 

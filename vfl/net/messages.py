@@ -61,6 +61,15 @@ REGISTER (role "site") / WELCOME as above, then
     aggregator   -> site         CAPE_SUM        sum of the masked shares = sum of the noise shares (uint64[L])
     site         -> aggregator   CAPE_RELEASE    noisy coefficients (float64[L])
     aggregator   -> site         RESULT / ABORT
+
+capePCA + capeDJICA over sites with disjoint columns (vfl.protocols.cape_djica_rounds, vfl.net.cape_ica_aggregator;
+REGISTER role "djica-site" with ``dims`` D): CAPE_PLAN, one CAPE round of the second-moment matrix, then
+
+    aggregator   -> site         CAPE_SUBSPACE   the released top-K eigenvectors and eigenvalues (float64[D K + K])
+    (CAPE_KEY / CAPE_KEYS / CAPE_MASKED / CAPE_SUM: one shares-only round of the zero-sum shares of all rounds)
+    aggregator   -> site         CAPE_STATE      round j: W, b, learning rate (float64[K^2 + K + 1])
+    site         -> aggregator   CAPE_RELEASE    round j: noisy Delta W_s, Delta b_s (float64[K^2 + K])
+    aggregator   -> site         RESULT / ABORT
 """
 
 from __future__ import annotations
@@ -134,6 +143,8 @@ class MessageType(str, Enum):
     CAPE_MASKED = "cape_masked"
     CAPE_SUM = "cape_sum"
     CAPE_RELEASE = "cape_release"
+    CAPE_SUBSPACE = "cape_subspace"
+    CAPE_STATE = "cape_state"
     PSI_START = "psi_start"
     PSI_POINTS = "psi_points"
     PSI_RESULT = "psi_result"
@@ -189,6 +200,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "bounds_from_data": (False, _is_bool),
         "role": (False, _is_opt(_is_str(16))),
         "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
+        "dims": (False, _is_int(1, 10**8)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
     },
     MessageType.WELCOME: {"run": (True, _is_str(32))},
     MessageType.PLAN: {
@@ -246,12 +258,14 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.CAPE_PLAN: {"index": (True, _is_int(0, 10_000)), "plan": (True, _is_dict),
-                            "fit_intercept": (True, _is_bool)},
+                            "fit_intercept": (False, _is_bool)},  # capeFM plans carry it, capeDJICA plans do not
     MessageType.CAPE_KEY: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_KEYS: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_MASKED: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_SUM: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_SUBSPACE: {"round": (True, _is_int(0, 2**63 - 1))},
+    MessageType.CAPE_STATE: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.PSI_START: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_int(1, 10_001))},
     MessageType.PSI_POINTS: {"origin": (True, _is_int(0, 10_000)), "hops": (True, _is_int(1, 10_001))},
     MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
@@ -278,6 +292,8 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.HEARTBEAT: ((),),
     MessageType.ABORT: ((),),
     MessageType.ERROR: ((),),
+    MessageType.CAPE_SUBSPACE: (("array",),),
+    MessageType.CAPE_STATE: (("array",),),
     MessageType.PSI_START: ((),),
     MessageType.PSI_POINTS: (("bytes",),),
     MessageType.PSI_RESULT: (("array",),),

@@ -125,7 +125,10 @@ def capefm_session(noise: str = "full") -> SessionFactory:
         model = body.get("model")
         if model not in ("linear", "logistic"):
             raise ProtocolError(f"the plan names an unknown model {model!r}")
-        X, y = data.prepared(model, bool(plan.body["fit_intercept"]))
+        fit_intercept = plan.body.get("fit_intercept")
+        if not isinstance(fit_intercept, bool):
+            raise ProtocolError("a capeFM plan must say fit_intercept")
+        X, y = data.prepared(model, fit_intercept)
         return CapeFMSite(X, y, model, random_state=random_state, noise=noise)
 
     return make
@@ -138,12 +141,14 @@ class SiteNode:
     so another CAPE statistic may pass its own data object. ``noise``: the test-only switch of
     :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
     ``random_state`` seeds the site's noise (reproducible experiments only; the registration says so and the
-    aggregator's report flags the run as seeded).
+    aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT body's model into the value
+    :meth:`run` returns (default :meth:`FittedModel.from_dict`).
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                  random_state: RandomState = None, noise: str = "full",
-                 session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None) -> None:
+                 session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
+                 result_parser: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.data = data
         self.connect = connect
         self.curve = curve
@@ -151,16 +156,18 @@ class SiteNode:
         self.random_state = random_state
         self.session_factory = session_factory or capefm_session(noise)
         self.log = log or (lambda s: None)
+        self.result_parser = result_parser or FittedModel.from_dict
         self.index: int | None = None
 
-    def run(self) -> FittedModel:
+    def run(self) -> Any:
+        """The released model (a :class:`FittedModel` for capeFM; ``result_parser`` of the RESULT body otherwise)."""
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
         try:
             return run_reporting_failures(t, self.data.name, "site", lambda: self._run(t))
         finally:
             t.close()
 
-    def _run(self, t: ClientTransport) -> FittedModel:
+    def _run(self, t: ClientTransport) -> Any:
         t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
         last_sent = time.monotonic()
         session: Any = None
@@ -174,7 +181,7 @@ class SiteNode:
             elif msg.type is MessageType.ABORT:
                 raise PartyFailure(f"the aggregator aborted the run: {msg.body['reason']}")
             elif msg.type is MessageType.RESULT:
-                return FittedModel.from_dict(msg.body["model"])
+                return self.result_parser(msg.body["model"])
             elif msg.type is MessageType.CAPE_PLAN:
                 if session is not None:
                     raise ProtocolError("second CAPE plan in one run")

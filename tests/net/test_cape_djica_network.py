@@ -1,0 +1,246 @@
+"""capePCA + capeDJICA over real processes (issue 11): `vfl djica-site` processes and `vfl djica-aggregator`
+(a CLI process, or an in-test aggregator object where the test audits what it receives).
+
+Checks: the seeded networked pipeline equals the in-process fit_cape_ica bit for bit (the JSON model holds the
+same float64 values); non-private networked djICA recovers a known mixing matrix (Amari index below the in-process
+test's threshold); a SIGKILLed site ends the run with one line naming it and no model file; the aggregator never
+receives a site's noise share or clean statistic; bad input (mismatched D, NaN, too few sites, columns outside the
+unit ball) gives a one-line error and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vfl.data.synthetic_ica import make_joint_ica
+from vfl.demo import free_port
+from vfl.models.cape_djica import infomax_update
+from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
+from vfl.models.ica_metrics import amari_index
+from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings
+from vfl.net.ica_model import load_ica_model
+from vfl.net.messages import MessageType
+from vfl.protocols.cape_aggregation import CapeMessage
+from vfl.protocols.cape_djica_rounds import CapeICASite
+from vfl.secure.aggregation import decode_fixed_point, encode_fixed_point
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+
+VFL = [sys.executable, "-m", "vfl.cli"]
+AMARI_THRESHOLD = 0.05  # the in-process test's threshold (tests/models/test_cape_djica.py)
+
+
+def _write_sites(tmp: Path, sites: list[np.ndarray], prefix: str = "site") -> list[Path]:
+    """One CSV per site: a row per time point, a column per dimension (repr floats: exact round trip)."""
+    paths = []
+    for i, X in enumerate(sites):
+        p = tmp / f"{prefix}{i}.csv"
+        header = ",".join(f"d{j}" for j in range(X.shape[0]))
+        p.write_text(header + "\n" + "".join(",".join(repr(float(v)) for v in row) + "\n" for row in X.T))
+        paths.append(p)
+    return paths
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.items: list[subprocess.Popen] = []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.items.append(p)
+        return p
+
+    def kill_all(self) -> None:
+        for p in self.items:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    yield ps
+    ps.kill_all()
+
+
+def _site(procs, url, path, name, *extra, timeout=20):
+    return procs.start("djica-site", "--connect", url, "--name", name, "--data", str(path), "--timeout", str(timeout),
+                       *extra)
+
+
+def _aggregator(procs, url, out, *extra, sites=3, timeout=20):
+    return procs.start("djica-aggregator", "--sites", str(sites), "--bind", url, "--out", str(out), "--timeout",
+                       str(timeout), *extra)
+
+
+def test_cli_capedjica_equals_in_process_bit_for_bit(tmp_path, procs):
+    data = make_joint_ica(3, 2, 60, 3, 6, scale_sd=2.0, random_state=5)
+    paths = _write_sites(tmp_path, data.sites)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    agg = _aggregator(procs, url, out, "--components", "3", "--epsilon", "2", "--rounds", "12", "--quiet")
+    sites = [_site(procs, url, p, f"site{i}", "--seed", "17") for i, p in enumerate(paths)]
+    o, e = agg.communicate(timeout=90)
+    assert agg.returncode == 0, e
+    assert "true epsilon 2" in o and "seeded noise" in o
+    for s in sites:
+        so, se = s.communicate(timeout=30)
+        assert s.returncode == 0 and "done: capeDJICA model released" in so, se
+    model = load_ica_model(out)
+    ref = fit_cape_ica(data.sites, CapeICAConfig(3, 2.0, max_iter=12), random_state=17)
+    assert np.array_equal(model.unmixing, ref.ica.unmixing_) and np.array_equal(model.bias, ref.ica.bias_)
+    assert np.array_equal(model.components, ref.pca.components_)
+    assert np.array_equal(model.eigenvalues, ref.pca.eigenvalues_)
+    assert np.array_equal(model.whitening, ref.whitening) and model.radius == ref.radius
+    assert model.n_rounds == ref.ica.n_rounds_ == 12
+    r = model.privacy_report
+    assert r["true_epsilon"] == ref.ica.privacy_report_["true_epsilon"] == pytest.approx(2.0, rel=1e-6)
+    assert r["formal_dp"] is False and r["seeded"] is True and r["seeded_sites"] == ["site0", "site1", "site2"]
+    assert set(r["djica"]["accountants"]) >= {"gdp", "rdp", "moments", "strong"}
+    assert r["sites"] == ["site0", "site1", "site2"]
+
+
+def test_cli_nonprivate_djica_recovers_known_mixing_matrix(tmp_path, procs):
+    data = make_joint_ica(3, 4, 250, 4, 10, scale_sd=2.0, random_state=5)
+    paths = _write_sites(tmp_path, data.sites)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    agg = _aggregator(procs, url, out, "--components", "4", "--epsilon", "1", "--rounds", "150", "--clip", "100",
+                      "--insecure-test-noise", "none", "--quiet")
+    sites = [_site(procs, url, p, f"site{i}", "--insecure-test-noise", "none") for i, p in enumerate(paths)]
+    o, e = agg.communicate(timeout=90)
+    assert agg.returncode == 0, e
+    assert "NOT differentially private" in o + e
+    for s in sites:
+        assert s.communicate(timeout=30) and s.returncode == 0
+    model = load_ica_model(out)
+    q = amari_index(model.unmixing_ @ data.mixing)
+    assert q < AMARI_THRESHOLD, q
+    assert amari_index(np.random.default_rng(0).normal(size=(4, 4)) @ model.whitening @ data.mixing) > 3 * q
+    doc = json.loads(out.read_text())
+    assert doc["privacy_report"]["formal_dp"] is False and doc["privacy_report"]["true_epsilon"] is None
+    assert "capeDJICA was run without noise" in " ".join(doc["privacy_report"]["formal_dp_reasons"]) or \
+        doc["privacy_report"]["formal_dp_reasons"]
+
+
+def test_killed_site_ends_run_naming_it_and_no_model(tmp_path, procs):
+    data = make_joint_ica(3, 2, 60, 3, 6, scale_sd=2.0, random_state=5)
+    paths = _write_sites(tmp_path, data.sites)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    # many rounds with an unreachable tolerance: the run is still in its ICA rounds when the site is killed
+    agg = _aggregator(procs, url, out, "--components", "3", "--epsilon", "2", "--rounds", "20000", "--tol", "1e-300",
+                      "--timeout", "4", "--quiet", timeout=4)
+    sites = [_site(procs, url, p, f"site{i}", timeout=10) for i, p in enumerate(paths)]
+    assert sites[0].stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = sites[0].stdout.readline()
+        if "plan received" in line or not line:
+            break
+    time.sleep(0.3)
+    sites[1].send_signal(signal.SIGKILL)
+    o, e = agg.communicate(timeout=60)
+    assert agg.returncode == 3, (o, e)
+    lines = [ln for ln in e.strip().splitlines() if ln.startswith("vfl: error")]
+    assert len(lines) == 1 and "site1" in lines[0] and "no model written" in lines[0], e
+    assert "Traceback" not in e
+    assert not out.exists() and not list(tmp_path.glob(".model.json*"))
+    for i in (0, 2):
+        _, se = sites[i].communicate(timeout=30)
+        assert sites[i].returncode == 3 and "aborted" in se, se
+
+
+def test_aggregator_never_receives_a_share_or_clean_statistic(tmp_path, procs):
+    """In-test aggregator with the audit hook; site processes with known seeds. Every received frame is compared
+    with each site's PCA and shares-round noise draws e^_s (floats and fixed-point words), its zero-sum shares e_s,
+    its clean C_s and its clean first-round update (state W = I, b = 0 is public)."""
+    data = make_joint_ica(3, 2, 60, 3, 6, scale_sd=2.0, random_state=5)
+    paths = _write_sites(tmp_path, data.sites)
+    received = []
+    config = CapeICAConfig(3, 2.0, max_iter=6)
+    agg = CapeICANetAggregator(CapeICASettings(3, config, timeout=20), "tcp://127.0.0.1:0",
+                               on_receive=received.append)
+    sites = [_site(procs, agg.endpoint, p, f"site{i}", "--seed", "23") for i, p in enumerate(paths)]
+    model = agg.run()
+    for s in sites:
+        s.communicate(timeout=30)
+        assert s.returncode == 0
+    types = {m.type for m in received} - {MessageType.HEARTBEAT}
+    assert types == {MessageType.CAPE_KEY, MessageType.CAPE_MASKED, MessageType.CAPE_RELEASE}
+    rid = model.privacy_report["round_id"]
+    masked = [m for m in received if m.type is MessageType.CAPE_MASKED]
+    sums = {r: decode_fixed_point(sum(m.array() for m in masked if m.body["round"] == r), 40) for r in (rid, rid + 1)}
+    plan_body = {"config": config.to_dict(), "n_rows": [60 * 2] * 3, "n_dims": 6, "round_id": rid}
+    subspace = np.concatenate([model.components.ravel(), model.eigenvalues])
+    for i, X in enumerate(data.sites):
+        rebuilt = CapeICASite(X, random_state=23)
+        rebuilt.handle(CapeMessage("plan", i, {"index": i, **plan_body}))
+        pca_round = rebuilt.round
+        pca_round.phase = "done"
+        rebuilt.handle(CapeMessage("subspace", i, {"round": rid}, subspace))
+        shares = rebuilt.round.e_hat_["zero_sum"]
+        secret = [pca_round.e_hat_["C"].ravel(), pca_round.e_hat_["C"].ravel() - sums[rid] / 3,
+                  shares.ravel(), shares.ravel() - sums[rid + 1] / 3, (X @ X.T / X.shape[1]).ravel()]
+        secret += [encode_fixed_point(pca_round.e_hat_["C"].ravel(), 40, 3), encode_fixed_point(shares.ravel(), 40, 3)]
+        dW, db = infomax_update(np.eye(3), np.zeros(3), rebuilt.white_, config.learning_rate)
+        secret.append(np.concatenate([dW.ravel(), db]))
+        for m in received:
+            if m.sender != f"site{i}" or not m.payload:
+                continue
+            arr = m.array()
+            for s in secret:
+                if arr.size == s.size:
+                    assert np.max(np.abs(arr.astype(float) - s.astype(float))) > 1e-6, (m.type, i)
+
+
+def test_bad_input_one_line_errors(tmp_path, procs):
+    data = make_joint_ica(2, 1, 40, 2, 4, scale_sd=2.0, random_state=1)
+    good = _write_sites(tmp_path, data.sites)
+    # mismatched D: site1 holds 3 of the 4 dimensions
+    short = _write_sites(tmp_path, [data.sites[1][:3]], prefix="short")[0]
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    agg = _aggregator(procs, url, out, "--components", "2", "--epsilon", "1", sites=2, timeout=15)
+    s0 = _site(procs, url, good[0], "site0")
+    time.sleep(0.5)
+    s1 = _site(procs, url, short, "site1")
+    _, e = agg.communicate(timeout=60)
+    assert agg.returncode == 2 and "different data dimensions D" in e and "Traceback" not in e, e
+    assert len(e.strip().splitlines()) == 1 and not out.exists()
+    for s in (s0, s1):
+        s.communicate(timeout=30)
+        assert s.returncode != 0
+    # NaN in a site's data: refused locally, before connecting
+    nan = tmp_path / "nan.csv"
+    text = good[0].read_text().splitlines()
+    text[3] = "nan," + text[3].split(",", 1)[1]
+    nan.write_text("\n".join(text) + "\n")
+    p = _site(procs, "tcp://127.0.0.1:1", nan, "site0")
+    _, e = p.communicate(timeout=30)
+    assert p.returncode == 2 and e.count("\n") == 1 and ("NaN" in e or "finite" in e or "number" in e), e
+    # columns outside the unit ball without a public scale
+    big = _write_sites(tmp_path, [data.sites[0] * 5], prefix="big")[0]
+    p = _site(procs, "tcp://127.0.0.1:1", big, "site0")
+    _, e = p.communicate(timeout=30)
+    assert p.returncode == 2 and "||x||_2" in e and e.count("\n") == 1, e
+    # too few sites: refused at once; and a run where only one of two sites registers in time
+    p = _aggregator(procs, url, out, "--components", "2", "--epsilon", "1", sites=1)
+    _, e = p.communicate(timeout=30)
+    assert p.returncode == 2 and "--sites must be an integer in [2, 1000]" in e and e.count("\n") == 1, e
+    url2 = f"tcp://127.0.0.1:{free_port()}"
+    p = _aggregator(procs, url2, out, "--components", "2", "--epsilon", "1", sites=2, timeout=3)
+    s = _site(procs, url2, good[0], "site0")
+    _, e = p.communicate(timeout=30)
+    assert p.returncode == 3 and "only 1 of 2 sites registered" in e and e.count("\n") == 1, e
+    s.communicate(timeout=30)
+    assert not out.exists()

@@ -1,0 +1,120 @@
+"""The capePCA + capeDJICA aggregator over ZeroMQ (``vfl djica-aggregator``; issue 11).
+
+The capeFM aggregator's runtime (:class:`~vfl.net.cape_aggregator.CapeAggregator`: binding, registration loop,
+heartbeats, per-site silence timeout, run deadline, ABORT on failure, atomic model write, audit hook) with the
+multi-round session of :mod:`vfl.protocols.cape_djica_rounds`:
+
+1. waits (at most ``registration_timeout`` or ``timeout`` seconds) for S sites to REGISTER as ``djica-site`` and
+   checks them: unique names, the same data dimension D >= K;
+2. sorts the sites by name and sends each the public plan (pipeline config, every N_s, D, fresh round id);
+3. runs the session: one CAPE round of the second-moment matrices, the released subspace, one shares-only CAPE
+   round (the zero-sum shares of all J rounds), then J infomax rounds (state out, noisy updates in); the
+   aggregator learns the sums of the noise shares and the noisy releases only;
+4. writes the model JSON atomically (:class:`~vfl.net.ica_model.ICAModel`) and sends RESULT.
+
+Dropouts: as capeFM, a clean abort - a site silent for ``timeout`` seconds, unreachable, or reporting ERROR ends
+the run: every site gets ABORT, :class:`~vfl.exceptions.PartyFailure` names the site (CLI exit code 3), no model
+file is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vfl.exceptions import ConfigurationError, ProtocolError
+from vfl.models.cape_ica import CapeICAConfig
+from vfl.net.cape_aggregator import CapeAggregator, SiteRegistration
+from vfl.net.ica_model import ICAModel
+from vfl.net.messages import Message, MessageType
+from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAAggregator, CapeICAPlan
+
+__all__ = ["CapeICASettings", "CapeICANetAggregator"]
+
+
+@dataclass
+class CapeICASettings:
+    """The run: S sites, the public pipeline :class:`CapeICAConfig` and the runtime limits."""
+
+    n_sites: int
+    config: CapeICAConfig
+    timeout: float = 120.0
+    max_run_seconds: float | None = 86400.0
+    registration_timeout: float | None = None
+
+    def validate(self) -> None:
+        if isinstance(self.n_sites, bool) or not isinstance(self.n_sites, int) or not 2 <= self.n_sites <= 1000:
+            raise ConfigurationError(f"--sites must be an integer in [2, 1000], got {self.n_sites}")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
+            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
+        if self.config.noise not in ICA_NOISE_MODES:
+            raise ConfigurationError(f"networked capeDJICA runs noise {' or '.join(ICA_NOISE_MODES)}")
+        self.config.validate()
+        K = self.config.n_components
+        CapeICAPlan(self.config.to_dict(), [1] * self.n_sites, K, 0).validate()  # S_C, K >= 2: the sites' checks
+
+
+@dataclass
+class ICASiteRegistration(SiteRegistration):
+    dims: int = 0
+
+
+class CapeICANetAggregator(CapeAggregator):
+    """Binds at construction (``endpoint`` is known before sites start); ``run()`` returns the :class:`ICAModel`."""
+
+    label = "capeDJICA"
+    site_role = "djica-site"
+
+    def __init__(self, settings: CapeICASettings, bind: str = "tcp://127.0.0.1:5555", **kwargs: Any) -> None:
+        super().__init__(settings, bind, **kwargs)  # type: ignore[arg-type]
+        self.settings: CapeICASettings = settings  # type: ignore[assignment]
+
+    def _result_body(self, model: Any) -> dict[str, Any]:
+        return model.to_dict(compact=True)  # type: ignore[no-any-return]
+
+    def _parse_registration(self, peer: bytes, msg: Message) -> SiteRegistration:
+        b = msg.body
+        if b.get("role") != self.site_role:
+            what = "a capeFM site (`vfl site`)" if b.get("role") == "site" else "a vertical party"
+            raise ConfigurationError(f"{b['name']} registered as {what}; a capeDJICA run takes `vfl djica-site`")
+        if b["name"] != msg.sender:
+            raise ProtocolError(f"registration name {b['name']!r} differs from the sender {msg.sender!r}")
+        dims = b.get("dims")
+        if not isinstance(dims, int):
+            raise ProtocolError(f"site {b['name']} sent no data dimension D")
+        reg = ICASiteRegistration(peer, b["name"], b["n_rows"], [], [], None, bool(b.get("seeded", False)), dims)
+        K = self.settings.config.n_components
+        if dims < K:
+            raise ConfigurationError(f"site {reg.name} has D = {dims} dimensions, fewer than the {K} components")
+        for r in self.sites:
+            if r.name == reg.name:
+                raise ConfigurationError(f"two sites registered with the name {reg.name!r}; names must be unique")
+            if getattr(r, "dims", None) != dims:
+                raise ConfigurationError(f"sites {r.name} and {reg.name} have different data dimensions D "
+                                         f"({getattr(r, 'dims', None)} vs {dims}); every site holds the same D rows")
+        return reg
+
+    def _run(self) -> ICAModel:  # type: ignore[override]
+        cfg = self.settings.config
+        self._register_all()
+        D = int(self.sites[0].dims)  # type: ignore[attr-defined]
+        plan = CapeICAPlan.new(cfg, [r.n_rows for r in self.sites], D)
+        seeded_sites = [r.name for r in self.sites if r.seeded]
+        agg = CapeICAAggregator(plan, seeded=self.seeded or bool(seeded_sites))
+        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
+            body = dict(m.body)
+            body.pop("index")
+            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body}))
+        self.log(f"plan: capePCA + capeDJICA over {len(self.sites)} sites, D {D}, K {cfg.n_components}, "
+                 f"{cfg.max_iter} rounds, eps {cfg.epsilon:g}, delta {cfg.delta:g}, round {plan.round_id:x}")
+        self._drive(agg)
+        result = agg.finish()
+        report = result["privacy_report"]
+        report["sites"] = [r.name for r in self.sites]
+        report["seeded_sites"] = seeded_sites
+        model = ICAModel.from_result(result, [r.name for r in self.sites], self.run_id)
+        self.log(f"capeDJICA: {model.n_rounds} rounds ({model.n_restarts} restarts, converged {model.converged})")
+        return model

@@ -1,0 +1,82 @@
+"""The capeDJICA site role: one organisation's columns (time points) of the D x N data (``vfl djica-site``; issue 11).
+
+A capeDJICA site holds a D x N_s matrix whose columns lie in the unit ball (scaled by a public constant). It
+registers (name, N_s, D, role ``djica-site``) with the aggregator (:mod:`vfl.net.cape_ica_aggregator`) and runs
+:class:`~vfl.protocols.cape_djica_rounds.CapeICASite` through the generic :class:`~vfl.net.site.SiteNode`. What
+leaves the site: REGISTER, its DH public values, its pairwise-masked noise shares (uniform words), its noisy
+second-moment matrix (once) and its noisy infomax update (each round), heartbeats. Its data, its clean statistics
+and its noise shares never leave it; it computes every noise std itself from the public plan and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
+from vfl.models.cape_pca import validate_site_columns
+from vfl.net.ica_model import ICAModel
+from vfl.net.messages import Message, validate_name
+from vfl.net.site import SiteNode
+from vfl.net.transport import CurveClientKeys
+from vfl.protocols.cape_djica_rounds import CapeICASite
+from vfl.rng import RandomState
+
+__all__ = ["ICASiteData", "djica_session", "ica_site_node"]
+
+ROLE = "djica-site"
+
+
+@dataclass
+class ICASiteData:
+    """A site's D x N_s columns (each ||x_n||_2 <= 1 after dividing by the public ``scale``)."""
+
+    name: str
+    X: np.ndarray
+
+    @classmethod
+    def build(cls, name: str, X: Any, *, scale: float = 1.0) -> ICASiteData:
+        try:
+            validate_name(name, "site name")
+        except ProtocolError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and np.isfinite(scale) and scale > 0):
+            raise ConfigurationError(f"site {name}: the public scale must be a finite number > 0, got {scale!r}")
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+            raise DataValidationError(f"site {name}: the data must be a non-empty D x N_s matrix, got shape {X.shape}")
+        try:
+            return cls(name, validate_site_columns([X / scale], min_sites=1, what=f"site {name}")[0])
+        except DataValidationError as exc:
+            raise DataValidationError(str(exc).replace("site 0: ", f"site {name}: ")) from None
+
+    @property
+    def n_rows(self) -> int:
+        """N_s: this site's columns (time points)."""
+        return int(self.X.shape[1])
+
+    def register_body(self) -> dict[str, Any]:
+        return {"name": self.name, "n_rows": self.n_rows, "features": [], "label_owner": False,
+                "dims": int(self.X.shape[0]), "role": ROLE}
+
+
+def djica_session(noise: str = "cape") -> Callable[[Message, Any, RandomState], CapeICASite]:
+    """The session factory of a capeDJICA site (``noise``: "cape", or the test-only "none")."""
+
+    def make(plan: Message, data: Any, random_state: RandomState) -> CapeICASite:
+        return CapeICASite(data.X, random_state=random_state, noise=noise)
+
+    return make
+
+
+def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
+                  random_state: RandomState = None, noise: str = "cape",
+                  log: Callable[[str], None] | None = None) -> SiteNode:
+    """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model."""
+    if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
+        raise ConfigurationError("a capeDJICA site's seed must be a non-negative integer (experiments only)")
+    return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
+                    session_factory=djica_session(noise), log=log, result_parser=ICAModel.from_dict)

@@ -1,0 +1,123 @@
+"""The released capePCA + capeDJICA model as JSON (``vfl djica-aggregator --out``; issue 11).
+
+Fields: ``format`` (:data:`ICA_MODEL_FORMAT`), ``config`` (the public pipeline parameters), ``n_dims`` D,
+``components`` V_K (D x K) and ``eigenvalues`` lambda_K of the capePCA release, ``whitening`` M (K x D) and the
+public ``radius`` rho, ``unmixing`` W (K x K) and ``bias`` b of capeDJICA, ``n_rounds``, ``n_restarts``,
+``converged``, ``learning_rates``, ``sites`` (names in index order), ``run_id`` and the ``privacy_report``
+(per-site epsilon of the whole pipeline by GDP composition, the accountants side by side, ``formal_dp`` by the one
+rule). Non-finite report values (epsilon = inf without noise) are written as null. The sites' copy (RESULT)
+leaves out the D-sized arrays they already hold (``components``, ``whitening``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ConfigurationError
+from vfl.net.modelio import atomic_write_text
+
+__all__ = ["ICA_MODEL_FORMAT", "ICAModel", "load_ica_model"]
+
+ICA_MODEL_FORMAT = "vfl-cape-djica-1"
+_ARRAYS = ("components", "eigenvalues", "whitening", "unmixing", "bias")
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _json_safe(v.tolist())
+    if isinstance(v, (np.floating, float)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+@dataclass
+class ICAModel:
+    """A released capeDJICA model (see the module docstring); ``transform`` gives the estimated sources."""
+
+    config: dict[str, Any]
+    n_dims: int
+    components: np.ndarray | None
+    eigenvalues: np.ndarray
+    whitening: np.ndarray | None
+    radius: float
+    unmixing: np.ndarray
+    bias: np.ndarray
+    n_rounds: int
+    n_restarts: int
+    converged: bool
+    learning_rates: list[float]
+    privacy_report: dict[str, Any]
+    sites: list[str] = field(default_factory=list)
+    run_id: str = ""
+
+    @classmethod
+    def from_result(cls, result: dict[str, Any], sites: list[str], run_id: str) -> ICAModel:
+        """From :meth:`vfl.protocols.cape_djica_rounds.CapeICAAggregator.finish`."""
+        return cls(result["config"], int(result["n_dims"]), result["components"], result["eigenvalues"],
+                   result["whitening"], float(result["radius"]), result["unmixing"], result["bias"],
+                   int(result["n_rounds"]), int(result["n_restarts"]), bool(result["converged"]),
+                   [float(v) for v in result["learning_rates"]], result["privacy_report"], list(sites), run_id)
+
+    @property
+    def unmixing_(self) -> np.ndarray:
+        """End-to-end unmixing W M (K x D) (needs the whitening, i.e. the aggregator's copy)."""
+        if self.whitening is None:
+            raise ConfigurationError("this copy of the model has no whitening matrix (the sites' copy)")
+        return self.unmixing @ self.whitening
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """Estimated sources W M X (K x n) of raw D x n columns (scaled as at training)."""
+        return self.unmixing_ @ np.asarray(X, dtype=float)
+
+    def to_dict(self, *, compact: bool = False) -> dict[str, Any]:
+        doc = {"format": ICA_MODEL_FORMAT, "config": self.config, "n_dims": self.n_dims,
+               "components": None if compact else self.components, "eigenvalues": self.eigenvalues,
+               "whitening": None if compact else self.whitening, "radius": self.radius, "unmixing": self.unmixing,
+               "bias": self.bias, "n_rounds": self.n_rounds, "n_restarts": self.n_restarts,
+               "converged": self.converged, "learning_rates": self.learning_rates, "sites": self.sites,
+               "run_id": self.run_id, "privacy_report": self.privacy_report}
+        return _json_safe(doc)  # type: ignore[no-any-return]
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The model as JSON text; written atomically to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        if path is not None:
+            atomic_write_text(path, text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> ICAModel:
+        if not isinstance(doc, dict) or doc.get("format") != ICA_MODEL_FORMAT:
+            raise ConfigurationError(f"not a {ICA_MODEL_FORMAT} model")
+        try:
+            arrays = {k: None if doc.get(k) is None else np.asarray(doc[k], dtype=float) for k in _ARRAYS}
+            return cls(dict(doc["config"]), int(doc["n_dims"]), arrays["components"], arrays["eigenvalues"],
+                       arrays["whitening"], float(doc["radius"]), arrays["unmixing"], arrays["bias"],
+                       int(doc["n_rounds"]), int(doc["n_restarts"]), bool(doc["converged"]),
+                       [float(v) for v in doc["learning_rates"]], dict(doc["privacy_report"]),
+                       [str(s) for s in doc.get("sites", [])], str(doc.get("run_id", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"malformed capeDJICA model: {exc}") from None
+
+
+def load_ica_model(path: str | Path) -> ICAModel:
+    """Read a model file written by ``vfl djica-aggregator --out`` / :meth:`ICAModel.to_json`."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigurationError(f"cannot read the model file {path}: {exc}") from None
+    return ICAModel.from_dict(doc)
