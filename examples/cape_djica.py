@@ -38,8 +38,7 @@ from tqdm import tqdm
 
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.exceptions import PrivacyLeakWarning, VFLError
-from vfl.models.cape_djica import CapeDJICA
-from vfl.models.cape_pca import CapePCA
+from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.models.ica_metrics import amari_index, match_mixing_matrix
 from vfl.net.modelio import atomic_write_text, plain_file_mode
 from vfl.privacy.calibration import calibrate_mu
@@ -97,24 +96,15 @@ def parse_args() -> argparse.Namespace:
 
 def run_method(method: str, sites: list[np.ndarray], epsilon: float, args: argparse.Namespace, seed: int,
                unit: int) -> tuple[np.ndarray, dict | None]:
-    """The whole pipeline for one method; returns (end-to-end unmixing W_hat (R x D), ICA privacy report)."""
-    R = args.sources
+    """The whole pipeline for one method (vfl.models.cape_ica.fit_cape_ica, the code the networked sites run);
+    returns (end-to-end unmixing W_hat (R x D), ICA privacy report)."""
     if method == "local":
         sites = sites[:1]
-    rngs = np.random.SeedSequence(seed).spawn(2)
-    mu = calibrate_mu(epsilon, args.delta)
-    pca = CapePCA(R, epsilon, args.delta, noise=method, mu=mu * math.sqrt(args.pca_share), unit_size=unit,
-                  calibration=args.calibration, random_state=np.random.default_rng(rngs[0])).fit(sites)
-    M, r = pca.whitening()
-    radius = min(r, args.clip * math.sqrt(R))
-    white = [M @ X for X in sites]
-    white = [X / np.maximum(1.0, np.linalg.norm(X, axis=0) / radius) for X in white]  # public radius
-    ica = CapeDJICA(epsilon, args.delta, noise=method, max_iter=args.rounds, learning_rate=args.learning_rate,
-                    anneal_step=args.anneal_step, anneal_deg=args.anneal_deg, data_radius=radius * (1 + 1e-12),
-                    unit_size=unit, calibration=args.calibration,
-                    prior_releases=[] if method == "none" else [(pca.mu_, 1)],
-                    report_accountants=False, random_state=np.random.default_rng(rngs[1])).fit(white)
-    return ica.unmixing_ @ M, ica.privacy_report_
+    config = CapeICAConfig(args.sources, epsilon, args.delta, noise=method, pca_share=args.pca_share, clip=args.clip,
+                           max_iter=args.rounds, learning_rate=args.learning_rate, anneal_deg=args.anneal_deg,
+                           anneal_step=args.anneal_step, unit_size=unit, calibration=args.calibration)
+    fit = fit_cape_ica(sites, config, random_state=seed, report_accountants=False)
+    return fit.unmixing_, fit.ica.privacy_report_
 
 
 def sweep(values: list, kind: str, args: argparse.Namespace, master: np.random.SeedSequence) -> dict:
