@@ -8,11 +8,13 @@ mode different from their own, and NaN in a state.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
 from vfl.data.synthetic_ica import make_joint_ica
-from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
+from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning, ProtocolError
 from vfl.models.cape_djica import infomax_update
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.protocols.cape_aggregation import CapeMessage, drive
@@ -34,12 +36,15 @@ def _run(sites_X, config, seed, on_receive=None):
     return agg, sites, agg.finish()
 
 
-@pytest.mark.parametrize("noise", ["cape", "none"])
-def test_protocol_equals_in_process_pipeline_bit_for_bit(noise):
+@pytest.mark.parametrize("noise, calibration", [("cape", "analytic"), ("none", "analytic"), ("cape", "paper")])
+def test_protocol_equals_in_process_pipeline_bit_for_bit(noise, calibration):
     data = _data()
-    config = CapeICAConfig(**{**CONFIG.to_dict(), "noise": noise})
-    _, sites, result = _run(data.sites, config, seed=17)
-    ref = fit_cape_ica(data.sites, config, random_state=17)
+    config = CapeICAConfig(**{**CONFIG.to_dict(), "noise": noise, "calibration": calibration})
+    paper = calibration == "paper"
+    with pytest.warns(PrivacyLeakWarning) if paper else contextlib.nullcontext():
+        _, sites, result = _run(data.sites, config, seed=17)    # the aggregator and every site warn
+    with pytest.warns(PrivacyLeakWarning) if paper else contextlib.nullcontext():
+        ref = fit_cape_ica(data.sites, config, random_state=17)
     assert np.array_equal(result["components"], ref.pca.components_)
     assert np.array_equal(result["eigenvalues"], ref.pca.eigenvalues_)
     assert np.array_equal(result["whitening"], ref.whitening) and result["radius"] == ref.radius
@@ -49,7 +54,9 @@ def test_protocol_equals_in_process_pipeline_bit_for_bit(noise):
     report = result["privacy_report"]
     assert report["true_epsilon"] == ref.ica.privacy_report_["true_epsilon"]
     assert report["formal_dp"] is False  # seeded (and, for noise none, no noise)
-    if noise == "cape":
+    if paper:  # Lemma-1 calibration ignores kappa: the true epsilon exceeds the claim (S = 3, S_C = 0: kappa = 1)
+        assert report["djica"]["kappa_calibration"] == 1.0
+    if noise == "cape" and not paper:
         assert report["true_epsilon"] == pytest.approx(2.0, rel=1e-6)  # the whole pipeline spends the budget
         assert report["pca"]["mu_site"] == ref.pca.mu_
         assert set(report["djica"]["accountants"]) == set(ref.ica.privacy_report_["accountants"])

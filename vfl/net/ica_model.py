@@ -6,7 +6,8 @@ public ``radius`` rho, ``unmixing`` W (K x K) and ``bias`` b of capeDJICA, ``n_r
 ``converged``, ``learning_rates``, ``sites`` (names in index order), ``run_id`` and the ``privacy_report``
 (per-site epsilon of the whole pipeline by GDP composition, the accountants side by side, ``formal_dp`` by the one
 rule). Non-finite report values (epsilon = inf without noise) are written as null. The sites' copy (RESULT)
-leaves out the D-sized arrays they already hold (``components``, ``whitening``).
+leaves out the D-sized arrays they already hold (``components``, ``whitening``) and the J learning rates, so it
+stays far below the 256 KiB message-header limit.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class ICAModel:
                "components": None if compact else self.components, "eigenvalues": self.eigenvalues,
                "whitening": None if compact else self.whitening, "radius": self.radius, "unmixing": self.unmixing,
                "bias": self.bias, "n_rounds": self.n_rounds, "n_restarts": self.n_restarts,
-               "converged": self.converged, "learning_rates": self.learning_rates, "sites": self.sites,
-               "run_id": self.run_id, "privacy_report": self.privacy_report}
+               "converged": self.converged, "learning_rates": [] if compact else self.learning_rates,
+               "sites": self.sites, "run_id": self.run_id, "privacy_report": self.privacy_report}
         return _json_safe(doc)  # type: ignore[no-any-return]
 
     def to_json(self, path: str | Path | None = None) -> str:

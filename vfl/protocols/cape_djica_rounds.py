@@ -40,13 +40,14 @@ network); reports then say ``formal_dp: false``.
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, ProtocolError
+from vfl.exceptions import ConfigurationError, PrivacyLeakWarning, ProtocolError, VFLError
 from vfl.models.cape_djica import (
     DJICACalibration,
     InfomaxSchedule,
@@ -65,6 +66,7 @@ from vfl.models.cape_ica import (
     whiten_and_clip,
 )
 from vfl.models.cape_pca import (
+    PAPER_WARNING,
     PCACalibration,
     calibrate_pca,
     combine_second_moments,
@@ -137,7 +139,7 @@ class CapeICAPlan:
             raise ProtocolError("a capeDJICA plan has exactly the fields config, n_rows, n_dims, round_id")
         try:
             return cls(**body).validate()
-        except (TypeError, ConfigurationError, ValueError) as exc:
+        except (TypeError, ValueError, VFLError) as exc:
             raise ProtocolError(f"invalid capeDJICA plan: {exc}") from None
 
     # public calibrations, identical at every site and the aggregator
@@ -156,6 +158,12 @@ class CapeICAPlan:
     def ica_length(self) -> int:
         K = int(self.config["n_components"])
         return K * K + K
+
+
+def _warn_paper(cfg: CapeICAConfig) -> None:
+    """The estimators' warning for the seed's Lemma-1 calibration (the true epsilon is in the report)."""
+    if cfg.noise == "cape" and cfg.calibration == "paper":
+        warnings.warn(PAPER_WARNING, PrivacyLeakWarning, stacklevel=3)
 
 
 def _subspace(comps: np.ndarray, eigs: np.ndarray) -> np.ndarray:
@@ -243,6 +251,7 @@ class CapeICASite:
             raise ConfigurationError(f"the aggregator runs noise {cfg.noise!r} but this site runs {self.noise!r} "
                                      "(the test mode must be enabled on every site and on the aggregator)")
         self.plan, self.index = plan, index
+        _warn_paper(cfg)
         pca_state, ica_state = pipeline_random_states(self.random_state)
         self._pca_rng = site_generator(pca_state, S, index)
         self._ica_rng = site_generator(ica_state, S, index)
@@ -311,6 +320,7 @@ class CapeICAAggregator:
                  on_receive: Callable[[CapeMessage], None] | None = None) -> None:
         self.plan = plan.validate()
         self.config = plan.settings()
+        _warn_paper(self.config)
         self.n_sites = len(plan.n_rows)
         self.seeded = bool(seeded)
         self.on_receive = on_receive
