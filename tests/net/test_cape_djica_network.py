@@ -5,7 +5,7 @@ Checks: the seeded networked pipeline equals the in-process fit_cape_ica bit for
 same float64 values); non-private networked djICA recovers a known mixing matrix (Amari index below the in-process
 test's threshold); a SIGKILLed site ends the run with one line naming it and no model file; the aggregator never
 receives a site's noise share or clean statistic; bad input (mismatched D, NaN, too few sites, columns outside the
-unit ball) gives a one-line error and a non-zero exit.
+unit ball) gives a one-line error and a non-zero exit (local refusals run the `vfl` command in process).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vfl.cli import main
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.demo import free_port
 from vfl.models.cape_djica import infomax_update
@@ -137,10 +138,12 @@ def test_killed_site_ends_run_naming_it_and_no_model(tmp_path, procs):
     paths = _write_sites(tmp_path, data.sites)
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    # many rounds with an unreachable tolerance: the run is still in its ICA rounds when the site is killed
+    # many rounds with an unreachable tolerance: the run is still in its ICA rounds when the site is killed. The
+    # sites start first (their REGISTER waits in ZeroMQ until the aggregator binds), so the aggregator's short
+    # --timeout, which also bounds registration, does not race the sites' interpreter start on a loaded machine
+    sites = [_site(procs, url, p, f"site{i}", timeout=20) for i, p in enumerate(paths)]
     agg = _aggregator(procs, url, out, "--components", "3", "--epsilon", "2", "--rounds", "20000", "--tol", "1e-300",
-                      "--timeout", "4", "--quiet", timeout=4)
-    sites = [_site(procs, url, p, f"site{i}", timeout=10) for i, p in enumerate(paths)]
+                      "--quiet", timeout=4)
     assert sites[0].stdout is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -220,27 +223,41 @@ def test_bad_input_one_line_errors(tmp_path, procs):
     for s in (s0, s1):
         s.communicate(timeout=30)
         assert s.returncode != 0
-    # NaN in a site's data: refused locally, before connecting
-    nan = tmp_path / "nan.csv"
-    text = good[0].read_text().splitlines()
-    text[3] = "nan," + text[3].split(",", 1)[1]
-    nan.write_text("\n".join(text) + "\n")
-    p = _site(procs, "tcp://127.0.0.1:1", nan, "site0")
-    _, e = p.communicate(timeout=30)
-    assert p.returncode == 2 and e.count("\n") == 1 and ("NaN" in e or "finite" in e or "number" in e), e
-    # columns outside the unit ball without a public scale
-    big = _write_sites(tmp_path, [data.sites[0] * 5], prefix="big")[0]
-    p = _site(procs, "tcp://127.0.0.1:1", big, "site0")
-    _, e = p.communicate(timeout=30)
-    assert p.returncode == 2 and "||x||_2" in e and e.count("\n") == 1, e
-    # too few sites: refused at once; and a run where only one of two sites registers in time
-    p = _aggregator(procs, url, out, "--components", "2", "--epsilon", "1", sites=1)
-    _, e = p.communicate(timeout=30)
-    assert p.returncode == 2 and "--sites must be an integer in [2, 1000]" in e and e.count("\n") == 1, e
+    # a run where only one of two sites registers in time
     url2 = f"tcp://127.0.0.1:{free_port()}"
+    s = _site(procs, url2, good[0], "site0")     # started first: registers as soon as the aggregator binds
     p = _aggregator(procs, url2, out, "--components", "2", "--epsilon", "1", sites=2, timeout=3)
-    s = _site(procs, url2, good[0], "site0")
     _, e = p.communicate(timeout=30)
     assert p.returncode == 3 and "only 1 of 2 sites registered" in e and e.count("\n") == 1, e
     s.communicate(timeout=30)
     assert not out.exists()
+
+
+def test_local_bad_input_is_refused_before_connecting(tmp_path, capsys):
+    """Refused in the `vfl` command itself (run in process: nothing is connected or bound)."""
+    data = make_joint_ica(2, 1, 40, 2, 4, scale_sd=2.0, random_state=1)
+    good = _write_sites(tmp_path, data.sites)
+
+    def run(*argv):
+        rc = main(list(argv))
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vfl: error:") and "Traceback" not in err, err
+        return rc, lines[0]
+
+    nan = tmp_path / "nan.csv"
+    text = good[0].read_text().splitlines()
+    text[3] = "nan," + text[3].split(",", 1)[1]
+    nan.write_text("\n".join(text) + "\n")
+    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(nan))
+    assert rc == 2 and "finite" in line, line
+    big = _write_sites(tmp_path, [data.sites[0] * 5], prefix="big")[0]
+    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(big))
+    assert rc == 2 and "||x||_2" in line and "scale" in line, line
+    rc, _ = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(big), "--scale",
+                "0")
+    assert rc == 2
+    rc, line = run("djica-aggregator", "--sites", "1", "--components", "2", "--epsilon", "1", "--bind",
+                   "tcp://127.0.0.1:1", "--out", str(tmp_path / "m.json"))
+    assert rc == 2 and "--sites must be an integer in [2, 1000]" in line
+    assert not (tmp_path / "m.json").exists()
