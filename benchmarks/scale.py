@@ -91,6 +91,8 @@ class RssSampler:
         self.pids = {name: p.pid for name, p in procs.items()}
         self.peak = {name: 0 for name in procs}
         self.peak_tree = {name: 0 for name in procs}
+        self.start = time.perf_counter()
+        self.timeline: list[tuple[float, dict[str, float]]] = []   # (seconds, current VmRSS MB), one per second
 
     def sample(self) -> None:
         for name, pid in self.pids.items():
@@ -100,6 +102,10 @@ class RssSampler:
             self.peak[name] = max(self.peak[name], hwm * 1024)
             tree = _status_kb(pid, "VmRSS") + sum(_status_kb(c, "VmRSS") for c in _descendants(pid))
             self.peak_tree[name] = max(self.peak_tree[name], tree * 1024)
+        now = time.perf_counter() - self.start
+        if not self.timeline or now - self.timeline[-1][0] >= 1.0:
+            self.timeline.append((round(now, 1), {name: _status_kb(pid, "VmRSS") / 1024
+                                                  for name, pid in self.pids.items()}))
 
 
 def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: float, extra: list[str]) -> dict:
@@ -111,7 +117,9 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
     out.unlink(missing_ok=True)
     vfl = [sys.executable, "-m", "vfl.cli"]
     eps = [] if mechanism == "none" else ["--epsilon", "1", "--delta", "1e-5"]
-    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--id", "id", "--no-progress",
+    # No --id: the rows are generated aligned, and --id would run the PSI alignment, which loads the table in
+    # memory (it reorders rows); benchmarks/psi.py measures PSI on its own.
+    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--no-progress",
               "--timeout", str(timeout), "--allow-mechanisms", mechanism, *extra]   # parties opt in (issue 14)
     logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
     start = time.perf_counter()
@@ -145,7 +153,8 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
               "exit_codes": codes, "cpu_s": cpu, "cpu_s_total": sum(cpu.values()),
               "cpu_s_per_row": sum(cpu.values()) / n,
               "peak_rss_mb": {k: v / 2**20 for k, v in sampler.peak.items()},
-              "peak_rss_tree_mb": {k: v / 2**20 for k, v in sampler.peak_tree.items()}}
+              "peak_rss_tree_mb": {k: v / 2**20 for k, v in sampler.peak_tree.items()},
+              "rss_timeline_mb": sampler.timeline}
     if all(c == 0 for c in codes.values()) and mechanism == "none":
         result["max_abs_diff_vs_lstsq"] = exactness(paths, out)
     return result

@@ -55,7 +55,8 @@ def test_fit_ica_sites_bad_input():
 
 @pytest.mark.parametrize("extra, text", [
     (["--sites", "1"], "--sites must be an integer in [2, 1000]"),
-    (["--rounds", "0"], "max_iter must be a positive integer"),
+    (["--rounds", "0"], "Invalid value for '--rounds': 0 is not in the range x>=1"),
+    (["--unit-size", "0"], "Invalid value for '--unit-size'"),
     (["--pca-share", "1.5"], "pca_share must be < 1"),
     (["--epsilon", "inf"], "epsilon"),
     (["--components", "1"], "at least 2 components"),

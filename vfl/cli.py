@@ -286,7 +286,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                    "'vfl[dask]'; the workers must run inside this party's trust domain).")
 @click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
-                   "credit-based). Default: 16 MiB, or less if the coordinator's --max-message-bytes needs it.")
+                   "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
@@ -402,14 +402,14 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--epsilon", type=float, required=True,
               help="Per-site epsilon for the whole pipeline (the capePCA release plus every planned round).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Per-site delta for the whole pipeline.")
-@click.option("--rounds", type=int, default=50, show_default=True,
+@click.option("--rounds", type=click.IntRange(min=1), default=50, show_default=True,
               help="capeDJICA rounds J (the budget is calibrated for J rounds; restarts count).")
 @click.option("--learning-rate", type=float, default=1.0, show_default=True, help="Initial learning rate rho_0.")
 @click.option("--pca-share", type=float, default=0.1, show_default=True,
               help="Share of the GDP budget mu^2 spent on the capePCA release (0 < share < 1).")
 @click.option("--clip", type=float, default=2.0, show_default=True,
               help="Whitened columns are clipped to the public radius min(r, clip sqrt(K)).")
-@click.option("--unit-size", type=int, default=1, show_default=True,
+@click.option("--unit-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Columns per protected unit (1: one time point, as the seed; T: one subject's T time points).")
 @click.option("--colluding", type=int, default=None,
               help="Sites S_C that may collude with the aggregator (default ceil(S/3) - 1); noise is calibrated "
@@ -573,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
+    from vfl.net.process_memory import limit_malloc_arenas
+
+    limit_malloc_arenas()   # before any thread: freed frame memory is reused, not kept per thread (issue 8)
     warnings.showwarning = _show_warning
     warnings.simplefilter("always", PrivacyLeakWarning)
     if threading.current_thread() is threading.main_thread():

@@ -140,3 +140,24 @@ def test_response_cols_is_required_and_validated(insecure_test_keypair, cols):
         ProductEncryptor(sk, np.ones((3, 1)), response_cols=cols, precision_bits=P)
     with pytest.raises(TypeError):
         ProductEncryptor(sk, np.ones((3, 1)), precision_bits=P)  # no default: the caller must derive it
+
+
+def test_echo_tags_are_the_low_64_bits_of_each_ciphertext_and_stop_at_the_capacity():
+    """The key holder's echo memory: exact membership of the low 64 bits of each fixed-width big-endian ciphertext
+    in a frame, nothing beyond ``capacity`` (8 bytes per ciphertext, bounded whatever n is)."""
+    from vfl.secure.products import EchoTags
+
+    rng = np.random.default_rng(5)
+    width = 24
+    values = [int.from_bytes(rng.bytes(width), "big") for _ in range(10)]
+    frame = b"".join(v.to_bytes(width, "big") for v in values)
+    tags = EchoTags(capacity=7)
+    tags.add_frame(frame[: 4 * width], width)
+    tags.add_frame(frame[4 * width:], width)
+    assert len(tags) == 7
+    low = [v & ((1 << 64) - 1) for v in values]
+    assert all(tags.contains_any([t]) for t in low[:7])
+    assert not any(tags.contains_any([t]) for t in low[7:])         # beyond the capacity: not kept
+    assert not tags.contains_any([t ^ 1 for t in low[:7]])           # a tag differing in one bit is not a hit
+    assert tags.contains_any([low[8], low[2]]) and not tags.contains_any([])
+    assert not EchoTags(4).contains_any([low[0]])                    # empty store

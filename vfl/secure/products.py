@@ -29,7 +29,7 @@ import math
 import re
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -76,8 +76,49 @@ MAX_ROWS = 10_000_000
 MAX_ECHO_TAGS = 1 << 21
 """Request ciphertexts whose 64-bit tag the key holder keeps to refuse a literal echo (beyond: the count bound)."""
 _TAG_MASK = (1 << 64) - 1
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-"""Default bound on one streamed ciphertext frame (32 768 rows of one 2048-bit ciphertext each)."""
+
+
+class EchoTags:
+    """The low 64 bits of up to ``capacity`` request ciphertexts, kept as a numpy ``uint64`` array (8 bytes per
+    ciphertext: 16 MiB at the 2^21 cap, where a Python ``set`` of ints took ~100 bytes each; each party's peak RSS
+    at 10^6 rows fell by ~50 MB). Ciphertexts are big-endian on the wire, so the tag of one
+    ciphertext is the last 8 bytes of its fixed-width slot in a frame."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self._parts: list[np.ndarray] = []
+        self._count = 0
+        self._sorted: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add_frame(self, frame: bytes, width: int) -> None:
+        """Record the tags of the fixed-width ciphertexts in ``frame`` (until the capacity is reached)."""
+        room = self.capacity - self._count
+        if room <= 0 or not frame:
+            return
+        slots = np.frombuffer(frame, dtype=np.uint8).reshape(-1, width)[:room]
+        tags = np.ascontiguousarray(slots[:, width - 8:]).view(">u8").ravel().astype(np.uint64)
+        self._parts.append(tags)
+        self._count += tags.shape[0]
+        self._sorted = None
+
+    def contains_any(self, tags: Iterable[int]) -> bool:
+        """Whether any of ``tags`` (ints below 2^64) was recorded."""
+        if self._sorted is None:
+            self._sorted = np.sort(np.concatenate(self._parts)) if self._parts else np.zeros(0, dtype=np.uint64)
+            self._parts = [self._sorted]
+        query = np.fromiter(tags, dtype=np.uint64)
+        if not self._sorted.size or not query.size:
+            return False
+        at = np.minimum(np.searchsorted(self._sorted, query), self._sorted.size - 1)
+        return bool(np.any(self._sorted[at] == query))
+DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
+"""Default bound on one streamed ciphertext frame (8 192 rows of one 2048-bit ciphertext each). What a party holds
+in flight is a few frames (credit window, pending multi-exponentiation tasks, their copies sent to the pool), so
+this size, not n, sets its memory: 16 MiB frames cost ~300 MB per party at 10^6 rows (docs/performance.md); each
+4 MiB frame is still seconds of pool work, so throughput is unchanged."""
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
 MAX_COLS = 100_000
@@ -400,7 +441,7 @@ class ProductEncryptor:
         self._complete = False
         self._decrypted = False
         #: low 64 bits of every request ciphertext (echo check in decrypt); kept up to MAX_ECHO_TAGS ciphertexts
-        self._request_tags: set[int] = set()
+        self._request_tags = EchoTags(MAX_ECHO_TAGS)
         self.stats: dict[str, int] = {}
 
     @property
@@ -460,9 +501,7 @@ class ProductEncryptor:
             results = bounded_map(ex, encrypt_rows_task, arguments(), 2 * parallel + 1)
             for t in range(header.n_chunks):
                 frame = b"".join(next(results) for _ in range(tasks_per_chunk[t]))
-                if len(self._request_tags) < MAX_ECHO_TAGS:
-                    self._request_tags.update(int.from_bytes(frame[i - 8:i], "big")
-                                              for i in range(width, len(frame) + 1, width))
+                self._request_tags.add_frame(frame, width)
                 bar.update(header.chunk_size(t) * G)
                 yield EncryptedChunk(self.session, t, t * self.chunk_rows, header.chunk_size(t), frame)
         if self._encoded is None:
@@ -517,7 +556,7 @@ class ProductEncryptor:
             raise ProtocolError(f"response has {response.n_resp_cols} columns ({len(response.ciphertexts)} "
                                 f"ciphertexts); the agreed plan gives {self.response_cols} ({expected}) — refused "
                                 "without decrypting")
-        if any(int(c) & _TAG_MASK in self._request_tags for c in response.ciphertexts):
+        if self._request_tags.contains_any(int(c) & _TAG_MASK for c in response.ciphertexts):
             raise ProtocolError("response contains this key holder's own request ciphertexts (echo); refused "
                                 "without decrypting")
         self._decrypted = True
