@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,28 +48,6 @@ def _write_sites(tmp: Path, sites: list[np.ndarray], prefix: str = "site") -> li
         paths.append(p)
     return paths
 
-
-class Procs:
-    def __init__(self) -> None:
-        self.items: list[subprocess.Popen] = []
-
-    def start(self, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.items.append(p)
-        return p
-
-    def kill_all(self) -> None:
-        for p in self.items:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
-
-
-@pytest.fixture
-def procs():
-    ps = Procs()
-    yield ps
-    ps.kill_all()
 
 
 def _site(procs, url, path, name, *extra, timeout=20):

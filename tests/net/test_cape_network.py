@@ -12,7 +12,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,28 +53,6 @@ def _write_sites(tmp: Path, n_rows=(40, 55, 30), seed=0):
     (tmp / "bounds.toml").write_text("[bounds]\n" + "".join(f"{k} = [{lo}, {hi}]\n" for k, (lo, hi) in BOUNDS.items()))
     return paths, tables
 
-
-class Procs:
-    def __init__(self) -> None:
-        self.items: list[subprocess.Popen] = []
-
-    def start(self, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.items.append(p)
-        return p
-
-    def kill_all(self) -> None:
-        for p in self.items:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
-
-
-@pytest.fixture
-def procs():
-    ps = Procs()
-    yield ps
-    ps.kill_all()
 
 
 def _site(procs, url, tmp, i, *extra, timeout=20):

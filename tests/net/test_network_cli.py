@@ -29,35 +29,6 @@ TEST_KEYS = ["--insecure-test-keys"]  # 1024-bit keys: fast tests only
 OPT_IN = ["--allow-mechanisms", "none,gaussian-fm"]  # these tests run un-noised 'none' plans on purpose (issue 14)
 
 
-class Procs:
-    """Child processes of one test; all killed at teardown."""
-
-    def __init__(self) -> None:
-        self.items: list[subprocess.Popen] = []
-
-    def start(self, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.items.append(p)
-        return p
-
-    @staticmethod
-    def finish(p: subprocess.Popen, timeout: float = 90) -> tuple[int, str, str]:
-        out, err = p.communicate(timeout=timeout)
-        return p.returncode, out, err
-
-    def kill_all(self) -> None:
-        for p in self.items:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-
-
-@pytest.fixture
-def procs():
-    ps = Procs()
-    yield ps
-    ps.kill_all()
-
 
 @pytest.fixture
 def data(tmp_path):
