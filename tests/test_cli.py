@@ -40,6 +40,11 @@ def test_every_option_has_help():
      "do not apply to mechanism laplace-fm"),
     (["coordinator", "--parties", "2", "--epsilon", "1", "--precision-bits", "0"], 2, "--precision-bits"),
     (["coordinator", "--parties", "2", "--epsilon", "1", "--max-message-bytes", "-5"], 2, "--max-message-bytes"),
+    # capeFM (`--sites`): the same range check as the vertical coordinator, before binding
+    (["coordinator", "--sites", "2", "--mechanism", "cape-fm", "--epsilon", "1", "--max-message-bytes", "-1"], 2,
+     "--max-message-bytes must lie in [65536, 268435456], got -1"),
+    (["coordinator", "--sites", "2", "--mechanism", "cape-fm", "--epsilon", "1", "--max-message-bytes",
+      str(2**40)], 2, "--max-message-bytes must lie in [65536, 268435456]"),
     (["coordinator", "--parties", "2", "--epsilon", "1", "--max-run-time", "0"], 2, "max run time"),
     (["coordinator", "--parties", "2", "--mechanism", "dp-bcd", "--epsilon", "1", "--rounds", "0"], 2, "--rounds"),
     (["coordinator", "--parties", "2", "--mechanism", "dp-bcd", "--epsilon", "1", "--gamma", "0.5"], 2, "--gamma"),

@@ -51,11 +51,21 @@ def test_fit_ica_sites_bad_input():
         vfl.fit_ica_sites({"a": data.sites[0], "b": data.sites[1]}, 2, pca_share=1.0)
     with pytest.raises(ConfigurationError, match="at least 2 components"):
         vfl.fit_ica_sites({"a": data.sites[0], "b": data.sites[1]}, 1)
+    with pytest.raises(ConfigurationError, match="at most 100000"):
+        vfl.fit_ica_sites({"a": data.sites[0], "b": data.sites[1]}, 2, max_iter=100_001)
+    with pytest.raises(DataValidationError, match="more than the 100000"):
+        vfl.fit_ica_sites({"a": np.zeros((100_001, 1)), "b": np.zeros((100_001, 1))}, 2)
 
 
 @pytest.mark.parametrize("extra, text", [
     (["--sites", "1"], "--sites must be an integer in [2, 1000]"),
-    (["--rounds", "0"], "Invalid value for '--rounds': 0 is not in the range x>=1"),
+    (["--rounds", "0"], "Invalid value for '--rounds': 0 is not in the range 1<=x<=100000"),
+    (["--rounds", "100001"], "Invalid value for '--rounds': 100001 is not in the range 1<=x<=100000"),
+    (["--max-message-bytes", "-1"], "--max-message-bytes must lie in [65536, 268435456], got -1"),
+    (["--max-message-bytes", str(2**40)], "--max-message-bytes must lie in [65536, 268435456]"),
+    # the shares round: 8 J (K^2 + K) bytes = 8 * 1000 * 420 > 1 000 000
+    (["--components", "20", "--rounds", "1000", "--max-message-bytes", "1000000"],
+     "the shares round sends 3376384 bytes per message, above the aggregator's message limit of 1000000 bytes"),
     (["--unit-size", "0"], "Invalid value for '--unit-size'"),
     (["--pca-share", "1.5"], "pca_share must be < 1"),
     (["--epsilon", "inf"], "epsilon"),

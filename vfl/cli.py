@@ -402,8 +402,8 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--epsilon", type=float, required=True,
               help="Per-site epsilon for the whole pipeline (the capePCA release plus every planned round).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Per-site delta for the whole pipeline.")
-@click.option("--rounds", type=click.IntRange(min=1), default=50, show_default=True,
-              help="capeDJICA rounds J (the budget is calibrated for J rounds; restarts count).")
+@click.option("--rounds", type=click.IntRange(1, 100_000), default=50, show_default=True,
+              help="capeDJICA rounds J, at most 100000 (the budget is calibrated for J rounds; restarts count).")
 @click.option("--learning-rate", type=float, default=1.0, show_default=True, help="Initial learning rate rho_0.")
 @click.option("--pca-share", type=float, default=0.1, show_default=True,
               help="Share of the GDP budget mu^2 spent on the capePCA release (0 < share < 1).")
@@ -435,7 +435,8 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the allowed sites' public keys.")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
-              help="Largest message accepted from a site.")
+              help="Largest message accepted from a site, in [65536, 268435456]; a D (8 D^2 bytes) or "
+                   "--rounds x --components (8 J (K^2 + K) bytes) whose messages exceed it is refused.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, rounds: int, learning_rate: float,
                      pca_share: float, clip: float, unit_size: int, colluding: int | None, calibration: str,

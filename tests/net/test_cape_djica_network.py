@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,12 +23,14 @@ import pytest
 from vfl.cli import main
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.demo import free_port
+from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.models.cape_djica import infomax_update
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.models.ica_metrics import amari_index
 from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings
+from vfl.net.cape_ica_site import ICASiteData, ica_site_node
 from vfl.net.ica_model import load_ica_model
-from vfl.net.messages import MessageType
+from vfl.net.messages import MIN_MESSAGE_BYTES, Message, MessageType
 from vfl.protocols.cape_aggregation import CapeMessage
 from vfl.protocols.cape_djica_rounds import CapeICASite
 from vfl.secure.aggregation import decode_fixed_point, encode_fixed_point
@@ -106,8 +109,7 @@ def test_cli_nonprivate_djica_recovers_known_mixing_matrix(tmp_path, procs):
     assert amari_index(np.random.default_rng(0).normal(size=(4, 4)) @ model.whitening @ data.mixing) > 3 * q
     doc = json.loads(out.read_text())
     assert doc["privacy_report"]["formal_dp"] is False and doc["privacy_report"]["true_epsilon"] is None
-    assert "capeDJICA was run without noise" in " ".join(doc["privacy_report"]["formal_dp_reasons"]) or \
-        doc["privacy_report"]["formal_dp_reasons"]
+    assert "capeDJICA was run without noise" in " ".join(doc["privacy_report"]["formal_dp_reasons"])
 
 
 def test_killed_site_ends_run_naming_it_and_no_model(tmp_path, procs):
@@ -238,3 +240,99 @@ def test_local_bad_input_is_refused_before_connecting(tmp_path, capsys):
                    "tcp://127.0.0.1:1", "--out", str(tmp_path / "m.json"))
     assert rc == 2 and "--sites must be an integer in [2, 1000]" in line
     assert not (tmp_path / "m.json").exists()
+
+
+def _unit_columns(D: int, n: int, seed: int) -> np.ndarray:
+    X = np.random.default_rng(seed).normal(size=(D, n))
+    return X / np.linalg.norm(X, axis=0).max()
+
+
+def _threaded_run(agg, datas, noise="none", timeout=15):
+    """Real site nodes on threads against ``agg`` (loopback ZeroMQ); (aggregator outcome, site outcomes)."""
+    outcomes: dict[str, object] = {}
+
+    def member(d):
+        try:
+            outcomes[d.name] = ica_site_node(d, agg.endpoint, timeout=timeout, noise=noise).run()
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcomes[d.name] = exc
+
+    threads = [threading.Thread(target=member, args=(d,), daemon=True) for d in datas]
+    for t in threads:
+        t.start()
+    try:
+        result: object = agg.run()
+    except Exception as exc:  # noqa: BLE001
+        result = exc
+    for t in threads:
+        t.join(timeout=30)
+    return result, outcomes
+
+
+K_LARGE = 120  # the old RESULT header (K x K unmixing as JSON) was ~330 kB here, above the 256 KiB header limit
+
+
+def test_result_with_many_components_reaches_the_sites_as_frames(tmp_path):
+    datas = [ICASiteData.build(n, _unit_columns(K_LARGE, 150, i)) for i, n in enumerate(["a", "b"])]
+    out = tmp_path / "ica.json"
+    agg = CapeICANetAggregator(CapeICASettings(2, CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2), 20.0),
+                               "tcp://127.0.0.1:0", out=str(out))
+    model, sites = _threaded_run(agg, datas)
+    assert not isinstance(model, Exception), model
+    for name in ("a", "b"):
+        got = sites[name]
+        assert not isinstance(got, Exception), got
+        assert got.unmixing.shape == (K_LARGE, K_LARGE) and got.whitening is None
+        for k in ("unmixing", "bias", "eigenvalues"):
+            assert np.array_equal(getattr(got, k), getattr(model, k)), k
+        assert got.n_rounds == model.n_rounds and got.run_id == model.run_id and got.sites == ["a", "b"]
+    assert np.array_equal(load_ica_model(out).unmixing, model.unmixing)
+
+
+def test_unsendable_result_aborts_the_run_and_writes_no_model(tmp_path):
+    """An encoding error is not a vanished peer: the run fails loudly (sites get ABORT), no model file."""
+
+    class OldResult(CapeICANetAggregator):
+        def _result_message(self, model):  # the pre-fix RESULT: every array in the JSON header
+            return Message(MessageType.RESULT, {"model": model.to_dict(compact=True)})
+
+    datas = [ICASiteData.build(n, _unit_columns(K_LARGE, 150, i)) for i, n in enumerate(["a", "b"])]
+    out = tmp_path / "ica.json"
+    agg = OldResult(CapeICASettings(2, CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2), 20.0),
+                    "tcp://127.0.0.1:0", out=str(out))
+    result, sites = _threaded_run(agg, datas)
+    assert isinstance(result, ProtocolError) and "header" in str(result), result
+    assert not out.exists()
+    for got in sites.values():
+        assert isinstance(got, PartyFailure) and "aborted the run" in str(got), got
+
+
+def test_dimension_above_the_message_limit_is_refused_at_registration(tmp_path):
+    """8 D^2 bytes (plus header) above --max-message-bytes: one line naming the limit, every site aborted."""
+    datas = [ICASiteData.build(n, _unit_columns(90, 20, i)) for i, n in enumerate(["a", "b"])]  # 8 * 90^2 > 64 KiB
+    out = tmp_path / "ica.json"
+    agg = CapeICANetAggregator(CapeICASettings(2, CapeICAConfig(2, 1.0, max_iter=5), 20.0), "tcp://127.0.0.1:0",
+                               out=str(out), max_message_bytes=MIN_MESSAGE_BYTES)
+    result, sites = _threaded_run(agg, datas, noise="cape", timeout=3)
+    assert isinstance(result, ConfigurationError), result
+    text = str(result)
+    assert "D = 90" in text and f"{MIN_MESSAGE_BYTES} bytes" in text and "--max-message-bytes" in text
+    assert "\n" not in text and not out.exists()
+    # the refused site is told why; a site still waiting to register gives up after its timeout
+    assert all(isinstance(got, PartyFailure) for got in sites.values()), sites
+    assert any("--max-message-bytes" in str(got) for got in sites.values()), sites
+
+
+def test_cli_dimension_above_the_message_limit_one_line_no_model(tmp_path, procs):
+    paths = _write_sites(tmp_path, [_unit_columns(90, 20, i) for i in range(2)])
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    agg = _aggregator(procs, url, out, "--components", "2", "--epsilon", "1", "--rounds", "5",
+                      "--max-message-bytes", str(MIN_MESSAGE_BYTES), sites=2, timeout=15)
+    sites = [_site(procs, url, p, f"site{i}", timeout=3) for i, p in enumerate(paths)]
+    _, e = agg.communicate(timeout=60)
+    assert agg.returncode == 2 and "Traceback" not in e and len(e.strip().splitlines()) == 1, e
+    assert "D = 90" in e and "--max-message-bytes" in e and not out.exists()
+    for s in sites:
+        s.communicate(timeout=30)
+        assert s.returncode != 0

@@ -92,6 +92,7 @@ def test_header_fields_are_validated(change):
     {"name": "a", "n_rows": 1, "features": [3], "label_owner": False},    # non-string feature
     {"name": "a", "n_rows": 1, "features": [], "label_owner": "yes"},     # non-bool flag
     {"name": "a", "n_rows": 1, "features": [], "label_owner": False, "evil": 1},  # unknown field
+    {"name": "a", "n_rows": 1, "features": [], "label_owner": False, "dims": 100_001},  # capeDJICA D too large
 ])
 def test_body_schema(body):
     frames = _frames(_register())
@@ -99,6 +100,11 @@ def test_body_schema(body):
         decode(_tamper_header(frames, body=body))
     with pytest.raises(ProtocolError):
         encode(Message(MessageType.REGISTER, body))
+
+
+def test_register_dims_bound():
+    ok = {"name": "a", "n_rows": 1, "features": [], "label_owner": False, "dims": 100_000, "role": "djica-site"}
+    assert decode(encode(Message(MessageType.REGISTER, ok))).body["dims"] == 100_000
 
 
 def test_array_frames_are_checked_against_their_descriptor():

@@ -18,7 +18,7 @@ from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakW
 from vfl.models.cape_djica import infomax_update
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.protocols.cape_aggregation import CapeMessage, drive
-from vfl.protocols.cape_djica_rounds import CapeICAAggregator, CapeICAPlan, CapeICASite
+from vfl.protocols.cape_djica_rounds import CapeICAAggregator, CapeICAPlan, CapeICASite, check_plan_sizes
 from vfl.secure.aggregation import encode_fixed_point
 
 CONFIG = CapeICAConfig(3, epsilon=2.0, delta=1e-5, max_iter=12, learning_rate=1.0)
@@ -169,6 +169,28 @@ def test_site_checks_plan_against_its_data_and_mode():
         CapeICASite(X)
     with pytest.raises(DataValidationError, match="unit|scale"):
         CapeICASite(data.sites[0] * 10)
+
+
+def test_site_refuses_a_plan_above_its_message_limit_before_allocating():
+    """D^2 words (capePCA) or J (K^2 + K) words (shares) above the site's limit: one-line ConfigurationError."""
+    data = _data()
+    n_rows = [X.shape[1] for X in data.sites]
+    plan = CapeICAPlan.new(CapeICAConfig(2, 1.0, max_iter=500), n_rows, 6)
+    msg = CapeMessage("plan", 0, {"index": 0, **plan.to_body()})
+    check_plan_sizes(plan, 1 << 20)                                         # 8 * 500 * 6 + headroom fits 1 MiB
+    with pytest.raises(ConfigurationError, match="500 rounds x K = 2 components: the shares round sends 40384 "
+                                                 "bytes per message, above this site's message limit of 40000"):
+        CapeICASite(data.sites[0], max_message_bytes=40_000).handle(msg)
+    none = CapeICAPlan.new(CapeICAConfig(2, 1.0, noise="none", max_iter=500), n_rows, 6)
+    check_plan_sizes(none, 40_000)                                          # no shares round without noise
+    with pytest.raises(ConfigurationError, match=r"D = 6: the capePCA round sends 16672 bytes .* limit of 16500 "
+                                                 r"bytes \(--max-message-bytes\)"):
+        CapeICASite(data.sites[0], noise="none", max_message_bytes=16_500).handle(
+            CapeMessage("plan", 0, {"index": 0, **none.to_body()}))
+    site = CapeICASite(data.sites[0], max_message_bytes=1 << 20)
+    assert site.handle(msg) and site.phase == "pca"                          # within the limit: the run starts
+    with pytest.raises(ConfigurationError, match="at most 100000"):
+        CapeICAPlan.new(CapeICAConfig(2, 1.0, max_iter=100_001), n_rows, 6)
 
 
 def test_aggregator_refuses_bad_releases():

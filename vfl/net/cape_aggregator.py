@@ -31,7 +31,7 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
-from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
@@ -113,7 +113,7 @@ class CapeAggregator:
 
     Subclasses for other CAPE statistics (:class:`vfl.net.cape_ica_aggregator.CapeICANetAggregator`) reuse the
     registration loop, the liveness checks and the message loop (:meth:`_drive`) and override
-    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_body`.
+    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_message`.
     """
 
     label = "capeFM"
@@ -124,6 +124,8 @@ class CapeAggregator:
                  log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
                  on_receive: Callable[[Message], None] | None = None, seeded: bool = False) -> None:
         settings.validate()
+        check_max_message_bytes(max_message_bytes)
+        self.max_message_bytes = max_message_bytes
         self.settings = settings
         self.out = out
         self.log = log or (lambda s: None)
@@ -145,6 +147,8 @@ class CapeAggregator:
         try:
             model = self._run()
             text = model.to_json()
+            result = self._result_message(model)
+            encode(result)  # checked before anything is written or sent: an unsendable RESULT aborts the run
             if self.out:
                 atomic_write_text(self.out, text + "\n")
             self.result = model
@@ -154,21 +158,22 @@ class CapeAggregator:
             self.transport.close()
             raise
         try:
-            self._broadcast(Message(MessageType.RESULT, {"model": self._result_body(model)}))
+            self._broadcast(result)
         finally:
             self.transport.close()
         return model
 
     # ------------------------------------------------------------------ helpers
-    def _result_body(self, model: Any) -> dict[str, Any]:
-        """The RESULT body's model (the sites' copy)."""
-        return model.to_dict()  # type: ignore[no-any-return]
+    def _result_message(self, model: Any) -> Message:
+        """The RESULT message (the sites' copy of the model)."""
+        return Message(MessageType.RESULT, {"model": model.to_dict()})
 
     def _broadcast(self, msg: Message) -> None:
+        """Send to every registered site; only a vanished peer is skipped (an unencodable message raises)."""
         for r in self.sites:
             try:
                 self.transport.send(r.peer, Message(msg.type, dict(msg.body), list(msg.payload)))
-            except VFLError:
+            except PeerUnreachable:
                 pass
 
     def _tick(self) -> None:

@@ -5,7 +5,8 @@ heartbeats, per-site silence timeout, run deadline, ABORT on failure, atomic mod
 multi-round session of :mod:`vfl.protocols.cape_djica_rounds`:
 
 1. waits (at most ``registration_timeout`` or ``timeout`` seconds) for S sites to REGISTER as ``djica-site`` and
-   checks them: unique names, the same data dimension D >= K;
+   checks them: unique names, the same data dimension D >= K, D^2 64-bit words (plus header) within
+   ``max_message_bytes`` (the shares round's J (K^2 + K) words are checked at construction);
 2. sorts the sites by name and sends each the public plan (pipeline config, every N_s, D, fresh round id);
 3. runs the session: one CAPE round of the second-moment matrices, the released subspace, one shares-only CAPE
    round (the zero-sum shares of all J rounds), then J infomax rounds (state out, noisy updates in); the
@@ -27,8 +28,8 @@ from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.models.cape_ica import CapeICAConfig
 from vfl.net.cape_aggregator import CapeAggregator, SiteRegistration
 from vfl.net.ica_model import ICAModel
-from vfl.net.messages import Message, MessageType
-from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAAggregator, CapeICAPlan
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes
+from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAAggregator, CapeICAPlan, check_message_sizes
 
 __all__ = ["CapeICASettings", "CapeICANetAggregator"]
 
@@ -68,12 +69,20 @@ class CapeICANetAggregator(CapeAggregator):
     label = "capeDJICA"
     site_role = "djica-site"
 
-    def __init__(self, settings: CapeICASettings, bind: str = "tcp://127.0.0.1:5555", **kwargs: Any) -> None:
-        super().__init__(settings, bind, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, settings: CapeICASettings, bind: str = "tcp://127.0.0.1:5555", *,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, **kwargs: Any) -> None:
+        check_max_message_bytes(max_message_bytes)
+        settings.validate()
+        cfg = settings.config  # the shares round's J (K^2 + K) words must fit the limit (checked before binding)
+        check_message_sizes(max_message_bytes, n_components=cfg.n_components, max_iter=cfg.max_iter, noise=cfg.noise)
+        super().__init__(settings, bind, max_message_bytes=max_message_bytes, **kwargs)  # type: ignore[arg-type]
         self.settings: CapeICASettings = settings  # type: ignore[assignment]
 
-    def _result_body(self, model: Any) -> dict[str, Any]:
-        return model.to_dict(compact=True)  # type: ignore[no-any-return]
+    def _result_message(self, model: Any) -> Message:
+        """RESULT: the compact model in the header, unmixing / bias / eigenvalues as float64 frames (K x K would
+        overflow the 256 KiB header from K ~ 120 on)."""
+        doc, frames = model.result_parts()
+        return Message(MessageType.RESULT, {"model": doc}, list(frames))
 
     def _parse_registration(self, peer: bytes, msg: Message) -> SiteRegistration:
         b = msg.body
@@ -89,6 +98,9 @@ class CapeICANetAggregator(CapeAggregator):
         K = self.settings.config.n_components
         if dims < K:
             raise ConfigurationError(f"site {reg.name} has D = {dims} dimensions, fewer than the {K} components")
+        cfg = self.settings.config  # the capePCA round's D^2 words must fit the limit: refuse before allocating
+        check_message_sizes(self.max_message_bytes, n_components=K, max_iter=cfg.max_iter, noise=cfg.noise,
+                            n_dims=dims)
         for r in self.sites:
             if r.name == reg.name:
                 raise ConfigurationError(f"two sites registered with the name {reg.name!r}; names must be unique")

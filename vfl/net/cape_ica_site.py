@@ -19,7 +19,7 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
 from vfl.models.cape_pca import validate_site_columns
 from vfl.net.ica_model import ICAModel
-from vfl.net.messages import Message, validate_name
+from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_name
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys
 from vfl.protocols.cape_djica_rounds import CapeICASite
@@ -48,6 +48,9 @@ class ICASiteData:
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
             raise DataValidationError(f"site {name}: the data must be a non-empty D x N_s matrix, got shape {X.shape}")
+        if X.shape[0] > MAX_ICA_DIMS:
+            raise DataValidationError(f"site {name}: D = {X.shape[0]} dimensions, more than the {MAX_ICA_DIMS} a "
+                                      "capeDJICA run takes")
         try:
             return cls(name, validate_site_columns([X / scale], min_sites=1, what=f"site {name}")[0])
         except DataValidationError as exc:
@@ -67,7 +70,7 @@ def djica_session(noise: str = "cape") -> Callable[[Message, Any, RandomState], 
     """The session factory of a capeDJICA site (``noise``: "cape", or the test-only "none")."""
 
     def make(plan: Message, data: Any, random_state: RandomState) -> CapeICASite:
-        return CapeICASite(data.X, random_state=random_state, noise=noise)
+        return CapeICASite(data.X, random_state=random_state, noise=noise, max_message_bytes=MAX_MESSAGE_BYTES)
 
     return make
 
@@ -79,4 +82,9 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
     if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
         raise ConfigurationError("a capeDJICA site's seed must be a non-negative integer (experiments only)")
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
-                    session_factory=djica_session(noise), log=log, result_parser=ICAModel.from_dict)
+                    session_factory=djica_session(noise), log=log, result_parser=_parse_result)
+
+
+def _parse_result(msg: Message) -> ICAModel:
+    """The sites' copy from RESULT: the compact model in the header, the arrays as checked float64 frames."""
+    return ICAModel.from_result_parts(msg.body["model"], list(msg.payload))

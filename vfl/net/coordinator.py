@@ -27,7 +27,13 @@ from collections.abc import Callable
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, VFLError
 from vfl.models.bcd import FORMAL_DP_REASON
-from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
+from vfl.net.messages import (
+    MAX_MESSAGE_BYTES,
+    Message,
+    MessageType,
+    check_max_message_bytes,
+    message_of,
+)
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.alignment import AlignmentCoordinator
@@ -43,7 +49,6 @@ HEARTBEAT_SECONDS = 1.0
 ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
                   "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
-MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
 MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
 
 
@@ -58,9 +63,7 @@ class Coordinator:
         """``audit``: optional ``audit(peer, frames)`` called with the raw frames of every received message
         (:class:`vfl.net.transport.ServerTransport`; privacy audits of what the coordinator learns)."""
         settings.validate()
-        if not MIN_MESSAGE_BYTES <= max_message_bytes <= MAX_MESSAGE_BYTES:
-            raise ConfigurationError(f"--max-message-bytes must lie in [{MIN_MESSAGE_BYTES}, {MAX_MESSAGE_BYTES}], "
-                                     f"got {max_message_bytes}")
+        check_max_message_bytes(max_message_bytes)
         self.rng = make_rng(random_state)
         self.settings = settings
         self.out = out

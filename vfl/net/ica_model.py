@@ -6,8 +6,9 @@ public ``radius`` rho, ``unmixing`` W (K x K) and ``bias`` b of capeDJICA, ``n_r
 ``converged``, ``learning_rates``, ``sites`` (names in index order), ``run_id`` and the ``privacy_report``
 (per-site epsilon of the whole pipeline by GDP composition, the accountants side by side, ``formal_dp`` by the one
 rule). Non-finite report values (epsilon = inf without noise) are written as null. The sites' copy (RESULT)
-leaves out the D-sized arrays they already hold (``components``, ``whitening``) and the J learning rates, so it
-stays far below the 256 KiB message-header limit.
+leaves out the D-sized arrays they already hold (``components``, ``whitening``) and the J learning rates, and
+carries ``unmixing`` (K x K), ``bias`` and ``eigenvalues`` (K each) as float64 frames (:data:`RESULT_FRAMES`), not
+in the JSON header, whose size (at most 256 KiB) then no longer grows with K.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import numpy as np
 from vfl.exceptions import ConfigurationError
 from vfl.net.modelio import atomic_write_text
 
-__all__ = ["ICA_MODEL_FORMAT", "ICAModel", "load_ica_model"]
+__all__ = ["ICA_MODEL_FORMAT", "RESULT_FRAMES", "ICAModel", "load_ica_model"]
 
 ICA_MODEL_FORMAT = "vfl-cape-djica-1"
 _ARRAYS = ("components", "eigenvalues", "whitening", "unmixing", "bias")
+RESULT_FRAMES = ("unmixing", "bias", "eigenvalues")  # the RESULT message's frames, in this order
 
 
 def _json_safe(v: Any) -> Any:
@@ -92,6 +94,37 @@ class ICAModel:
                "converged": self.converged, "learning_rates": [] if compact else self.learning_rates,
                "sites": self.sites, "run_id": self.run_id, "privacy_report": self.privacy_report}
         return _json_safe(doc)  # type: ignore[no-any-return]
+
+    def result_parts(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """The sites' copy as (header dict, float64 frames): :meth:`to_dict` ``compact`` with the
+        :data:`RESULT_FRAMES` arrays set to null in the header and sent as frames instead."""
+        doc = self.to_dict(compact=True)
+        for k in RESULT_FRAMES:
+            doc[k] = None
+        frames = [np.ascontiguousarray(getattr(self, k), dtype=np.float64) for k in RESULT_FRAMES]
+        return doc, frames
+
+    @classmethod
+    def from_result_parts(cls, doc: dict[str, Any], frames: list[Any]) -> ICAModel:
+        """Inverse of :meth:`result_parts` (a site parsing RESULT): K from the config, every frame's dtype and shape
+        checked (unmixing K x K, bias and eigenvalues K), finite values only."""
+        try:
+            K = int(doc["config"]["n_components"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigurationError("malformed capeDJICA model: no n_components in its config") from None
+        shapes = {"unmixing": (K, K), "bias": (K,), "eigenvalues": (K,)}
+        if len(frames) != len(RESULT_FRAMES):
+            raise ConfigurationError(f"capeDJICA RESULT: expected {len(RESULT_FRAMES)} frames "
+                                     f"({', '.join(RESULT_FRAMES)}), got {len(frames)}")
+        doc = dict(doc)
+        for k, arr in zip(RESULT_FRAMES, frames, strict=True):
+            if not (isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.shape == shapes[k]):
+                raise ConfigurationError(f"capeDJICA RESULT: {k} must be a float64 array of shape {shapes[k]}, got "
+                                         f"{getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
+            if not np.all(np.isfinite(arr)):
+                raise ConfigurationError(f"capeDJICA RESULT: {k} contains NaN or infinity")
+            doc[k] = arr
+        return cls.from_dict(doc)
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The model as JSON text; written atomically to ``path`` if given."""

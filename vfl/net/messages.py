@@ -84,12 +84,15 @@ from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ProtocolError
+from vfl.exceptions import ConfigurationError, ProtocolError
 
 __all__ = [
     "PROTOCOL_VERSION",
     "MAX_MESSAGE_BYTES",
     "MAX_HEADER_BYTES",
+    "MIN_MESSAGE_BYTES",
+    "MAX_ICA_DIMS",
+    "check_max_message_bytes",
     "MAX_FRAMES",
     "MAX_INTS",
     "FRAME_KINDS",
@@ -107,6 +110,17 @@ __all__ = [
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # whole message; the socket also enforces ZMQ_MAXMSGSIZE per frame
 MAX_HEADER_BYTES = 256 * 1024
+MAX_ICA_DIMS = 100_000  # a capeDJICA site's data dimension D (REGISTER ``dims``); D^2 words per capePCA message
+MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
+
+
+def check_max_message_bytes(value: int) -> int:
+    """A hub's ``--max-message-bytes`` (coordinator, capeFM and capeDJICA aggregators): an integer in
+    [:data:`MIN_MESSAGE_BYTES`, :data:`MAX_MESSAGE_BYTES`], else :class:`ConfigurationError` (one line)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
+        raise ConfigurationError(f"--max-message-bytes must lie in [{MIN_MESSAGE_BYTES}, {MAX_MESSAGE_BYTES}], "
+                                 f"got {value}")
+    return value
 MAX_FRAMES = 64
 MAX_INT_BYTES = 16 * 1024  # one big integer (a 4096-bit key's n^2 is 1 KiB; shares are smaller)
 MAX_INTS = 1 << 20  # integers in one frame: a share is d_enc x d_resp (1000 x 1000 fits)
@@ -200,7 +214,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "bounds_from_data": (False, _is_bool),
         "role": (False, _is_opt(_is_str(16))),
         "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
-        "dims": (False, _is_int(1, 10**8)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
+        "dims": (False, _is_int(1, MAX_ICA_DIMS)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
     },
     MessageType.WELCOME: {"run": (True, _is_str(32))},
     MessageType.PLAN: {
@@ -288,7 +302,7 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.BCD_REMAINDER: (("array",),),
     MessageType.BCD_COEF: ((), ("array",)),
     MessageType.BCD_STOP: ((),),
-    MessageType.RESULT: ((),),
+    MessageType.RESULT: ((), ("array", "array", "array")),  # capeDJICA: unmixing, bias, eigenvalues as frames
     MessageType.HEARTBEAT: ((),),
     MessageType.ABORT: ((),),
     MessageType.ERROR: ((),),

@@ -141,14 +141,14 @@ class SiteNode:
     so another CAPE statistic may pass its own data object. ``noise``: the test-only switch of
     :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
     ``random_state`` seeds the site's noise (reproducible experiments only; the registration says so and the
-    aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT body's model into the value
-    :meth:`run` returns (default :meth:`FittedModel.from_dict`).
+    aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT message (its body's model
+    and its frames) into the value :meth:`run` returns (default: :meth:`FittedModel.from_dict` of the body's model).
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                  random_state: RandomState = None, noise: str = "full",
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
-                 result_parser: Callable[[dict[str, Any]], Any] | None = None) -> None:
+                 result_parser: Callable[[Message], Any] | None = None) -> None:
         self.data = data
         self.connect = connect
         self.curve = curve
@@ -156,7 +156,7 @@ class SiteNode:
         self.random_state = random_state
         self.session_factory = session_factory or capefm_session(noise)
         self.log = log or (lambda s: None)
-        self.result_parser = result_parser or FittedModel.from_dict
+        self.result_parser = result_parser or (lambda m: FittedModel.from_dict(m.body["model"]))
         self.index: int | None = None
 
     def run(self) -> Any:
@@ -181,7 +181,7 @@ class SiteNode:
             elif msg.type is MessageType.ABORT:
                 raise PartyFailure(f"the aggregator aborted the run: {msg.body['reason']}")
             elif msg.type is MessageType.RESULT:
-                return self.result_parser(msg.body["model"])
+                return self.result_parser(msg)
             elif msg.type is MessageType.CAPE_PLAN:
                 if session is not None:
                     raise ProtocolError("second CAPE plan in one run")

@@ -79,10 +79,49 @@ from vfl.privacy.accounting import apply_formal_dp
 from vfl.protocols.cape_aggregation import CapeAggregatorRound, CapeBlock, CapeMessage, CapeSiteRound
 from vfl.rng import RandomState, randomness_source
 
-__all__ = ["ICA_NOISE_MODES", "CapeICAPlan", "CapeICASite", "CapeICAAggregator"]
+__all__ = ["ICA_NOISE_MODES", "MAX_ICA_ROUNDS", "CapeICAPlan", "CapeICASite", "CapeICAAggregator",
+           "check_message_sizes", "check_plan_sizes"]
 
 ICA_NOISE_MODES = ("cape", "none")  # networked modes: CAPE, or no noise (test-only switch)
 MAX_ROUND_ID = 2**62  # round ids r, r + 1, r + 2 + j all stay below 2^63
+MAX_ICA_ROUNDS = 100_000  # capeDJICA rounds J (`--rounds`, max_iter): the largest a plan may ask for
+MESSAGE_HEADROOM = 16 * 1024  # bytes kept for a CAPE message's JSON header next to its array frame
+
+
+def check_message_sizes(max_message_bytes: int | None, *, n_components: int, max_iter: int, noise: str,
+                        n_dims: int | None = None, whose: str = "the aggregator's") -> None:
+    """Refuse (one-line :class:`ConfigurationError`) a run whose largest messages exceed ``max_message_bytes``.
+
+    The capePCA round carries D^2 64-bit words (CAPE_MASKED / CAPE_SUM / CAPE_RELEASE; the subspace D K + K and
+    the infomax state K^2 + K + 1 floats are no larger for K <= D), the shares round J (K^2 + K) words; each plus
+    :data:`MESSAGE_HEADROOM` bytes of header. ZeroMQ silently drops a larger message, which would surface only as
+    a silence timeout. ``n_dims`` None skips the capePCA check (D not known yet).
+    """
+    if max_message_bytes is None:
+        return
+    K = int(n_components)
+    if n_dims is not None:
+        D = int(n_dims)
+        need = 8 * max(D * D, D * K + K + 1, K * K + K + 1) + MESSAGE_HEADROOM
+        if need > max_message_bytes:
+            raise ConfigurationError(f"D = {D}: the capePCA round sends {need} bytes per message, above "
+                                     f"{whose} message limit of {max_message_bytes} bytes (--max-message-bytes)")
+    if noise == "cape":
+        need = 8 * int(max_iter) * (K * K + K) + MESSAGE_HEADROOM
+        if need > max_message_bytes:
+            raise ConfigurationError(f"{max_iter} rounds x K = {K} components: the shares round sends {need} bytes "
+                                     f"per message, above {whose} message limit of {max_message_bytes} bytes "
+                                     "(--max-message-bytes); lower --rounds or --components")
+
+
+def check_plan_sizes(plan: CapeICAPlan | dict[str, Any], max_message_bytes: int | None) -> None:
+    """:func:`check_message_sizes` for a site's plan (a parsed :class:`CapeICAPlan` or the ``plan`` body, its
+    ``index`` ignored), against the site's own message limit, before the site allocates anything."""
+    if isinstance(plan, dict):
+        plan = CapeICAPlan.from_body({k: v for k, v in plan.items() if k != "index"})
+    cfg = plan.settings()
+    check_message_sizes(max_message_bytes, n_components=cfg.n_components, max_iter=cfg.max_iter, noise=cfg.noise,
+                        n_dims=plan.n_dims, whose="this site's")
 
 
 @dataclass
@@ -101,6 +140,9 @@ class CapeICAPlan:
                                      f"not {cfg.noise!r}")
         if cfg.n_components < 2:
             raise ConfigurationError("ICA needs at least 2 components (n_components >= 2)")
+        if not cfg.max_iter <= MAX_ICA_ROUNDS:
+            raise ConfigurationError(f"capeDJICA rounds (--rounds, max_iter) must be at most {MAX_ICA_ROUNDS}, "
+                                     f"got {cfg.max_iter}")
         if (not isinstance(self.n_rows, list) or len(self.n_rows) < 2
                 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.n_rows)):
             raise ConfigurationError("capeDJICA needs at least 2 sites with a positive column count each")
@@ -194,10 +236,13 @@ class CapeICASite:
 
     ``random_state``: None (every real run: fresh ChaCha20) or the pipeline seed k - a site given k draws exactly
     the noise the in-process :func:`~vfl.models.cape_ica.fit_cape_ica` with ``random_state=k`` draws for its index.
-    ``noise``: "cape" or the test-only "none" (must equal the plan's).
+    ``noise``: "cape" or the test-only "none" (must equal the plan's). ``max_message_bytes``: the site's transport
+    limit; a plan whose messages exceed it is refused before anything is allocated (:func:`check_plan_sizes`).
     """
 
-    def __init__(self, X: np.ndarray, *, random_state: RandomState = None, noise: str = "cape") -> None:
+    def __init__(self, X: np.ndarray, *, random_state: RandomState = None, noise: str = "cape",
+                 max_message_bytes: int | None = None) -> None:
+        self.max_message_bytes = max_message_bytes  # the site transport's limit: a plan above it is refused
         if noise not in ICA_NOISE_MODES:
             raise ConfigurationError(f"noise must be one of {ICA_NOISE_MODES}, got {noise!r}")
         self.X = validate_site_columns([X], min_sites=1, what="capeDJICA site")[0]
@@ -235,6 +280,7 @@ class CapeICASite:
         raise ProtocolError(f"unexpected {msg.kind!r} in phase {self.phase!r}")
 
     def _start(self, msg: CapeMessage) -> list[CapeMessage]:
+        check_plan_sizes(msg.body, self.max_message_bytes)
         body = dict(msg.body)
         index = body.pop("index", None)
         plan = CapeICAPlan.from_body(body)
