@@ -26,7 +26,7 @@ from vfl.exceptions import ConfigurationError, PartyFailure
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
 from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
-from vfl.protocols.policy import PartyPolicy
+from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
 
 __all__ = ["Party", "fit", "Site", "fit_sites", "fit_ica_sites"]
@@ -192,7 +192,8 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
             seeds[i] = gen
     aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
                                 seeded=random_state is not None)
-    nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise)
+    nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise,
+                              policy=SitePolicy.permissive())
              for i, s in enumerate(sites)}
     return _run_on_loopback(aggregator.run, nodes)
 
@@ -234,6 +235,7 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
     datas = [ICASiteData.build(name, X, scale=scale) for name, X in sites.items()]
     aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
                                       seeded=random_state is not None)
-    nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state, noise=noise)
+    nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state, noise=noise,
+                                   policy=SitePolicy.permissive())
              for d in datas}
     return _run_on_loopback(aggregator.run, nodes)

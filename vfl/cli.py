@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -35,6 +36,7 @@ from vfl.net.messages import MAX_MESSAGE_BYTES
 from vfl.protocols.policy import DEFAULT_MAX_DELTA as DEFAULT_PLAN_MAX_DELTA
 from vfl.protocols.policy import DEFAULT_MAX_EPSILON as DEFAULT_PLAN_MAX_EPSILON
 from vfl.protocols.policy import DEFAULT_MECHANISMS as DEFAULT_PLAN_MECHANISMS
+from vfl.protocols.policy import SitePolicy
 from vfl.protocols.settings import (
     ABORT_RULES,
     BCD_MECHANISMS,
@@ -358,6 +360,23 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
 
 
+
+def _site_policy_options(command: Callable) -> Callable:
+    """``--max-epsilon``, ``--max-delta``, ``--min-colluders``: what a CAPE site agrees to run (SitePolicy)."""
+    options = [
+        click.option("--max-epsilon", type=float, default=DEFAULT_PLAN_MAX_EPSILON, show_default=True,
+                     help="Refuse a plan whose TRUE epsilon (all planned rounds; the paper calibration's larger "
+                          "value) is above this, before touching the data."),
+        click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
+                     help="Refuse a plan whose delta is above this."),
+        click.option("--min-colluders", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Refuse a plan whose noise withstands fewer colluding sites (S_C) than this."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 # ---------------------------------------------------------------------------------------------- site
 @cli.command()
 @click.option("--connect", required=True, help="Aggregator endpoint (`vfl coordinator --mechanism cape-fm`).")
@@ -379,18 +398,22 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
 @click.option("--insecure-test-noise", type=click.Choice(TEST_NOISE_MODES), default=None,
               help="TESTS ONLY: run without noise (none) or without the independent noise (zero-sum-only); the "
                    "aggregator must pass the same flag.")
+@_site_policy_options
 def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
-         timeout: float, seed: int | None, insecure_test_noise: str | None) -> None:
+         timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float, max_delta: float,
+         min_colluders: int) -> None:
     """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md).
 
     The model, epsilon, delta, S_C and calibration come from the aggregator's public plan; the site checks the
-    plan against its own data and computes its own noise from it. A site that loses the aggregator, or gets
+    plan against its own data and its policy (--max-epsilon, --max-delta, --min-colluders), prints the plan it
+    accepted, and computes its own noise from it. A site that loses the aggregator, or gets
     ABORT because another site dropped out, exits with code 3 and releases nothing further.
     """
     from vfl.net.cape_cli import run_site
 
     run_site(connect=connect, name=name, data=data, features=features, label=label, bounds=bounds,
-             curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo)
+             curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
+             policy=SitePolicy(max_epsilon, max_delta, min_colluders))
 
 
 # ---------------------------------------------------------------------------------------------- capeDJICA
@@ -474,17 +497,22 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
                    "in-process fit; the report flags seeded runs).")
 @click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
               help="TESTS ONLY: run without noise; the aggregator must pass the same flag.")
+@_site_policy_options
 def djica_site(connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
-               timeout: float, seed: int | None, insecure_test_noise: str | None) -> None:
+               timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float,
+               max_delta: float, min_colluders: int) -> None:
     """Run one capeDJICA site: its time points, the capePCA release and the CAPE rounds (docs/capedjica.md).
 
     The pipeline parameters come from the aggregator's public plan; the site checks the plan against its own data
-    and computes its own noise. A site that loses the aggregator, or gets ABORT, exits with code 3.
+    and its policy (--max-epsilon on the true epsilon of all planned rounds, --max-delta, --min-colluders), prints
+    the plan it accepted, and computes its own noise. A site that loses the aggregator, or gets ABORT, exits with
+    code 3.
     """
     from vfl.net.ica_cli import run_djica_site
 
     run_djica_site(connect=connect, name=name, data=data, columns=columns, scale=scale, curve_dir=curve_dir,
-                   timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo)
+                   timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
+                   policy=SitePolicy(max_epsilon, max_delta, min_colluders))
 
 
 # ---------------------------------------------------------------------------------------------- predict

@@ -122,3 +122,18 @@ def test_validation():
         CapeDJICA(max_iter=0)
     local = CapeDJICA(noise="local", max_iter=5, random_state=0).fit(data.sites[:1])
     assert local.privacy_report_["true_epsilon"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_schedule_survives_a_zero_step():
+    """A released update of exactly zero (e.g. rho annealed to 0 over thousands of rounds) has no angle: the
+    schedule must not divide by zero (it did: ZeroDivisionError in a 20 000-round networked run) and a zero change
+    below tol converges."""
+    from vfl.models.cape_djica import InfomaxSchedule
+
+    schedule = InfomaxSchedule(2, 10, tol=1e-300)
+    step = np.array([[0.1, 0.0], [0.0, -0.1]])
+    schedule.apply(step, np.zeros(2))
+    schedule.apply(np.zeros((2, 2)), np.zeros(2))
+    assert not schedule.converged
+    schedule.apply(np.zeros((2, 2)), np.zeros(2))   # step 3: angle against step 1 undefined; change 0 < tol
+    assert schedule.converged and schedule.rounds == 3

@@ -127,7 +127,7 @@ def test_killed_site_ends_run_naming_it_and_no_model(tmp_path, procs):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         line = sites[0].stdout.readline()
-        if "plan received" in line or not line:
+        if "plan:" in line or not line:     # the site printed the plan it accepted
             break
     time.sleep(0.3)
     sites[1].send_signal(signal.SIGKILL)
@@ -205,6 +205,8 @@ def test_bad_input_one_line_errors(tmp_path, procs):
     # a run where only one of two sites registers in time
     url2 = f"tcp://127.0.0.1:{free_port()}"
     s = _site(procs, url2, good[0], "site0")     # started first: registers as soon as the aggregator binds
+    assert s.stdout is not None
+    assert "connecting" in s.stdout.readline()   # its interpreter is up (a loaded machine can take seconds)
     p = _aggregator(procs, url2, out, "--components", "2", "--epsilon", "1", sites=2, timeout=3)
     _, e = p.communicate(timeout=30)
     assert p.returncode == 3 and "only 1 of 2 sites registered" in e and e.count("\n") == 1, e
@@ -336,3 +338,27 @@ def test_cli_dimension_above_the_message_limit_one_line_no_model(tmp_path, procs
     for s in sites:
         s.communicate(timeout=30)
         assert s.returncode != 0
+
+
+def test_site_refuses_a_plan_above_its_max_epsilon_and_the_run_ends_without_a_model(tmp_path, procs):
+    """The aggregator plans epsilon 2; site1 allows at most 1 (its --max-epsilon): site1 stops with one line naming
+    the option before touching its data, the aggregator ends the run naming site1, nothing is written."""
+    data = make_joint_ica(3, 2, 60, 3, 6, scale_sd=2.0, random_state=5)
+    paths = _write_sites(tmp_path, data.sites)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    out = tmp_path / "model.json"
+    sites = [_site(procs, url, p, f"site{i}", *(["--max-epsilon", "1"] if i == 1 else []), timeout=20)
+             for i, p in enumerate(paths)]
+    agg = _aggregator(procs, url, out, "--components", "3", "--epsilon", "2", "--rounds", "12", "--quiet",
+                      timeout=10)
+    _, se = sites[1].communicate(timeout=60)
+    lines = [ln for ln in se.strip().splitlines() if ln.startswith("vfl: error")]
+    assert sites[1].returncode != 0 and len(lines) == 1 and "Traceback" not in se, se
+    assert "true epsilon 2" in lines[0] and "--max-epsilon 1" in lines[0], lines
+    _, e = agg.communicate(timeout=60)
+    assert agg.returncode == 3 and "site1" in e and "Traceback" not in e, e
+    assert not out.exists() and not list(tmp_path.glob(".model.json*"))
+    for i in (0, 2):
+        so, se = sites[i].communicate(timeout=30)
+        assert sites[i].returncode == 3, se
+        assert "plan: capePCA + capeDJICA, 3 sites, 12 rounds, epsilon 2" in so, so   # what they accepted

@@ -240,8 +240,9 @@ class InfomaxSchedule:
         change = float(delta_vec @ delta_vec)
         self.learning_rates.append(self.learning_rate)
         self.changes.append(change)
-        if self._step > 2 and self._old_delta is not None:
-            cosine = float(delta_vec @ self._old_delta) / math.sqrt(change * self._old_change)
+        norms = math.sqrt(change * self._old_change)
+        if self._step > 2 and self._old_delta is not None and norms > 0:   # a zero step has no angle
+            cosine = float(delta_vec @ self._old_delta) / norms
             if (180.0 / math.pi) * math.acos(min(1.0, max(-1.0, cosine))) > self.anneal_deg:
                 self.learning_rate *= self.anneal_step
                 self._old_delta, self._old_change = delta_vec, change
@@ -252,6 +253,14 @@ class InfomaxSchedule:
             return
         if change > BLOWUP_CHANGE:
             self.learning_rate *= BLOWUP_FACTOR
+
+
+def planned_true_epsilon(cal: DJICACalibration, delta: float) -> float:
+    """True epsilon of every planned round plus the prior releases (GDP composition of the true per-round mu, so
+    the paper calibration's larger value); inf without noise. Every site can compute it from the public plan."""
+    if not cal.private:
+        return math.inf
+    return float(gdp_epsilon([*cal.prior_releases, (cal.mu_round_true, cal.max_iter)], delta))
 
 
 def djica_privacy_report(cal: DJICACalibration, schedule: InfomaxSchedule, epsilon: float, delta: float, *,
@@ -273,7 +282,7 @@ def djica_privacy_report(cal: DJICACalibration, schedule: InfomaxSchedule, epsil
     }
     if private:
         events = [*cal.prior_releases, (cal.mu_round_true, cal.max_iter)]
-        report["true_epsilon"] = gdp_epsilon(events, delta)
+        report["true_epsilon"] = planned_true_epsilon(cal, delta)
         if report_accountants:  # ~0.1 s (PLD, 255 RDP orders); sweeps can compute it once per setting
             report["accountants"] = compare_accountants(events, delta)
         c_W, c_b = schedule.last_scales if schedule.last_scales is not None else (0.0, 0.0)

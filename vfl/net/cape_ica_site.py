@@ -23,6 +23,7 @@ from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys
 from vfl.protocols.cape_djica_rounds import CapeICASite
+from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
 
 __all__ = ["ICASiteData", "djica_session", "ica_site_node"]
@@ -66,23 +67,26 @@ class ICASiteData:
                 "dims": int(self.X.shape[0]), "role": ROLE}
 
 
-def djica_session(noise: str = "cape") -> Callable[[Message, Any, RandomState], CapeICASite]:
-    """The session factory of a capeDJICA site (``noise``: "cape", or the test-only "none")."""
+def djica_session(noise: str = "cape", policy: SitePolicy | None = None
+                  ) -> Callable[[Message, Any, RandomState], CapeICASite]:
+    """The session factory of a capeDJICA site (``noise``: "cape", or the test-only "none"; ``policy``: what the
+    site agrees to run, default :class:`SitePolicy`)."""
 
     def make(plan: Message, data: Any, random_state: RandomState) -> CapeICASite:
-        return CapeICASite(data.X, random_state=random_state, noise=noise, max_message_bytes=MAX_MESSAGE_BYTES)
+        return CapeICASite(data.X, random_state=random_state, noise=noise, max_message_bytes=MAX_MESSAGE_BYTES,
+                           policy=policy)
 
     return make
 
 
 def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                   random_state: RandomState = None, noise: str = "cape",
-                  log: Callable[[str], None] | None = None) -> SiteNode:
+                  log: Callable[[str], None] | None = None, policy: SitePolicy | None = None) -> SiteNode:
     """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model."""
     if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
         raise ConfigurationError("a capeDJICA site's seed must be a non-negative integer (experiments only)")
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
-                    session_factory=djica_session(noise), log=log, result_parser=_parse_result)
+                    session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result)
 
 
 def _parse_result(msg: Message) -> ICAModel:

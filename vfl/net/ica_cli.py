@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
+from vfl.protocols.policy import SitePolicy
 
 __all__ = ["run_djica_aggregator", "run_djica_site", "ica_report_text", "read_site_columns"]
 
@@ -73,7 +74,8 @@ def read_site_columns(path: str, columns: str | None) -> tuple[np.ndarray, list[
 
 
 def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
-                   timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None]) -> None:
+                   timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None],
+                   policy: SitePolicy | None = None) -> None:
     from vfl.net.cape_ica_site import ICASiteData, ica_site_node
     from vfl.net.transport import load_client_keys
 
@@ -83,7 +85,7 @@ def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, s
         raise ConfigurationError("capeDJICA sites take --insecure-test-noise none only")
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ica_site_node(local, connect, curve=curve, timeout=timeout, random_state=seed,
-                         noise="none" if noise else "cape", log=echo)
+                         noise="none" if noise else "cape", log=echo, policy=policy)
     echo(f"[{name}] {local.n_rows} time points x {len(names)} dimensions; connecting to {connect}")
     model = node.run()
     echo(f"[{name}] done: capeDJICA model released ({model.unmixing.shape[0]} components, {model.n_rounds} rounds)")

@@ -31,6 +31,7 @@ from vfl.net.modelio import FittedModel
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
+from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
 
 __all__ = ["SiteData", "SiteNode", "capefm_session"]
@@ -117,8 +118,9 @@ class SiteData:
 SessionFactory = Callable[[Message, SiteData, RandomState], Any]
 
 
-def capefm_session(noise: str = "full") -> SessionFactory:
-    """The default session: a :class:`CapeFMSite` on the site's prepared rows."""
+def capefm_session(noise: str = "full", policy: SitePolicy | None = None) -> SessionFactory:
+    """The default session: a :class:`CapeFMSite` on the site's prepared rows, checking the plan against
+    ``policy`` (default :class:`SitePolicy`: true epsilon <= 10, delta <= 1e-3)."""
 
     def make(plan: Message, data: SiteData, random_state: RandomState) -> CapeFMSite:
         body = plan.body["plan"]
@@ -129,7 +131,7 @@ def capefm_session(noise: str = "full") -> SessionFactory:
         if not isinstance(fit_intercept, bool):
             raise ProtocolError("a capeFM plan must say fit_intercept")
         X, y = data.prepared(model, fit_intercept)
-        return CapeFMSite(X, y, model, random_state=random_state, noise=noise)
+        return CapeFMSite(X, y, model, random_state=random_state, noise=noise, policy=policy)
 
     return make
 
@@ -140,13 +142,14 @@ class SiteNode:
     ``data`` is only used through ``data.name`` and ``data.register_body()`` (and handed to the session factory),
     so another CAPE statistic may pass its own data object. ``noise``: the test-only switch of
     :mod:`vfl.protocols.cape_aggregation` ("full" for every real use).
+    ``policy``: what the default capeFM session agrees to run (:class:`~vfl.protocols.policy.SitePolicy`).
     ``random_state`` seeds the site's noise (reproducible experiments only; the registration says so and the
     aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT message (its body's model
     and its frames) into the value :meth:`run` returns (default: :meth:`FittedModel.from_dict` of the body's model).
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
-                 random_state: RandomState = None, noise: str = "full",
+                 random_state: RandomState = None, noise: str = "full", policy: SitePolicy | None = None,
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
                  result_parser: Callable[[Message], Any] | None = None) -> None:
         self.data = data
@@ -154,7 +157,7 @@ class SiteNode:
         self.curve = curve
         self.timeout = float(timeout)
         self.random_state = random_state
-        self.session_factory = session_factory or capefm_session(noise)
+        self.session_factory = session_factory or capefm_session(noise, policy)
         self.log = log or (lambda s: None)
         self.result_parser = result_parser or (lambda m: FittedModel.from_dict(m.body["model"]))
         self.index: int | None = None
@@ -187,9 +190,10 @@ class SiteNode:
                     raise ProtocolError("second CAPE plan in one run")
                 self.index = int(msg.body["index"])
                 session = self.session_factory(msg, self.data, self.random_state)
-                self.log(f"[{self.data.name}] plan received: site {self.index}")
                 outgoing = session.handle(CapeMessage("plan", self.index, {"index": self.index,
                                                                          **msg.body["plan"]}))
+                summary = getattr(session, "plan_summary", None)   # the plan this site checked and accepted
+                self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
                 last_sent = self._send_all(t, outgoing) or last_sent
             elif msg.type in TYPE_TO_KIND:
                 if session is None:

@@ -65,6 +65,7 @@ from vfl.models.capefm import (
     validate_site_data,
 )
 from vfl.privacy.calibration import validate_delta, validate_epsilon
+from vfl.protocols.policy import SitePolicy, check_site_plan
 from vfl.rng import RandomState, make_rng
 from vfl.secure.aggregation import SecAggAggregator, SecAggSite, decode_fixed_point
 
@@ -392,7 +393,10 @@ class CapeFMSite:
     """
 
     def __init__(self, X: np.ndarray, y: np.ndarray, model: str, *, random_state: RandomState = None,
-                 noise: str = "full") -> None:
+                 noise: str = "full", policy: SitePolicy | None = None) -> None:
+        self.policy = SitePolicy() if policy is None else policy
+        #: the line this site printed for the plan it accepted (after the plan)
+        self.plan_summary: str | None = None
         self.model = model
         self.X, self.y = validate_site_data([(X, y), (X, y)], model)[0]  # D2 domain and labels (one site)
         self.noise = _check_mode(noise)
@@ -426,7 +430,11 @@ class CapeFMSite:
         if plan.noise != self.noise:
             raise ConfigurationError(f"the aggregator runs noise mode {plan.noise!r} but this site runs {self.noise!r}"
                                      " (test modes must be enabled on every site and on the aggregator)")
-        _, taus, _ = plan.calibration_values()
+        _, taus, info = plan.calibration_values()
+        self.plan_summary = check_site_plan(self.policy, what=f"capeFM {plan.model}", epsilon=plan.epsilon,
+                                            true_epsilon=float(info["true_epsilon"]), delta=plan.delta,
+                                            n_colluders=int(info["n_colluders"]), n_sites=S,
+                                            test_noise=plan.noise != "full")
         values = site_coefficients(self.X, self.y, self.model, release_beta="beta" in taus)
         blocks = [CapeBlock(name, values[name], float(taus[name][index]), symmetric=(name == "M"))
                   for name, _ in plan.layout()]

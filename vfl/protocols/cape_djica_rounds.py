@@ -55,6 +55,7 @@ from vfl.models.cape_djica import (
     combine_updates,
     djica_privacy_report,
     noisy_site_update,
+    planned_true_epsilon,
     round_noise_scales,
 )
 from vfl.models.cape_ica import (
@@ -77,6 +78,7 @@ from vfl.models.cape_pca import (
 )
 from vfl.privacy.accounting import apply_formal_dp
 from vfl.protocols.cape_aggregation import CapeAggregatorRound, CapeBlock, CapeMessage, CapeSiteRound
+from vfl.protocols.policy import SitePolicy, check_site_plan
 from vfl.rng import RandomState, randomness_source
 
 __all__ = ["ICA_NOISE_MODES", "MAX_ICA_ROUNDS", "CapeICAPlan", "CapeICASite", "CapeICAAggregator",
@@ -238,11 +240,15 @@ class CapeICASite:
     the noise the in-process :func:`~vfl.models.cape_ica.fit_cape_ica` with ``random_state=k`` draws for its index.
     ``noise``: "cape" or the test-only "none" (must equal the plan's). ``max_message_bytes``: the site's transport
     limit; a plan whose messages exceed it is refused before anything is allocated (:func:`check_plan_sizes`).
+    ``policy``: what the site agrees to run (:class:`~vfl.protocols.policy.SitePolicy`, checked on the plan).
     """
 
     def __init__(self, X: np.ndarray, *, random_state: RandomState = None, noise: str = "cape",
-                 max_message_bytes: int | None = None) -> None:
+                 max_message_bytes: int | None = None, policy: SitePolicy | None = None) -> None:
         self.max_message_bytes = max_message_bytes  # the site transport's limit: a plan above it is refused
+        self.policy = SitePolicy() if policy is None else policy
+        #: the line this site printed for the plan it accepted (after the plan)
+        self.plan_summary: str | None = None
         if noise not in ICA_NOISE_MODES:
             raise ConfigurationError(f"noise must be one of {ICA_NOISE_MODES}, got {noise!r}")
         self.X = validate_site_columns([X], min_sites=1, what="capeDJICA site")[0]
@@ -296,12 +302,17 @@ class CapeICASite:
         if cfg.noise != self.noise:
             raise ConfigurationError(f"the aggregator runs noise {cfg.noise!r} but this site runs {self.noise!r} "
                                      "(the test mode must be enabled on every site and on the aggregator)")
+        self.pca_cal = plan.pca_calibration()
+        ica_cal = plan.ica_calibration(self.pca_cal)
+        self.plan_summary = check_site_plan(self.policy, what="capePCA + capeDJICA", epsilon=cfg.epsilon,
+                                            true_epsilon=planned_true_epsilon(ica_cal, cfg.delta), delta=cfg.delta,
+                                            n_colluders=int(ica_cal.n_colluders), n_sites=S,
+                                            test_noise=cfg.noise == "none", rounds=cfg.max_iter)
         self.plan, self.index = plan, index
         _warn_paper(cfg)
         pca_state, ica_state = pipeline_random_states(self.random_state)
         self._pca_rng = site_generator(pca_state, S, index)
         self._ica_rng = site_generator(ica_state, S, index)
-        self.pca_cal = plan.pca_calibration()
         block = CapeBlock("C", second_moment(self.X), float(self.pca_cal.taus[index]), symmetric=True)
         self.round = CapeSiteRound(index, S, plan.round_id, [block], random_state=self._pca_rng,
                                    noise="full" if self.noise == "cape" else "none")

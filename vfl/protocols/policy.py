@@ -35,7 +35,7 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.protocols.settings import BCD_MECHANISMS, MECHANISMS
 
 __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary",
-           "check_plan", "describe_plan", "exposure"]
+           "SitePolicy", "check_plan", "check_site_plan", "describe_plan", "exposure"]
 
 #: no noise at all: a party runs these only when its operator lists them in ``allow_mechanisms``
 UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
@@ -209,3 +209,56 @@ def describe_plan(summary: PlanSummary) -> str:
     exposed = (f"; exposes {summary.exposed_rows} row(s) as key holder (--max-exposed-rows)"
                if summary.exposed_rows else "")
     return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}{exposed}"
+
+
+@dataclass(frozen=True)
+class SitePolicy:
+    """What a CAPE site (``vfl site`` for capeFM, ``vfl djica-site`` for capePCA + capeDJICA) agrees to run.
+
+    The aggregator's plan fixes epsilon, delta, the number of colluding sites S_C the noise withstands, the
+    calibration and (capeDJICA) the number of rounds; every site derives its own noise from it. Like a party
+    (:class:`PartyPolicy`), a site checks the plan before it touches its data: the *true* epsilon of the whole plan
+    (as the site computes it: the paper calibration's larger value, all planned rounds) must be at most
+    ``max_epsilon``, delta at most ``max_delta``, and S_C at least ``min_colluders``. A site in the test-only
+    no-noise mode has chosen that itself and is not checked.
+    """
+
+    max_epsilon: float | None = DEFAULT_MAX_EPSILON
+    max_delta: float | None = DEFAULT_MAX_DELTA
+    min_colluders: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_epsilon is not None and not (math.isfinite(self.max_epsilon) and self.max_epsilon > 0):
+            raise ConfigurationError(f"--max-epsilon must be a finite number > 0, got {self.max_epsilon}")
+        if self.max_delta is not None and not 0 < self.max_delta < 1:
+            raise ConfigurationError(f"--max-delta must lie in (0, 1), got {self.max_delta}")
+        if isinstance(self.min_colluders, bool) or not isinstance(self.min_colluders, int) or self.min_colluders < 0:
+            raise ConfigurationError(f"--min-colluders must be an integer >= 0, got {self.min_colluders!r}")
+
+    @classmethod
+    def permissive(cls) -> SitePolicy:
+        """Any plan: for in-process runs (``vfl.fit_sites``, ``vfl.fit_ica_sites``) where one caller picks it."""
+        return cls(None, None, 0)
+
+
+def check_site_plan(policy: SitePolicy, *, what: str, epsilon: float, true_epsilon: float, delta: float,
+                    n_colluders: int, n_sites: int, test_noise: bool, rounds: int | None = None) -> str:
+    """Check a CAPE plan against the site's policy; the one line the site prints, or ConfigurationError naming
+    the option that refused it."""
+    rounds_text = f", {rounds} rounds" if rounds is not None else ""
+    if test_noise:
+        return f"plan: {what}, {n_sites} sites{rounds_text}, NO noise (test mode of this site)"
+    if policy.max_epsilon is not None and not true_epsilon <= policy.max_epsilon:
+        claimed = f" (claimed {epsilon:g})" if true_epsilon > epsilon * (1 + 1e-9) else ""
+        raise ConfigurationError(f"the aggregator's {what} plan has true epsilon {true_epsilon:g}{claimed}, above "
+                                 f"this site's --max-epsilon {policy.max_epsilon:g}; refused before touching the data")
+    if policy.max_delta is not None and not delta <= policy.max_delta:
+        raise ConfigurationError(f"the aggregator's {what} plan has delta {delta:g}, above this site's --max-delta "
+                                 f"{policy.max_delta:g}; refused before touching the data")
+    if n_colluders < policy.min_colluders:
+        raise ConfigurationError(f"the aggregator's {what} plan withstands {n_colluders} colluding site(s), fewer "
+                                 f"than this site's --min-colluders {policy.min_colluders}; refused before touching "
+                                 "the data")
+    true_text = f" (true epsilon {true_epsilon:g})" if true_epsilon > epsilon * (1 + 1e-9) else ""
+    return (f"plan: {what}, {n_sites} sites{rounds_text}, epsilon {epsilon:g}{true_text}, delta {delta:g}, "
+            f"withstands the aggregator plus {n_colluders} colluding site(s)")
