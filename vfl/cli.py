@@ -366,7 +366,7 @@ def _site_policy_options(command: Callable) -> Callable:
     options = [
         click.option("--max-epsilon", type=float, default=DEFAULT_PLAN_MAX_EPSILON, show_default=True,
                      help="Refuse a plan whose TRUE epsilon (all planned rounds; the paper calibration's larger "
-                          "value) is above this, before touching the data."),
+                          "value) is above this, before anything is computed or released."),
         click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
                      help="Refuse a plan whose delta is above this."),
         click.option("--min-colluders", type=click.IntRange(min=0), default=0, show_default=True,

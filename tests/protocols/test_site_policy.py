@@ -1,9 +1,9 @@
 """A CAPE site's own policy on the aggregator's plan (vfl.protocols.policy.SitePolicy; review of issue 11).
 
 The aggregator's plan fixes epsilon, delta, S_C, the calibration and (capeDJICA) the rounds. A site refuses,
-before it touches its data, a plan whose TRUE epsilon (the site computes it: paper calibration's larger value, all
-planned rounds) exceeds its --max-epsilon, whose delta exceeds --max-delta, or that withstands fewer colluders than
---min-colluders; it prints the plan it accepted.
+before it computes or releases any statistic, a plan whose TRUE epsilon (the site computes it: paper
+calibration's larger value, all planned rounds) exceeds its --max-epsilon, whose delta exceeds --max-delta, or
+that withstands fewer colluders than --min-colluders; it prints the plan it accepted.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_site_policy_options_are_checked(bad):
         SitePolicy(**bad)
 
 
-def test_djica_site_refuses_a_plan_above_its_max_epsilon_before_touching_data(ica_sites):
+def test_djica_site_refuses_a_plan_above_its_max_epsilon_before_computing_anything(ica_sites):
     msg, _ = _ica_plan_message(ica_sites, epsilon=50.0)
     site = CapeICASite(ica_sites[0])
     with pytest.raises(ConfigurationError, match="true epsilon 50.*--max-epsilon 10"):

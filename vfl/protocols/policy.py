@@ -217,8 +217,9 @@ class SitePolicy:
 
     The aggregator's plan fixes epsilon, delta, the number of colluding sites S_C the noise withstands, the
     calibration and (capeDJICA) the number of rounds; every site derives its own noise from it. Like a party
-    (:class:`PartyPolicy`), a site checks the plan before it touches its data: the *true* epsilon of the whole plan
-    (as the site computes it: the paper calibration's larger value, all planned rounds) must be at most
+    (:class:`PartyPolicy`), a site checks the plan before it computes or releases any statistic: the *true*
+    epsilon of the whole plan (as the site computes it: the paper calibration's larger value, all planned rounds)
+    must be at most
     ``max_epsilon``, delta at most ``max_delta``, and S_C at least ``min_colluders``. A site in the test-only
     no-noise mode has chosen that itself and is not checked.
     """
@@ -251,14 +252,15 @@ def check_site_plan(policy: SitePolicy, *, what: str, epsilon: float, true_epsil
     if policy.max_epsilon is not None and not true_epsilon <= policy.max_epsilon:
         claimed = f" (claimed {epsilon:g})" if true_epsilon > epsilon * (1 + 1e-9) else ""
         raise ConfigurationError(f"the aggregator's {what} plan has true epsilon {true_epsilon:g}{claimed}, above "
-                                 f"this site's --max-epsilon {policy.max_epsilon:g}; refused before touching the data")
+                                 f"this site's --max-epsilon {policy.max_epsilon:g}; refused before anything is "
+                                 "released")
     if policy.max_delta is not None and not delta <= policy.max_delta:
         raise ConfigurationError(f"the aggregator's {what} plan has delta {delta:g}, above this site's --max-delta "
-                                 f"{policy.max_delta:g}; refused before touching the data")
+                                 f"{policy.max_delta:g}; refused before anything is released")
     if n_colluders < policy.min_colluders:
         raise ConfigurationError(f"the aggregator's {what} plan withstands {n_colluders} colluding site(s), fewer "
-                                 f"than this site's --min-colluders {policy.min_colluders}; refused before touching "
-                                 "the data")
+                                 f"than this site's --min-colluders {policy.min_colluders}; refused before "
+                                 "anything is released")
     true_text = f" (true epsilon {true_epsilon:g})" if true_epsilon > epsilon * (1 + 1e-9) else ""
     return (f"plan: {what}, {n_sites} sites{rounds_text}, epsilon {epsilon:g}{true_text}, delta {delta:g}, "
             f"withstands the aggregator plus {n_colluders} colluding site(s)")
