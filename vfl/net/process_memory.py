@@ -21,7 +21,8 @@ _M_ARENA_MAX = -8   # glibc <malloc.h>
 
 
 def limit_malloc_arenas(count: int = DEFAULT_MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas at ``count`` for arenas created from now on (call before starting threads).
+    """Cap glibc's malloc arenas at ``count`` for arenas created from now on (threads that already have one keep it:
+    call it before the role starts its threads; numpy's BLAS threads, started at import, stay idle in a role).
 
     Returns whether the cap was set: ``False`` when ``MALLOC_ARENA_MAX`` is already in the environment (the
     operator's choice stands) or the C library has no ``mallopt`` (not glibc, e.g. macOS or musl)."""

@@ -77,6 +77,17 @@ MAX_ECHO_TAGS = 1 << 21
 """Request ciphertexts whose 64-bit tag the key holder keeps to refuse a literal echo (beyond: the count bound)."""
 _TAG_MASK = (1 << 64) - 1
 
+DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
+"""Default bound on one streamed ciphertext frame (8 192 rows of one 2048-bit ciphertext each). What a party holds
+in flight is a few frames (credit window, pending multi-exponentiation tasks, their copies sent to the pool), so
+this size, not n, sets its memory: at 10^6 rows 16 MiB frames cost 176-240 MB more per party, and 4 MiB frames
+6.5% more CPU (smaller bucket multi-exponentiation batches; docs/performance.md)."""
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
+MAX_COLS = 100_000
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
 
 class EchoTags:
     """The low 64 bits of up to ``capacity`` request ciphertexts, kept as a numpy ``uint64`` array (8 bytes per
@@ -114,16 +125,7 @@ class EchoTags:
             return False
         at = np.minimum(np.searchsorted(self._sorted, query), self._sorted.size - 1)
         return bool(np.any(self._sorted[at] == query))
-DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
-"""Default bound on one streamed ciphertext frame (8 192 rows of one 2048-bit ciphertext each). What a party holds
-in flight is a few frames (credit window, pending multi-exponentiation tasks, their copies sent to the pool), so
-this size, not n, sets its memory: 16 MiB frames cost ~300 MB per party at 10^6 rows (docs/performance.md); each
-4 MiB frame is still seconds of pool work, so throughput is unchanged."""
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-"""Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
-MAX_COLS = 100_000
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
 
 
 def _int_field(header: dict[str, Any], name: str, lo: int, hi: int) -> int:
