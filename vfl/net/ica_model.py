@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.net.modelio import atomic_write_text
+from vfl.net.modelio import JsonModel
 
 __all__ = ["ICA_MODEL_FORMAT", "RESULT_FRAMES", "ICAModel", "load_ica_model"]
 
@@ -48,7 +48,7 @@ def _json_safe(v: Any) -> Any:
 
 
 @dataclass
-class ICAModel:
+class ICAModel(JsonModel):
     """A released capeDJICA model (see the module docstring); ``transform`` gives the estimated sources."""
 
     config: dict[str, Any]
@@ -125,13 +125,6 @@ class ICAModel:
                 raise ConfigurationError(f"capeDJICA RESULT: {k} contains NaN or infinity")
             doc[k] = arr
         return cls.from_dict(doc)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The model as JSON text; written atomically to ``path`` if given."""
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        if path is not None:
-            atomic_write_text(path, text + "\n")
-        return text
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> ICAModel:

@@ -63,8 +63,22 @@ class PartyColumns:
         return 2.0 * ws / width, float(np.sum(ws * (-1.0 - 2.0 * b[:, 0] / width)))
 
 
+class JsonModel:
+    """Model files: :meth:`to_json` writes ``to_dict()`` as JSON (indent 2, no NaN), atomically to ``path``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The model as JSON text; written atomically to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        if path is not None:
+            atomic_write_text(path, text + "\n")
+        return text
+
+
 @dataclass
-class FittedModel:
+class FittedModel(JsonModel):
     """A model trained by the vfl protocol (or loaded from JSON)."""
 
     model: str
@@ -171,13 +185,6 @@ class FittedModel:
             "coef": self.coef_.tolist(), "intercept": self.intercept_,
             "privacy_report": self.privacy_report, "extra": self.extra,
         }
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The model as JSON text; written atomically to ``path`` if given."""
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        if path is not None:
-            atomic_write_text(path, text + "\n")
-        return text
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> FittedModel:

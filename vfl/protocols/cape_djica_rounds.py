@@ -303,7 +303,8 @@ class CapeICASite:
             raise ConfigurationError(f"the aggregator runs noise {cfg.noise!r} but this site runs {self.noise!r} "
                                      "(the test mode must be enabled on every site and on the aggregator)")
         self.pca_cal = plan.pca_calibration()
-        ica_cal = plan.ica_calibration(self.pca_cal)
+        # both calibrations are public (plan only): the policy checks the true epsilon of every planned round
+        self.ica_cal = ica_cal = plan.ica_calibration(self.pca_cal)
         self.plan_summary = check_site_plan(self.policy, what="capePCA + capeDJICA", epsilon=cfg.epsilon,
                                             true_epsilon=planned_true_epsilon(ica_cal, cfg.delta), delta=cfg.delta,
                                             n_colluders=int(ica_cal.n_colluders), n_sites=S,
@@ -332,7 +333,6 @@ class CapeICASite:
         self.data_radius = radius * (1 + RADIUS_SLACK)
         self.white_ = validate_site_columns([whiten_and_clip(self.X, M, radius)], radius=self.data_radius,
                                             min_sites=1, what="capeDJICA site")[0]
-        self.ica_cal = plan.ica_calibration(self.pca_cal)
         if self.noise != "cape":
             self.phase = "ica"
             return []
