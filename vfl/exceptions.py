@@ -43,6 +43,10 @@ class ProtocolError(VFLError):
     """A peer sent a malformed, oversized, out-of-order or unexpected message."""
 
 
+class IdentityError(ProtocolError):
+    """A signature is missing or does not verify, or a party's signing identity is not pinned (names the party)."""
+
+
 class PartyFailure(VFLError):
     """A party died, timed out or reported an error; the run was aborted and no model was written."""
 
