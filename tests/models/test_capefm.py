@@ -210,3 +210,49 @@ def test_draw_block_noise_iso_construction():
     assert np.var(draws[:, 0, 1]) == pytest.approx(0.5, rel=0.05)
     flat = np.array([draw_block_noise(2.0, (4,), rng, symmetric=False) for _ in range(5000)])
     assert np.var(flat) == pytest.approx(4.0, rel=0.05)
+
+
+def _released_leaves(m: CapeFM) -> dict[str, float]:
+    """Every number of the fitted object's public attributes (``coef_``, ``noisy_objective_``, ``site_releases_``,
+    ``solve_result_``, ``privacy_report_``), flattened to path -> float."""
+    out: dict[str, float] = {}
+
+    def walk(path: str, v) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{path}.{k}", x)
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(f"{path}[{i}]", x)
+        elif isinstance(v, np.ndarray):
+            for i, x in enumerate(v.ravel()):
+                out[f"{path}[{i}]"] = float(x)
+        elif isinstance(v, (bool, int, float, np.number)):
+            out[path] = float(v)
+        elif hasattr(v, "__dataclass_fields__"):
+            for k in v.__dataclass_fields__:
+                walk(f"{path}.{k}", getattr(v, k))
+
+    for name, value in vars(m).items():
+        if name.endswith("_"):
+            walk(name, value)
+    return out
+
+
+@pytest.mark.parametrize("release_constant", [False, True])
+def test_nothing_deterministic_depends_on_the_data(release_constant):
+    # issue 20 item 8: every released number either carries fresh noise (differs between fits from OS entropy)
+    # or is public (unchanged when one label changes); the un-noised sum_s w_s mean(y_s^2) was neither
+    sites, _, _ = _sites([300, 300, 300], seed=11)
+    changed = [(X, y.copy()) for X, y in sites]
+    changed[1][1][0] = 0.5 * changed[1][1][0] + 0.25   # one label of site 1, a different y^2
+    fits = [_released_leaves(CapeFM(release_constant=release_constant).fit(sites)) for _ in range(3)]
+    other = _released_leaves(CapeFM(release_constant=release_constant).fit(changed))
+    deterministic = [k for k in fits[0] if fits[0][k] == fits[1][k] == fits[2][k]]
+    assert "noisy_objective_.beta" in fits[0]
+    leaking = [k for k in deterministic if other[k] != fits[0][k]]
+    assert leaking == []
+    if release_constant:   # released with noise: varies between fits
+        assert "noisy_objective_.beta" not in deterministic
+    else:                  # not released: the public constant
+        assert fits[0]["noisy_objective_.beta"] == 0.0

@@ -62,6 +62,7 @@ __all__ = [
     "calibrate_cape_fm",
     "site_coefficients",
     "combine_releases",
+    "public_beta",
     "cape_fm_report",
     "validate_site_data",
     "draw_block_noise",
@@ -197,6 +198,15 @@ def site_coefficients(X: np.ndarray, y: np.ndarray, model: str, *, release_beta:
     if release_beta:
         blocks["beta"] = np.array([obj.beta])
     return blocks
+
+
+def public_beta(model: str) -> float:
+    """The objective's constant when beta is not released: 0 (linear) or ln 2 (logistic, data-independent).
+
+    beta = (1/N) sum y_i^2 does not change the minimiser w = -(1/2) M^-1 alpha, so an unreleased beta is replaced
+    by a public constant (as the vertical FM's :meth:`vfl.fm.dissection.DissectionPlan.assemble` does).
+    """
+    return math.log(2.0) if model == "logistic" else 0.0
 
 
 def combine_releases(releases: Sequence[dict[str, np.ndarray]], weights: Sequence[float] | np.ndarray,
@@ -340,11 +350,12 @@ class CapeFM:
                 releases[name] = [v.copy() for v in values]
 
         noise_std = {k: aggregate_noise_std(taus[k], weights) if self.add_noise else 0.0 for k in taus}
-        clean_beta = float(sum(w * fm_objective(X, y, self.model).beta for w, (X, y) in zip(weights, data,
-                                                                                            strict=True)))
         per_site = [{name: releases[name][s] for name in releases} for s in range(S)]
+        # beta does not move the minimiser: unless it was released with noise (a "beta" block), it is the
+        # public constant (0 linear, ln 2 logistic), never the sites' un-noised (1/N) sum y^2
         objective, result, floor = combine_releases(per_site, weights, noise_std, lambda_floor=self.lambda_floor,
-                                                    beta=clean_beta, min_pos=self.min_pos, fallback=self.fallback)
+                                                    beta=public_beta(self.model), min_pos=self.min_pos,
+                                                    fallback=self.fallback)
 
         self.coef_ = result.w
         self.noisy_objective_ = objective
