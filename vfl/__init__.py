@@ -6,6 +6,11 @@ calibration, accounting), :mod:`vfl.models` (estimators, baselines, BCD, capeFM)
 protocol phases), :mod:`vfl.net` (wire, transport, roles), and the faces :mod:`vfl.api` and :mod:`vfl.cli`.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from vfl.exceptions import (
     DataBoundsWarning,
     DataValidationError,
@@ -14,43 +19,59 @@ from vfl.exceptions import (
     PrivacyParameterError,
     VFLError,
 )
-from vfl.fm.dissection import DissectionPlan
-from vfl.fm.objective import QuadraticObjective
-from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
-from vfl.models.cape_djica import CapeDJICA
-from vfl.models.cape_pca import CapePCA
-from vfl.models.capefm import CapeFM
-from vfl.models.estimators import LinearRegression, LogisticRegression
-from vfl.privacy.accounting import PrivacyReport
-from vfl.privacy.mechanisms import make_mechanism
 
 __version__ = "0.1.0"
 
+#: public name -> the module that defines it. Imported on first use (module ``__getattr__``, PEP 562), so
+#: ``import vfl`` and the ``vfl`` command start without numpy/scipy/Paillier/ZeroMQ until a name needs them
+#: (issue 21: ``vfl --help`` used to import the whole stack).
+_LAZY = {
+    "DissectionPlan": "vfl.fm.dissection",
+    "QuadraticObjective": "vfl.fm.objective",
+    "NoisyGradientDescent": "vfl.models.baselines",
+    "ObjectivePerturbation": "vfl.models.baselines",
+    "CapeDJICA": "vfl.models.cape_djica",
+    "CapePCA": "vfl.models.cape_pca",
+    "CapeFM": "vfl.models.capefm",
+    "LinearRegression": "vfl.models.estimators",
+    "LogisticRegression": "vfl.models.estimators",
+    "PrivacyReport": "vfl.privacy.accounting",
+    "make_mechanism": "vfl.privacy.mechanisms",
+    # networked API (issues 4, 10, 11)
+    "Party": "vfl.api",
+    "Site": "vfl.api",
+    "fit": "vfl.api",
+    "fit_sites": "vfl.api",
+    "fit_ica_sites": "vfl.api",
+    "Coordinator": "vfl.net.coordinator",
+    "RunSettings": "vfl.net.coordinator",
+    "FittedModel": "vfl.net.modelio",
+    "load_model": "vfl.net.modelio",
+    "LocalData": "vfl.net.party",
+    "PartyNode": "vfl.net.party",
+}
+
 __all__ = [
-    "CapeDJICA",
-    "CapeFM",
-    "CapePCA",
-    "NoisyGradientDescent",
-    "ObjectivePerturbation",
     "DataBoundsWarning",
     "DataValidationError",
     "DegenerateNoisyObjective",
-    "DissectionPlan",
-    "LinearRegression",
-    "LogisticRegression",
     "PrivacyLeakWarning",
     "PrivacyParameterError",
-    "PrivacyReport",
-    "QuadraticObjective",
     "VFLError",
-    "make_mechanism",
     "__version__",
+    *_LAZY,
 ]
 
-from vfl.api import Party, Site, fit, fit_ica_sites, fit_sites  # noqa: E402  (networked API, issues 4, 10, 11)
-from vfl.net.coordinator import Coordinator, RunSettings  # noqa: E402
-from vfl.net.modelio import FittedModel, load_model  # noqa: E402
-from vfl.net.party import LocalData, PartyNode  # noqa: E402
 
-__all__ += ["Coordinator", "FittedModel", "LocalData", "Party", "PartyNode", "RunSettings", "fit", "load_model",
-            "Site", "fit_sites", "fit_ica_sites"]
+def __getattr__(name: str) -> Any:
+    """``vfl.X`` for a name of :data:`_LAZY`: import its module now and cache the value in this module."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vfl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -48,7 +48,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from vfl.exceptions import DataValidationError, DPBCDAbort, PrivacyParameterError
 from vfl.privacy.accounting import DP_BCD_REASON, NO_FORMAL_GUARANTEE, apply_formal_dp, formal_dp_status
@@ -120,6 +119,8 @@ class QRLeastSquares:
 
     def solve(self, v: np.ndarray) -> np.ndarray:
         """argmin_beta ||v - X beta||_2."""
+        from scipy.linalg import solve_triangular  # at first use: importing vfl stays light
+
         return solve_triangular(self._r, self._q.T @ v, lower=False)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
 
 from vfl.exceptions import PrivacyParameterError
 
@@ -93,6 +92,8 @@ def delta_gaussian(epsilon: float, mu: float) -> float:
         return 0.0
     if not math.isfinite(mu):
         return 1.0
+    from scipy.special import log_ndtr, ndtr  # here, not at import: `vfl --help` starts without scipy
+
     a = -eps / mu + mu / 2.0
     b = -eps / mu - mu / 2.0
     log_pa = float(log_ndtr(a))

@@ -12,43 +12,38 @@ Public entry points (see ``docs/secure_products.md``):
   :func:`secure_sum`.
 """
 
-from vfl.secure.aggregation import (
-    SECAGG_PRECISION_BITS,
-    SecAggAggregator,
-    SecAggSite,
-    secure_sum,
-    validate_public_value,
-)
-from vfl.secure.discrete_noise import discrete_gaussian_array, discrete_laplace_array
-from vfl.secure.encoding import DEFAULT_PRECISION_BITS, inner_product_error_bound
-from vfl.secure.keys import (
-    MIN_KEY_BITS,
-    generate_keypair,
-    key_fingerprint,
-    public_key_from_bytes,
-    public_key_to_bytes,
-    validate_ciphertext,
-)
-from vfl.secure.packing import SlotLayout
-from vfl.secure.products import (
-    EncryptedBlock,
-    MaskedResponse,
-    ProductEncryptor,
-    ProductResponder,
-    ProductRun,
-    choose_encryptor,
-    combine_shares,
-    product_cost,
-    run_secure_product,
-    secure_gram,
-    secure_label_products,
-)
+from __future__ import annotations
 
-__all__ = [
-    "SECAGG_PRECISION_BITS", "SecAggAggregator", "SecAggSite", "secure_sum", "validate_public_value",
-    "DEFAULT_PRECISION_BITS", "MIN_KEY_BITS", "EncryptedBlock", "MaskedResponse", "ProductEncryptor",
-    "ProductResponder", "ProductRun", "SlotLayout", "choose_encryptor", "combine_shares",
-    "discrete_gaussian_array", "discrete_laplace_array", "generate_keypair", "inner_product_error_bound",
-    "key_fingerprint", "product_cost", "public_key_from_bytes", "public_key_to_bytes", "run_secure_product",
-    "secure_gram", "secure_label_products", "validate_ciphertext",
-]
+import importlib
+from typing import Any
+
+#: public name -> defining module, imported on first use (PEP 562) so that importing one light submodule
+#: (``vfl.secure.fastmath``'s names, ``vfl.secure.encoding``) does not load Paillier and the product machinery.
+_LAZY = {
+    **dict.fromkeys(("SECAGG_PRECISION_BITS", "SecAggAggregator", "SecAggSite", "secure_sum",
+                     "validate_public_value"), "vfl.secure.aggregation"),
+    **dict.fromkeys(("discrete_gaussian_array", "discrete_laplace_array"), "vfl.secure.discrete_noise"),
+    **dict.fromkeys(("DEFAULT_PRECISION_BITS", "inner_product_error_bound"), "vfl.secure.encoding"),
+    **dict.fromkeys(("MIN_KEY_BITS", "generate_keypair", "key_fingerprint", "public_key_from_bytes",
+                     "public_key_to_bytes", "validate_ciphertext"), "vfl.secure.keys"),
+    "SlotLayout": "vfl.secure.packing",
+    **dict.fromkeys(("EncryptedBlock", "MaskedResponse", "ProductEncryptor", "ProductResponder", "ProductRun",
+                     "choose_encryptor", "combine_shares", "product_cost", "run_secure_product", "secure_gram",
+                     "secure_label_products"), "vfl.secure.products"),
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """``vfl.secure.X`` for a name of :data:`_LAZY`: import its module now and cache the value."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vfl.secure' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
