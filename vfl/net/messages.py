@@ -29,12 +29,20 @@ then every frame's declared size (at most :data:`MAX_INTS` integers), then the c
 
 The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
 
-    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row IDs given?
+    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row IDs given?, its
+                                                 Ed25519 identity and signature over all of it
     coordinator  -> party        WELCOME         run id (all later messages carry it)
-    coordinator  -> party        PSI_START       (--id runs) index and K of the row alignment
-    party        -> coordinator  PSI_POINTS      (relayed round the ring) blinded ID points; fully blinded: kept
+    coordinator  -> party        PSI_START       (--id runs) index and K of the row alignment, every party's signed
+                                                 REGISTER (its ID count: the length of the lists it may send)
+    party        -> coordinator  PSI_POINTS      (relayed round the ring) blinded ID points, signed by the sender;
+                                                 fully blinded: kept
     coordinator  -> party        PSI_RESULT      positions of the party's common rows in the agreed order
     coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
+    party        -> coordinator  ROSTER_ENTRY    its signed registration, the plan's digest, its Paillier key's
+                                                 fingerprint, its Ed25519 signature over them (vfl.protocols.roster)
+    coordinator  -> party        ROSTER          every entry in plan order; each party verifies it before anything
+                                                 data-dependent (relayed party-to-party messages below carry ``auth``,
+                                                 their sender's signature bound to the roster)
     party        -> coordinator  READY           data prepared; the label owner's public label bounds
     encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + stream header
     responder    -> coordinator  CREDIT          (relayed to the encryptor) send chunks with index < upto
@@ -162,6 +170,8 @@ class MessageType(str, Enum):
     PSI_START = "psi_start"
     PSI_POINTS = "psi_points"
     PSI_RESULT = "psi_result"
+    ROSTER_ENTRY = "roster_entry"
+    ROSTER = "roster"
 
 
 # ------------------------------------------------------------------ body schemas
@@ -199,6 +209,15 @@ def _is_dict(v: Any) -> bool:
 
 _FEATURE = _is_str(256)
 _BLOCK = _is_str(64)
+_HEX_RE = re.compile(r"^[0-9a-f]*$")
+
+
+def _is_hex(length: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and len(v) == length and bool(_HEX_RE.match(v))
+
+
+_KEY = _is_hex(64)    # an Ed25519 public key or a sha256 digest, hex (vfl.secure.identity)
+_AUTH = _is_hex(128)  # an Ed25519 signature, hex: the sender's, end to end (vfl.protocols.roster)
 
 #: field -> (required?, check). Unknown fields are rejected too.
 SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
@@ -215,6 +234,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "role": (False, _is_opt(_is_str(16))),
         "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
         "dims": (False, _is_int(1, MAX_ICA_DIMS)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
+        "identity": (False, _KEY),   # the party's Ed25519 public key and its signature over this registration
+        "auth": (False, _AUTH),
     },
     MessageType.WELCOME: {"run": (True, _is_str(32))},
     MessageType.PLAN: {
@@ -238,24 +259,28 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
         "wire": (True, _is_dict),
+        "auth": (False, _AUTH),
     },
     MessageType.ENC_CHUNK: {
         "block": (True, _BLOCK),
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
         "wire": (True, _is_dict),
+        "auth": (False, _AUTH),
     },
     MessageType.CREDIT: {
         "block": (True, _BLOCK),
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
         "upto": (True, _is_int(1, 10_000_000)),
+        "auth": (False, _AUTH),
     },
     MessageType.MASKED_RESPONSE: {
         "block": (True, _BLOCK),
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
         "wire": (True, _is_dict),
+        "auth": (False, _AUTH),
     },
     MessageType.SHARE: {"block": (True, _BLOCK)},
     MessageType.BLOCK: {"block": (True, _BLOCK)},
@@ -263,6 +288,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "round": (True, _is_int(0, 1_000_000)),
         "to": (True, _is_name),
         "origin": (False, _is_opt(_is_name)),
+        "auth": (False, _AUTH),
     },
     MessageType.BCD_COEF: {"status": (True, _is_str(64)), "reason": (False, _is_opt(_is_str(1024))),
                            "rounds_run": (False, _is_int(0, 1_000_000))},
@@ -280,9 +306,16 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_SUBSPACE: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_STATE: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.PSI_START: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_int(1, 10_001))},
-    MessageType.PSI_POINTS: {"origin": (True, _is_int(0, 10_000)), "hops": (True, _is_int(1, 10_001))},
+    # PSI_START carries every ring member's signed REGISTER body; each list its sender's signature (issue 20)
+    MessageType.PSI_START: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_int(1, 10_001)),
+                            "registrations": (True, _is_list(_is_dict, 10_001))},
+    MessageType.PSI_POINTS: {"origin": (True, _is_int(0, 10_000)), "hops": (True, _is_int(1, 10_001)),
+                             "auth": (False, _AUTH)},
     MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
+    # the signed roster (vfl.protocols.roster): each party's entry, then every entry in plan order
+    MessageType.ROSTER_ENTRY: {"party": (True, _is_name), "plan": (True, _KEY), "registration": (True, _is_dict),
+                               "paillier": (True, _is_opt(_KEY)), "auth": (False, _AUTH)},
+    MessageType.ROSTER: {"entries": (True, _is_list(_is_dict, 10_000))},
 }
 
 
@@ -311,6 +344,8 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.PSI_START: ((),),
     MessageType.PSI_POINTS: (("bytes",),),
     MessageType.PSI_RESULT: (("array",),),
+    MessageType.ROSTER_ENTRY: ((),),
+    MessageType.ROSTER: ((),),
 }
 
 

@@ -259,6 +259,13 @@ class BCDParty:
         """The label owner's convergence check stopped the ring: release this party's coefficients."""
         return [Out(type="bcd_coef", body={"status": "completed"}, payload=[self.coef.copy()])]
 
+    def sender_of(self, msg: Incoming) -> str:
+        """The party whose remainder this party receives: its predecessor in the ring."""
+        if kind_of(msg) != "bcd_remainder":
+            raise ProtocolError(f"unexpected {kind_of(msg)} in a BCD run")
+        ring = [(self.label_owner + j) % self.k for j in range(self.k)]
+        return self.names[ring[(ring.index(self.index) - 1) % self.k]]
+
     def handle(self, msg: Incoming) -> Callable[[], list[Out]]:
         """Check a relayed BCD_REMAINDER / BCD_STOP now; return the step that answers it."""
         kind = kind_of(msg)

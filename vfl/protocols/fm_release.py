@@ -489,6 +489,27 @@ class FMParty:
     def _work_ms(self, n_cols: int) -> float:
         return self.n * max(1, n_cols) * 0.05
 
+    def paillier_key(self) -> bytes | None:
+        """The Paillier public key this party encrypts every request under (generated now, before the roster, so
+        its fingerprint is signed into it: vfl.protocols.roster); None if it encrypts no block."""
+        if not any(b.encryptor == self.index for b in self.plan.cross_blocks()):
+            return None
+        if self.keypair is None:
+            p = self.params
+            self.keypair = generate_keypair(p.key_bits, allow_insecure=p.allow_insecure_keys)
+        return public_key_to_bytes(self.keypair[0])
+
+    def sender_of(self, msg: Incoming) -> str:
+        """The party the plan names as the sender of a relayed message for one of this party's blocks: the
+        encryptor of ENC_REQUEST / ENC_CHUNK, the responder of CREDIT / MASKED_RESPONSE (ProtocolError if the
+        block is unknown or this party is not the other side)."""
+        kind, block = kind_of(msg), _block_named(self.plan, msg, "for unknown block")
+        src, dst = ((block.encryptor, block.responder) if kind in ("enc_request", "enc_chunk")
+                    else (block.responder, block.encryptor))
+        if kind not in ("enc_request", "enc_chunk", "credit", "masked_response") or dst != self.index or src is None:
+            raise ProtocolError(f"unexpected {kind} for block {block.name}")
+        return self.names[src]
+
     def _request(self, block: Block) -> Out:
         """Encryptor: the stream header now; the chunks follow as the responder grants credit."""
         p = self.params

@@ -1,0 +1,228 @@
+"""The signed roster: after the PLAN and before anything data-dependent, every party checks who it runs with.
+
+The coordinator relays everything, so without end-to-end authentication it can play any party: substitute its own
+Paillier key in a relayed request, invent parties, forge responses (issue 20). Each party holds an Ed25519 identity
+(:mod:`vfl.secure.identity`) and pins its co-parties' public keys out of band; then
+
+1. **REGISTER** carries the party's public key (``identity``) and its signature (``auth``) over the registration
+   statement: name, row count (its ID count with ``--id``), feature names, label owner, row IDs, order
+   (:func:`sign_registration`; digest :func:`registration_digest`).
+2. **ROSTER_ENTRY** (party -> coordinator, after the PLAN and its policy check): the party's signed registration,
+   the digest of the plan it received (:func:`plan_digest`: the PLAN body without the addressee's ``index``), the
+   fingerprint (sha256) of the Paillier public key it will encrypt under (FM runs; none in BCD runs), and its
+   signature over ``H(run id, plan digest, registration digest, Paillier fingerprint)``.
+3. **ROSTER** (coordinator -> every party, :class:`RosterCoordinator`): every entry in plan order, as received.
+   The coordinator adds nothing a party trusts.
+4. **Check** (:meth:`Roster.verify`): every party the plan names is pinned, every registration and entry is signed
+   by that pinned key, every entry has this party's own plan digest, and every registration matches the plan
+   (name, feature names, widths, label owner, rows). The roster digest
+   ``H(run id, plan digest, H(entry_1), ..., H(entry_K))`` binds everything that follows.
+5. **Party-to-party messages** relayed by the coordinator (ENC_REQUEST, ENC_CHUNK, CREDIT, MASKED_RESPONSE,
+   BCD_REMAINDER) carry ``auth`` = the sender's signature over ``H(roster digest, message digest)``, the message
+   digest leaving out ``auth`` and the coordinator's ``origin`` (:meth:`Roster.seal`). The receiver verifies it
+   against the pinned key of the sender the plan names for that block (:meth:`Roster.check`), and an ENC_REQUEST's
+   Paillier key must be the encryptor's roster key (:meth:`Roster.check_paillier`).
+
+With these, a hostile coordinator can drop or delay messages (the run then stops) but can neither forge, alter,
+redirect nor replay a party-to-party message into another run, nor add a party nobody pinned. A party run with
+``--insecure-no-identity`` (loopback experiments) sends unsigned entries and checks only the roster's consistency;
+the parties with identities refuse it, and the coordinator notes it in the model's privacy report.
+Ed25519: Bernstein et al. 2012 (RFC 8032); docs/threat_model.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from vfl.exceptions import IdentityError, ProtocolError
+from vfl.protocols.contracts import Incoming, Out, kind_of
+from vfl.secure.identity import (
+    PinnedKeys,
+    SigningIdentity,
+    canonical_json,
+    digest_of,
+    message_digest,
+    verify_signature,
+)
+
+__all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "Roster", "RosterCoordinator", "plan_digest",
+           "registration_digest", "sign_registration", "verify_registration", "entry_digest"]
+
+ROSTER_ENTRY = "roster_entry"
+ROSTER = "roster"
+#: party-to-party messages the coordinator relays: each carries its sender's signature (``auth``)
+RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder"})
+_RELAY_EXCLUDE = ("auth", "origin")
+
+
+def plan_digest(plan_body: dict) -> bytes:
+    """sha256 of the canonical PLAN body without ``index`` (the only field that differs between the parties)."""
+    return hashlib.sha256(canonical_json({k: v for k, v in plan_body.items() if k != "index"})).digest()
+
+
+def registration_digest(body: dict) -> bytes:
+    """Digest of a REGISTER statement (its whole body, public key included, signature excluded)."""
+    return message_digest("register", body, exclude=("auth",))
+
+
+def sign_registration(identity: SigningIdentity, body: dict) -> dict:
+    """The REGISTER body with this party's public key and its signature over the statement."""
+    signed = {**body, "identity": identity.public_hex}
+    return {**signed, "auth": identity.sign(registration_digest(signed))}
+
+
+def verify_registration(pinned: PinnedKeys, body: dict) -> None:
+    """The registration of ``body['name']`` carries its pinned key and that key's signature; IdentityError else."""
+    name = str(body.get("name"))
+    if body.get("identity") != pinned.public_hex(name):
+        raise IdentityError(f"party {name!r} registered without its pinned identity (no key or another key); "
+                            "refusing the run")
+    pinned.verify(name, registration_digest(body), body.get("auth"), "registration")
+
+
+def entry_digest(run: str, plan: bytes, registration: dict, paillier: str | None) -> bytes:
+    """What a ROSTER_ENTRY's signature covers: the run, the plan, the registration and the Paillier key."""
+    return digest_of("vfl roster entry", run, plan, registration_digest(registration), paillier)
+
+
+class Roster:
+    """Party side of the roster step: this party's entry, the check of the ROSTER, then seal / check of every
+    party-to-party message. ``identity``/``pinned`` None: run without identities (``--insecure-no-identity``)."""
+
+    def __init__(self, *, name: str, run: str, plan_body: dict, registration: dict,
+                 identity: SigningIdentity | None, pinned: PinnedKeys | None, paillier: str | None = None) -> None:
+        if (identity is None) != (pinned is None):
+            raise ValueError("identity and pinned keys go together")
+        self.name, self.run, self.plan_body = name, run, plan_body
+        self.registration, self.identity, self.pinned, self.paillier = registration, identity, pinned, paillier
+        self.plan = plan_digest(plan_body)
+        self.digest: bytes | None = None
+        self.keys: dict[str, str] = {}           # party -> pinned Ed25519 key (hex), after verify
+        self.paillier_keys: dict[str, str | None] = {}   # party -> Paillier key fingerprint, after verify
+
+    @property
+    def signed(self) -> bool:
+        return self.identity is not None
+
+    def entry(self) -> Out:
+        """This party's ROSTER_ENTRY (signed unless it runs without identities)."""
+        body: dict[str, Any] = {"party": self.name, "plan": self.plan.hex(), "registration": self.registration,
+                                "paillier": self.paillier}
+        if self.identity is not None:
+            body["auth"] = self.identity.sign(entry_digest(self.run, self.plan, self.registration, self.paillier))
+        return Out(type=ROSTER_ENTRY, body=body)
+
+    def verify(self, msg: Incoming) -> None:
+        """Check the ROSTER (module docstring, step 4); afterwards :attr:`digest` binds the run."""
+        if self.digest is not None or kind_of(msg) != ROSTER:
+            raise ProtocolError(f"unexpected {kind_of(msg)}: this party expects one roster")
+        parties, entries = self.plan_body["parties"], msg.body.get("entries")
+        if not isinstance(entries, list) or len(entries) != len(parties):
+            raise ProtocolError(f"the roster has {len(entries) if isinstance(entries, list) else '?'} entries for "
+                                f"the plan's {len(parties)} parties")
+        if self.pinned is not None:
+            for p in parties:   # an invented party is named before anything else is looked at
+                self.pinned.public_hex(str(p.get("name")))
+        for i, (party, entry) in enumerate(zip(parties, entries, strict=True)):
+            self._check_entry(i, party, entry)
+        if entries[self.plan_body["index"]] != self.entry().body:   # Ed25519 signatures are deterministic
+            raise IdentityError(f"the roster's entry for {self.name!r} is not the one this party sent")
+        self.digest = digest_of("vfl roster", self.run, self.plan,
+                                [message_digest(ROSTER_ENTRY, e, exclude=()).hex() for e in entries])
+
+    def _check_entry(self, i: int, party: dict, entry: Any) -> None:
+        name = str(party.get("name"))
+        if not isinstance(entry, dict) or entry.get("party") != name or not isinstance(entry.get("registration"),
+                                                                                        dict):
+            raise ProtocolError(f"the roster's entry {i} is not party {name!r}'s")
+        reg, paillier = entry["registration"], entry.get("paillier")
+        if entry.get("plan") != self.plan.hex():
+            raise IdentityError(f"party {name!r} was sent a different plan than this party; refusing the run")
+        if self.pinned is not None:
+            verify_registration(self.pinned, reg)
+            self.pinned.verify(name, entry_digest(self.run, self.plan, reg, paillier), entry.get("auth"),
+                               "roster entry")
+            self.keys[name] = self.pinned.public_hex(name)
+        self._check_matches_plan(i, name, party, reg)
+        self.paillier_keys[name] = paillier if isinstance(paillier, str) else None
+
+    def _check_matches_plan(self, i: int, name: str, party: dict, reg: dict) -> None:
+        """The plan describes each party as it registered: names, features, widths, label owner, rows."""
+        features = reg.get("features")
+        width = len(features) + (1 if party.get("intercept") else 0) if isinstance(features, list) else -1
+        n, rows = self.plan_body["n_samples"], reg.get("n_rows")
+        rows_ok = isinstance(rows, int) and (n <= rows if reg.get("row_ids") else n == rows)
+        if (reg.get("name") != name or features != party.get("features") or width != party.get("n_features")
+                or bool(reg.get("label_owner")) != (i == self.plan_body["label_owner"]) or not rows_ok):
+            raise IdentityError(f"the plan does not describe party {name!r} as it registered (features, widths, "
+                                "label owner or rows differ); refusing the run")
+
+    def _bound(self, mtype: str, body: dict, frames: list) -> bytes:
+        if self.digest is None:
+            raise ProtocolError(f"{mtype} before the roster was checked")
+        return digest_of("vfl relay", self.digest, message_digest(mtype, body, frames, exclude=_RELAY_EXCLUDE))
+
+    def seal(self, out: Out) -> Out:
+        """``out`` with this party's signature bound to the roster (relayed types only; unchanged otherwise)."""
+        if out.type not in RELAYED or self.identity is None:
+            return out
+        auth = self.identity.sign(self._bound(out.type, out.body, out.payload))
+        return Out(type=out.type, body={**out.body, "auth": auth}, payload=out.payload, to=out.to)
+
+    def check(self, msg: Incoming, sender: str) -> None:
+        """A relayed message is addressed to this party and signed by ``sender`` (the plan's sender) under this
+        roster; IdentityError naming the sender otherwise. Without identities: the address only."""
+        kind = kind_of(msg)
+        if msg.body.get("to") != self.name:
+            raise ProtocolError(f"{kind} addressed to {msg.body.get('to')!r} reached {self.name!r}")
+        if self.pinned is not None:
+            self.pinned.verify(sender, self._bound(kind, msg.body, list(msg.payload)), msg.body.get("auth"), kind)
+
+    def check_paillier(self, key_bytes: bytes, encryptor: str, block: str) -> None:
+        """An ENC_REQUEST's Paillier public key is its encryptor's roster key; IdentityError otherwise."""
+        if self.paillier_keys.get(encryptor) != hashlib.sha256(key_bytes).hexdigest():
+            raise IdentityError(f"the request for block {block} is under a Paillier key that is not {encryptor}'s "
+                                "roster key (substituted on the way); refusing it before computing anything")
+
+
+class RosterCoordinator:
+    """Coordinator side: collect one ROSTER_ENTRY per party, then send every party the ROSTER. It checks the
+    entries only to name a broken party early (each signature under the key its REGISTER carried); it cannot make
+    a party accept anything the party's own pinned keys do not verify."""
+
+    def __init__(self, names: list[str], run: str, plan_bodies: list[dict], registrations: list[dict]) -> None:
+        self.names, self.run, self.registrations = names, run, registrations
+        self.plans = [plan_digest(b) for b in plan_bodies]
+        self.entries: dict[int, dict] = {}
+
+    @property
+    def done(self) -> bool:
+        return len(self.entries) == len(self.names)
+
+    @property
+    def unsigned(self) -> list[str]:
+        """Parties that run without identities (``--insecure-no-identity``)."""
+        return [self.names[i] for i, e in sorted(self.entries.items()) if "auth" not in e]
+
+    def handle(self, i: int, msg: Incoming) -> list[Out]:
+        name, kind = self.names[i], kind_of(msg)
+        if kind != ROSTER_ENTRY or i in self.entries:
+            raise ProtocolError(f"party {name} sent {kind} where its one roster entry was expected")
+        entry = msg.body
+        if entry.get("party") != name or entry.get("registration") != self.registrations[i]:
+            raise ProtocolError(f"party {name}'s roster entry does not carry its registration")
+        if entry.get("plan") != self.plans[i].hex():
+            raise ProtocolError(f"party {name}'s roster entry names another plan")
+        key = self.registrations[i].get("identity")
+        if (key is None) != ("auth" not in entry):
+            raise IdentityError(f"party {name} registered {'with' if key else 'without'} an identity but its roster "
+                                "entry is " + ("unsigned" if key else "signed"))
+        if key is not None:
+            digest = entry_digest(self.run, self.plans[i], entry["registration"], entry.get("paillier"))
+            verify_signature(str(key), digest, entry.get("auth"), f"roster entry from {name!r}")
+        self.entries[i] = dict(entry)
+        if not self.done:
+            return []
+        roster = [self.entries[j] for j in range(len(self.names))]
+        return [Out(type=ROSTER, body={"entries": roster}, to=j) for j in range(len(self.names))]
