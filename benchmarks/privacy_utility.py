@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 import vfl
 from vfl.data.datasets import synthetic
@@ -59,6 +58,7 @@ from vfl.fm.domain import from_unit_interval_coefficients, prepare_labels, prepa
 from vfl.fm.solver import solve_details
 from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
+from vfl.progress import Progress, progress
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 SIZES = (1_000, 10_000, 100_000)
@@ -272,7 +272,7 @@ def plan_repetitions(method: Method, n: int, epsilon: float, args: argparse.Name
 
 
 def run_setting(model: str, n: int, split: SyntheticSplit, args: argparse.Namespace, keys: tuple[int, int],
-                bar: tqdm) -> dict:
+                bar: Progress) -> dict:
     """All methods and epsilons for one (model, N): {method key: {label, by_epsilon: {eps: summary}}}."""
     X, y = split.train(n, model)
     X_test, y_test = split.test(model)
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> dict:
     work = sum(plan_repetitions(m, n, e, args) for model in MODELS for n in args.sizes
                for m in METHODS if model in m.models for e in EPSILONS)
     results: dict = {model: {} for model in MODELS}
-    with tqdm(total=work, desc="fits", unit="fit", mininterval=2.0) as bar:
+    with progress(work, "fits", unit="fits", leave=True) as bar:
         for mi, model in enumerate(MODELS):
             for ni, n in enumerate(args.sizes):
                 results[model][str(n)] = run_setting(model, n, split, args, (mi, ni), bar)

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 import vfl
 from vfl.data.datasets import BOUNDS_PROVENANCE, Dataset, public_bounds
 from vfl.models.bcd import FORMAL_DP_REASON, QRLeastSquares, completion_probability, r_squared, run_bcd, run_dp_bcd
+from vfl.progress import track
 
 EPSILONS = (0.2, 1.0, 2.0, 5.0, 10.0)
 FM_DELTA = 1e-5
@@ -97,7 +97,7 @@ def dp_bcd_summary(data: Dataset, epsilon: float, args, seeds: np.random.SeedSeq
                    **options) -> MethodSummary:
     blocks = [QRLeastSquares(b) for b in data.party_blocks()]  # factorise once; bit-identical results
     r2, coefs, bound_held = [], [], []
-    for child in tqdm(seeds.spawn(args.repetitions), desc=f"{label} eps={epsilon:g}", leave=False):
+    for child in track(seeds.spawn(args.repetitions), f"{label} eps={epsilon:g}", unit="fits"):
         result = run_dp_bcd(blocks, data.y, epsilon=epsilon, gamma=args.gamma, rounds=args.rounds,
                             random_state=np.random.default_rng(child), **options)
         if not result.aborted:
@@ -114,7 +114,7 @@ def fm_summary(data: Dataset, mechanism: str, epsilon: float, args, seeds: np.ra
     bounds = public_bounds(data.name, dataset=data)
     column_bounds = [bounds[f] for f in data.feature_names]
     r2, coefs, failures = [], [], 0
-    for child in tqdm(seeds.spawn(args.repetitions), desc=f"{mechanism} eps={epsilon:g}", leave=False):
+    for child in track(seeds.spawn(args.repetitions), f"{mechanism} eps={epsilon:g}", unit="fits"):
         model = vfl.LinearRegression(mechanism=mechanism, epsilon=epsilon, delta=FM_DELTA, bounds=column_bounds,
                                      y_bounds=bounds[data.target_name], fit_intercept=False, out_of_bounds="clip",
                                      random_state=np.random.default_rng(child))

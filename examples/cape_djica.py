@@ -34,7 +34,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.exceptions import PrivacyLeakWarning, VFLError
@@ -43,6 +42,7 @@ from vfl.models.ica_metrics import amari_index, match_mixing_matrix
 from vfl.net.modelio import atomic_write_text, plain_file_mode
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.ica_accounting import compare_accountants
+from vfl.progress import track
 
 METHODS = {"none": "non-private djICA", "cape": "capeDJICA", "conventional": "conventional DP-djICA",
            "local": "local DP ICA (1 site)"}
@@ -114,7 +114,7 @@ def sweep(values: list, kind: str, args: argparse.Namespace, master: np.random.S
     # common random numbers: repetition k uses the same data seed and noise seeds at every value of the sweep, so
     # differences between values are not differences between data sets
     seeds = [child.spawn(2) for child in master.spawn(args.repetitions)]  # (data, noise) per repetition
-    for v in tqdm(values, desc=f"{kind} sweep"):
+    for v in track(values, f"{kind} sweep", leave=True):
         eps = float(v) if kind == "epsilon" else args.epsilon
         subjects = args.subjects if kind == "epsilon" else int(v)
         for rep, (data_seed, noise_seed) in enumerate(seeds):

@@ -38,7 +38,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from vfl.fm.domain import resolve_bounds, to_unit_interval
 from vfl.fm.objective import fm_objective
@@ -46,6 +45,7 @@ from vfl.fm.solver import solve_details
 from vfl.models.capefm import CapeFM, aggregate_noise_std, calibrate_cape_fm, draw_block_noise
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.sensitivity import gaussian_sensitivities
+from vfl.progress import track
 
 DELTA = 1e-5
 METHODS = ("capeFM", "conventional decentralized FM", "pooled FM")
@@ -147,7 +147,7 @@ def summarize(values: list[float]) -> dict[str, float]:
 def sweep(X: np.ndarray, y: np.ndarray, points: list[tuple[int, float]], reps: int, rng: np.random.Generator,
           label: str) -> list[dict]:
     rows = []
-    for S, eps in tqdm(points, desc=label, leave=False):
+    for S, eps in track(points, label):
         exp = Experiment(X, y, S, rng)
         draws = [exp.draw(eps, rng) for _ in range(reps)]
         rows.append({"S": S, "epsilon": eps, "n_site": exp.n_site, "non_private": exp.error(exp.w_clean),

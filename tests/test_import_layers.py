@@ -33,6 +33,7 @@ SUBPACKAGE_LAYER = {"data": "base", "secure": "secure", "fm": "fm", "privacy": "
 TOP_LEVEL_LAYER = {
     "exceptions": "base",
     "rng": "base",
+    "progress": "base",
     "plots": "models",
     "__init__": "faces",
     "api": "faces",

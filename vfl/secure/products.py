@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 from phe import paillier
-from tqdm.auto import tqdm
 
 from vfl.data.rows import ArrayRows, RowCursor, RowSource
 from vfl.exceptions import (
@@ -47,6 +46,7 @@ from vfl.exceptions import (
     KeyValidationError,
     ProtocolError,
 )
+from vfl.progress import Progress, progress
 from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
@@ -388,8 +388,8 @@ def _as_matrix(X: Any, name: str) -> np.ndarray:
     return X
 
 
-def _progress_bar(enabled: bool, total: int, desc: str) -> tqdm:
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
+def _progress_bar(enabled: bool, total: int, desc: str, unit: str) -> Progress:
+    return progress(total, desc, enabled=enabled, unit=unit)   # a bar on a terminal, plain lines in a log
 
 
 class ProductEncryptor:
@@ -477,7 +477,7 @@ class ProductEncryptor:
         header = ProductStreamHeader(self.session, self.public_key, lay, self.n_cols, self.chunk_rows)
         col_sums = np.zeros(self.n_cols, dtype=object)
         with open_executor(self.executor, workers) as ex, _progress_bar(self.progress, n_items,
-                                                                          "encrypting rows") as bar:
+                                                                          "encrypting rows", "values") as bar:
             parallel = executor_workers(ex, workers)
             task_rows = _task_rows(self.chunk_rows, header.n_chunks, parallel)
             tasks_per_chunk = [math.ceil(header.chunk_size(t) / task_rows) for t in range(header.n_chunks)]
@@ -649,7 +649,7 @@ class ResponderFold:
         self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self._pending: deque[tuple[Future, int]] = deque()
         self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
-        self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products")
+        self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
