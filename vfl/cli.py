@@ -265,7 +265,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Position of this party in the global column order (default: parties sorted by name).")
 @click.option("--insecure-test-keys", is_flag=True, help="Accept Paillier keys below 2048 bits (tests only).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
-              help="Progress bars for encryption and secure products (stderr).")
+              help="Progress of encryption and secure products on stderr: a bar on a terminal, plain "
+                   "'[progress] ...' lines (every 10 %, at least every 30 s) in a log file.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
 @click.option("--allow-mechanisms", default=",".join(sorted(DEFAULT_PLAN_MECHANISMS)), show_default=True,
