@@ -1,0 +1,98 @@
+"""Numbers quoted in the docs equal the measurements committed beside them.
+
+docs/performance.md, section "Cost of the trust measures (issue 20)", quotes docs/data/trust_cost.json, written by
+``python benchmarks/trust_cost.py --out docs/data/trust_cost.json``: every row of the JSON appears in the section's
+tables with the same numbers (to the digits printed), and the section names the two commits that were measured.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRUST_JSON = ROOT / "docs" / "data" / "trust_cost.json"
+TRUST_SECTION = "## Cost of the trust measures (issue 20)"
+
+
+def _section(path: Path, heading: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    assert heading in text, f"{path.name} has no section {heading!r}"
+    body = text.split(heading, 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def _table_rows(section: str) -> dict[str, list[str]]:
+    """First cell -> the other cells, for every Markdown table row of the section."""
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _same(cell: str, value: float) -> bool:
+    """``cell`` is ``value`` rounded to the digits ``cell`` shows (fixed or exponent notation)."""
+    mantissa, _, exponent = cell.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    unit = 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
+    return abs(float(cell) - value) <= 0.5 * unit * (1 + 1e-9)
+
+
+def check_trust_section(section: str, doc: dict) -> list[str]:
+    """Every difference between the section's tables and the JSON, as readable lines (empty: they agree)."""
+    problems, rows = [], _table_rows(section)
+    for r in doc["rows"]:
+        label = f"{r['label']} ({r['before_is']} -> {r['after_is']})"
+        if label not in rows:
+            problems.append(f"no table row {label!r}")
+            continue
+        old, new = r["before"], r["after"]
+        want = [old["cpu_s"], new["cpu_s"], r["cpu_ratio"], old["wall_s"], new["wall_s"], r["wall_ratio"]]
+        cells = rows[label][:6]
+        if "max_abs_err" in old:
+            want += [old["max_abs_err"], new["max_abs_err"]]
+            cells += [c.strip() for c in rows[label][6].split("/")]
+        problems += [f"{label}: cell {i + 1} is {c}, the JSON has {v!r}"
+                     for i, (c, v) in enumerate(zip(cells, want, strict=True)) if not _same(c, v)]
+    for r in doc.get("net_of_startup", []):
+        cells = rows.get(r["label"])
+        if cells is None:
+            problems.append(f"no table row {r['label']!r}")
+            continue
+        want = [r["before_cpu_s"], r["after_cpu_s"], r["cpu_ratio"]]
+        problems += [f"{r['label']}: cell {i + 1} is {c}, the JSON has {v!r}"
+                     for i, (c, v) in enumerate(zip(cells, want, strict=True)) if not _same(c, v)]
+    for tree in ("baseline", "current"):
+        commit = doc["trees"][tree]["commit"][:7]
+        if commit not in section:
+            problems.append(f"the section does not name the {tree} commit {commit}")
+    return problems
+
+
+@pytest.mark.skipif(not TRUST_JSON.is_file(), reason="docs/data/trust_cost.json not committed yet")
+def test_the_trust_cost_numbers_in_performance_md_are_the_committed_measurements() -> None:
+    doc = json.loads(TRUST_JSON.read_text(encoding="utf-8"))
+    section = _section(ROOT / "docs" / "performance.md", TRUST_SECTION)
+    assert check_trust_section(section, doc) == []
+
+
+@pytest.mark.skipif(not TRUST_JSON.is_file(), reason="docs/data/trust_cost.json not committed yet")
+def test_a_changed_trust_cost_number_is_noticed() -> None:
+    doc = json.loads(TRUST_JSON.read_text(encoding="utf-8"))
+    section = _section(ROOT / "docs" / "performance.md", TRUST_SECTION)
+    first = doc["rows"][0]
+    label = re.escape(f"| {first['label']} ({first['before_is']} -> {first['after_is']}) | ")
+    changed = re.sub(label + r"([0-9.]+)", lambda m: m.group(0)[:-len(m.group(1))] + f"{float(m.group(1)) + 1:.2f}",
+                     section, count=1)
+    assert changed != section
+    assert any("cell 1" in p for p in check_trust_section(changed, doc))
+
+
+def test_rounding_check_reads_fixed_and_exponent_cells() -> None:
+    assert _same("1.23", 1.2349) and not _same("1.23", 1.236)
+    assert _same("4.5e-06", 4.46e-6) and not _same("4.5e-06", 4.6e-6)
