@@ -19,6 +19,7 @@ from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Out, PlanBody, ReadyBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMParty
 from vfl.protocols.settings import RunSettings
+from vfl.secure import ProductEncryptor, generate_keypair, public_key_to_bytes
 
 P_BITS = 24
 
@@ -128,10 +129,21 @@ def _two_party_coordinator() -> FMCoordinator:
 def test_the_coordinator_relays_each_secure_product_message_once():
     """Regression: a second ENC_REQUEST for a block was relayed, and the responder answered it with fresh noise."""
     coordinator = _two_party_coordinator()
-    # alpha[1] = y (party 0) . X_1: party 1 encrypts, party 0 responds and adds the noise
-    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {"n_chunks": 2}}, [b"key"],
-                  sender="b")
+    # alpha[1] = y (party 0) . X_1: party 1 encrypts, party 0 responds; a real stream header and public key
+    pk, sk = generate_keypair(1024, allow_insecure=True)
+    header = ProductEncryptor(sk, np.zeros((10, 2)), response_cols=1, precision_bits=P_BITS,
+                              max_frame_bytes=5 * 256).stream_header()
+    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": header.to_wire()[0]},
+                  [public_key_to_bytes(pk)], sender="b")
+    for bad_body, bad_key, match in [({"n_chunks": 2}, public_key_to_bytes(pk), "malformed"),
+                                     (header.to_wire()[0], b"key", "malformed"),
+                                     ({**header.to_wire()[0], "n_cols": 1, "n_groups": 1}, public_key_to_bytes(pk),
+                                      "the plan gives 10 x 2")]:
+        bad = _two_party_coordinator()
+        with pytest.raises(ProtocolError, match=f"request of b for alpha.1. .*{match}"):
+            bad.handle(1, Message(MessageType.ENC_REQUEST, {**req.body, "wire": bad_body}, [bad_key], sender="b"))
     out = coordinator.handle(1, req)
+    assert coordinator.streams["alpha[1]"]["n_chunks"] == 2
     assert [(o.to, o.type, o.body["origin"]) for o in out] == [(0, "enc_request", "b")]
     with pytest.raises(ProtocolError, match="second enc_request for alpha"):
         coordinator.handle(1, req)

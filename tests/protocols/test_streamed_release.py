@@ -14,6 +14,7 @@ from vfl.net.party import LocalData
 from vfl.protocols.contracts import PlanBody, Registration
 from vfl.protocols.fm_release import CREDIT_WINDOW, MAX_CREDIT_WINDOW, FMCoordinator, FMParty
 from vfl.protocols.settings import RunSettings
+from vfl.secure import ProductEncryptor, generate_keypair, public_key_to_bytes
 
 
 def _wire(out, sender=""):
@@ -78,14 +79,20 @@ def test_streamed_mechanism_none_is_least_squares_on_the_prepared_data():
     np.testing.assert_allclose(release.w, ref[[0, 1, 4, 2, 3]], atol=1e-6)
 
 
-def _coordinator_with_request(n_chunks=12):
+def _coordinator_with_request():
     regs = [Registration(peer=b"A", name="a", n_rows=10, features=["a0"], label_owner=True),
             Registration(peer=b"B", name="b", n_rows=10, features=["b0", "b1"], label_owner=False)]
     coordinator = FMCoordinator(RunSettings(n_parties=2, model="linear", mechanism="none", key_bits=1024,
                                             allow_insecure_keys=True, fit_intercept=False), regs)
-    # alpha[1] = y (party 0) . X_1: party 1 encrypts and streams, party 0 folds and grants credit
-    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": {"n_chunks": n_chunks}}, [b"k"])
+    # alpha[1] = y (party 0) . X_1: party 1 encrypts and streams (10 chunks of one row), party 0 folds and grants
+    # credit; the coordinator parses the real stream header and public key (it combines the shares with them)
+    pk, sk = generate_keypair(1024, allow_insecure=True)
+    header = ProductEncryptor(sk, np.zeros((10, 2)), response_cols=1, precision_bits=coordinator.precision_bits,
+                              max_frame_bytes=256).stream_header()
+    req = Message(MessageType.ENC_REQUEST, {"block": "alpha[1]", "to": "a", "wire": header.to_wire()[0]},
+                  [public_key_to_bytes(pk)])
     coordinator.handle(1, req)
+    assert coordinator.streams["alpha[1]"]["n_chunks"] == 10
     return coordinator
 
 

@@ -17,6 +17,8 @@ from vfl.secure import MaskedResponse, ProductEncryptor, ProductResponder, gener
 from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.fastmath import cached_encrypter
 from vfl.secure.keys import ciphertexts_to_bytes
+from vfl.secure.packing import unpack
+from vfl.secure.products import combine_packed_shares, pack_slots
 
 P = 24
 
@@ -38,11 +40,19 @@ def _echo_response(holder_header: dict, holder_frames: list[bytes], n_resp_cols:
 
 
 def _recover_rows(share: np.ndarray, holder: ProductEncryptor) -> np.ndarray:
-    """The attacker's decoding of an echoed share: s[j, i] + O colsum_j = a'_ij, so a_int = s + O colsum - O."""
-    O = holder.layout.offset
-    col_sums = np.array(holder._col_sums, dtype=object)
-    return np.array([[int(share[j, i]) + O * int(col_sums[j]) - O for j in range(share.shape[0])]
-                     for i in range(share.shape[1])], dtype=object)
+    """The attacker's decoding of an echoed packed share: ``S[i, g] + pack_g(O colsum_j) mod n = pack_g(a'_ij)``
+    (row ``i``'s request ciphertext of group ``g``), so ``a_int_ij = unpack(...)_j - O``."""
+    lay, O, d = holder.layout, holder.layout.offset, holder.n_cols
+    col_sums = np.array(holder._col_sums, dtype=object).reshape(-1, 1)
+    packed = pack_slots(O * col_sums * np.ones((1, share.shape[0]), dtype=object), lay, int(holder.public_key.n))
+    rows = []
+    for i in range(share.shape[0]):
+        row = []
+        for g in range(share.shape[1]):
+            plain = (int(share[i, g]) + int(packed[i, g])) % int(holder.public_key.n)
+            row += [v - O for v in unpack(plain, lay.slot_bits, len(lay.group_columns(d, g)))]
+        rows.append(row)
+    return np.array(rows, dtype=object)
 
 
 def test_echoed_request_with_n_resp_cols_n_is_refused_before_any_decryption(insecure_test_keypair):
@@ -123,7 +133,8 @@ def test_honest_response_of_the_plan_width_still_decrypts(insecure_test_keypair)
     block = holder.request()
     response, share_b = ProductResponder(B, precision_bits=P, workers=1).respond(block)
     share_a = holder.decrypt(holder.response_from_wire(*response.to_wire()))
-    assert (share_a + share_b).tolist() == to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0)).tolist()
+    total = combine_packed_shares(share_a, share_b, layout=holder.layout, n_cols=2, modulus=int(pk.n))
+    assert total.tolist() == to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0)).tolist()
     # a responder with one column too many (plan says 3) is refused
     holder2 = ProductEncryptor(sk, A, response_cols=3, precision_bits=P, workers=1)
     wide, _ = ProductResponder(np.hstack([B, B[:, :1]]), precision_bits=P, workers=1).respond(holder2.request())

@@ -33,7 +33,6 @@ from vfl.secure import (
     secure_label_products,
 )
 from vfl.secure.encoding import to_fixed_point_ints
-from vfl.secure.packing import unpack
 
 P = 24
 
@@ -68,8 +67,8 @@ CASES = {
 def test_shares_sum_exactly_to_fixed_point_product_and_match_numpy(insecure_test_keypair, case, encryptor):
     A, B = CASES[case](np.random.default_rng(zlib.crc32(case.encode())))  # str hash() is salted per process
     r = run(A, B, insecure_test_keypair, encryptor=encryptor)
-    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
-    G = combine_shares(r.key_holder_share, r.responder_share, precision_bits=P)
+    assert r.combined().tolist() == exact_integer_product(A, B).tolist()
+    G = combine_shares(r.combined(), precision_bits=P)
     assert G.shape == (A.shape[1], B.shape[1])
     assert np.max(np.abs(G - A.T @ B)) <= inner_product_error_bound(A.shape[0], P, 1.0)
 
@@ -79,7 +78,7 @@ def test_many_columns_span_several_ciphertext_groups(insecure_test_keypair):
     A, B = rng.uniform(-1, 1, (15, 19)), rng.uniform(-1, 1, (15, 2))
     r = run(A, B, insecure_test_keypair, encryptor="a")
     assert r.layout.n_groups(19) >= 2
-    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+    assert r.combined().tolist() == exact_integer_product(A, B).tolist()
 
 
 def test_large_accumulation_of_extreme_values_is_exact(insecure_test_keypair):
@@ -107,7 +106,7 @@ def test_noise_is_added_inside_the_ciphertext_exactly(insecure_test_keypair):
     noise = np.array([[5, -7], [2**70, -(2**70)], [0, 1]], dtype=object)
     for enc in ("a", "b"):
         r = run(A, B, insecure_test_keypair, noise=noise, encryptor=enc)
-        assert (r.key_holder_share + r.responder_share - noise).tolist() == exact_integer_product(A, B).tolist()
+        assert (r.combined() - noise).tolist() == exact_integer_product(A, B).tolist()
 
 
 def test_noise_sigma_draws_discrete_gaussian_from_injected_rng(insecure_test_keypair):
@@ -115,7 +114,7 @@ def test_noise_sigma_draws_discrete_gaussian_from_injected_rng(insecure_test_key
     A, B = rng.uniform(-1, 1, (8, 2)), rng.uniform(-1, 1, (8, 2))
     r = run(A, B, insecure_test_keypair, noise_sigma=0.5, rng=np.random.default_rng(99))
     expected_noise = discrete_gaussian_array(0.5, (2, 2), np.random.default_rng(99), scale_bits=2 * P)
-    diff = r.key_holder_share + r.responder_share - exact_integer_product(A, B)
+    diff = r.combined() - exact_integer_product(A, B)
     assert diff.tolist() == expected_noise.tolist()
 
 
@@ -140,7 +139,7 @@ def test_process_pool_path_gives_the_same_exact_result(insecure_test_keypair):
     rng = np.random.default_rng(9)
     A, B = rng.uniform(-1, 1, (30, 3)), rng.uniform(-1, 1, (30, 3))
     r = run(A, B, insecure_test_keypair, workers=2, randomness="standard", precompute=True)
-    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+    assert r.combined().tolist() == exact_integer_product(A, B).tolist()
 
 
 # ----------------------------------------------------------------------------- overflow and validation
@@ -213,41 +212,39 @@ def test_secure_gram_refuses_short_keys_without_opt_in(insecure_test_keypair):
 
 
 # ----------------------------------------------------------------------------- masking and the audit
-def audited_slots(A, B, keypair, **kw):
-    """Run the protocol and return (every decrypted slot, layout, number of decryptions)."""
+def audited_plaintexts(A, B, keypair, **kw):
+    """Run the protocol and return (every decrypted plaintext, the run)."""
     plaintexts = []
     r = run(A, B, keypair, on_decrypt=plaintexts.append, encryptor="a", **kw)
-    d_a, n_groups = A.shape[1], r.layout.n_groups(A.shape[1])
-    slots = []
-    for t, m in enumerate(plaintexts):  # ordered by (responder column, group)
-        slots += unpack(m, r.layout.slot_bits, len(r.layout.group_columns(d_a, t % n_groups)))
-    return slots, r, len(plaintexts)
+    return plaintexts, r
 
 
-def test_decryption_audit_key_holder_only_sees_masked_slots(insecure_test_keypair):
-    """Every plaintext the key holder decrypts is one response ciphertext whose slots are the unmasked
-    value ``y < 2^v`` plus a mask ``r < 2^(v+40)``: each slot is >= 2^v except with prob. 2^-40, and no
-    slot equals the noise-free accumulation."""
+def test_decryption_audit_key_holder_only_sees_fully_masked_plaintexts(insecure_test_keypair):
+    """Every plaintext the key holder decrypts is one response ciphertext ``P + R + pack(noise + C) mod n`` with
+    ``R`` uniform on ``[0, n)``: without the mask it would be below ``2^(d_a w + 1)``; with it, each plaintext is
+    ``>= 2^(s w)`` (all slots' bits) except with probability ``2^(s w) / n < 2^-38``, and none equals the unmasked
+    packed accumulation."""
     rng = np.random.default_rng(10)
     A, B = rng.uniform(-1, 1, (25, 4)), rng.uniform(-1, 1, (25, 3))
-    slots, r, n_dec = audited_slots(A, B, insecure_test_keypair)
-    assert n_dec == 3  # one per responder column (one group): nothing else was ever decrypted
+    plaintexts, r = audited_plaintexts(A, B, insecure_test_keypair)
+    assert len(plaintexts) == 3  # one per responder column (one group): nothing else was ever decrypted
     lay = r.layout
-    O = lay.offset
+    O, w = lay.offset, lay.slot_bits
     unmasked = (to_fixed_point_ints(A, P, 1.0) + O).T.dot(to_fixed_point_ints(B, P, 1.0) + O)
-    assert all(s >= 2**lay.value_bits for s in slots)
-    assert not set(slots) & {int(u) for u in unmasked.ravel()}
-    assert not set(slots) & {int(u) + lay.noise_offset for u in unmasked.ravel()}
+    packed = {sum(int(unmasked[j, k]) << (w * j) for j in range(4)) for k in range(3)}
+    assert all(m >= 2 ** (lay.slots_per_ciphertext * w) for m in plaintexts)
+    assert not set(plaintexts) & packed
 
 
 def test_audit_catches_a_responder_that_forgets_the_mask(insecure_test_keypair, monkeypatch):
-    """The audit can fail: with the mask forced to 0 the key holder would see ``y < 2^v``."""
+    """The audit can fail: with the mask forced to 0 the key holder would see the packed slots below 2^(d_a w+1)."""
     import vfl.secure.products as products
 
-    monkeypatch.setattr(products.secrets, "randbits", lambda k: 0)
+    monkeypatch.setattr(products.secrets, "randbelow", lambda k: 0)
     rng = np.random.default_rng(11)
-    slots, r, _ = audited_slots(rng.uniform(-1, 1, (5, 2)), rng.uniform(-1, 1, (5, 2)), insecure_test_keypair)
-    assert all(s < 2**r.layout.value_bits for s in slots)
+    plaintexts, r = audited_plaintexts(rng.uniform(-1, 1, (5, 2)), rng.uniform(-1, 1, (5, 2)),
+                                       insecure_test_keypair)
+    assert all(m < 2 ** (2 * r.layout.slot_bits + 1) for m in plaintexts)
 
 
 UNIFORMITY_ALPHA = 1e-9
@@ -255,20 +252,21 @@ UNIFORMITY_ALPHA = 1e-9
 failure of the uniformity test below ~1e-8 per run, while a missing or short mask gives p-values ~ 0."""
 
 
-def test_decrypted_slots_look_uniform_and_do_not_depend_on_the_data(insecure_test_keypair):
-    """Over 15 runs x 64 slots per data set: decrypted slots / 2^(v+40) ~ U(0, 1) (KS) and their low 4 bits
-    are uniform (chi-square), for two opposite data sets (all +1 and all -1), and the two samples are
+def test_decrypted_plaintexts_look_uniform_and_do_not_depend_on_the_data(insecure_test_keypair):
+    """Over 15 runs x 32 response ciphertexts per data set: decrypted plaintexts / n ~ U(0, 1) (KS) and their low 4
+    bits are uniform (chi-square), for two opposite data sets (all +1 and all -1), and the two samples are
     indistinguishable (two-sample KS). Level :data:`UNIFORMITY_ALPHA` per check."""
-    n, d_a, d_b, runs = 10, 8, 8, 15
+    n, d_a, d_b, runs = 10, 8, 32, 15
+    modulus = int(insecure_test_keypair[0].n)
     samples = {}
     for sign in (1.0, -1.0):
         values, low_bits = [], []
         for _ in range(runs):
-            slots, r, _ = audited_slots(np.full((n, d_a), sign), np.ones((n, d_b)), insecure_test_keypair)
-            values += [s / 2**r.layout.mask_range_bits for s in slots]
-            low_bits += [s & 15 for s in slots]
+            plaintexts, _ = audited_plaintexts(np.full((n, d_a), sign), np.ones((n, d_b)), insecure_test_keypair)
+            values += [m / modulus for m in plaintexts]
+            low_bits += [m & 15 for m in plaintexts]
         samples[sign] = np.array(values)
-        assert len(values) == runs * d_a * d_b
+        assert len(values) == runs * d_b
         assert stats.kstest(values, "uniform").pvalue > UNIFORMITY_ALPHA
         assert abs(np.mean(values) - 0.5) < 6.5 * np.sqrt(1 / 12 / len(values))
         assert stats.chisquare(np.bincount(low_bits, minlength=16)).pvalue > UNIFORMITY_ALPHA
@@ -290,8 +288,8 @@ def test_hundred_thousand_rows_accumulate_exactly_with_2048_bit_keys():
     A = rng.choice([-1.0, 1.0], (100_000, 2))
     B = rng.choice([-1.0, 1.0], (100_000, 1))
     r = run_secure_product(A, B, key_bits=2048)
-    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
-    np.testing.assert_array_equal(combine_shares(r.key_holder_share, r.responder_share, precision_bits=P),
+    assert r.combined().tolist() == exact_integer_product(A, B).tolist()
+    np.testing.assert_array_equal(combine_shares(r.combined(), precision_bits=P),
                                   A.T @ B)
 
 
@@ -304,7 +302,7 @@ def test_concurrent_products_in_threads_are_exact(insecure_test_keypair):
     with ThreadPoolExecutor(4) as ex:
         runs = list(ex.map(lambda ab: run(*ab, insecure_test_keypair), pairs))
     for (A, B), r in zip(pairs, runs, strict=True):
-        assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+        assert r.combined().tolist() == exact_integer_product(A, B).tolist()
 
 
 # ----------------------------------------------------------------------------- re-randomisation vs the key holder
@@ -353,7 +351,7 @@ def test_response_randomness_extracted_by_the_key_holder_is_uniform(monkeypatch,
     rng = np.random.default_rng(15)
     A, B = rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, (6, 24))
     r = run(A, B, (pk, sk), encryptor="a", randomness=randomness)
-    assert (r.key_holder_share + r.responder_share).tolist() == exact_integer_product(A, B).tolist()
+    assert r.combined().tolist() == exact_integer_product(A, B).tolist()
     assert len(seen) == 24
     symbols = {int(gmpy2.legendre(c % sk.p, sk.p)) for c in seen}
     assert symbols == {1, -1}

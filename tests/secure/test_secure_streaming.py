@@ -20,6 +20,7 @@ from vfl.secure.products import (
     EncryptedChunk,
     MaskedResponse,
     ProductStreamHeader,
+    combine_packed_shares,
     stream_chunk_rows,
 )
 
@@ -36,7 +37,8 @@ def exact(A, B):
 
 
 def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None, workers=1):
-    """Both roles through the wire format of the streamed protocol; returns (shares, chunks, wire frames)."""
+    """Both roles through the wire format of the streamed protocol; returns (packed shares, wire frames, the masked
+    response, the combined product as the coordinator computes it)."""
     pk, sk = keypair
     holder = ProductEncryptor(sk, A, response_cols=getattr(B, "n_cols", None) or B.shape[1], precision_bits=P,
                               workers=workers, executor=executor,
@@ -51,7 +53,8 @@ def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None,
         fold.add(EncryptedChunk.from_wire(h, f, header))
     response, share_b = fold.finish()
     share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
-    return share_a, share_b, frames, response
+    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
+    return share_a, share_b, frames, response, total
 
 
 def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(keypair):
@@ -62,9 +65,9 @@ def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(
     limit = 10 * ciphertext_byte_length(pk)  # 10 rows of one ciphertext per frame -> 11 chunks
     src_a = MappedRows(ArrayRows(A * 2.0), lambda c: c / 2.0, 3)  # re-read lazily, transformed per chunk
     noise = np.array([[5, -7], [0, 3], [-2**40, 11]])
-    share_a, share_b, frames, _ = stream_product(keypair, src_a, ArrayRows(B), max_frame_bytes=limit, noise=noise)
+    _, _, frames, _, total = stream_product(keypair, src_a, ArrayRows(B), max_frame_bytes=limit, noise=noise)
     assert len(frames) == 11 and max(len(f) for f in frames) <= limit
-    assert (share_a + share_b).tolist() == (exact(A, B) + noise).tolist()
+    assert total.tolist() == (exact(A, B) + noise).tolist()
 
 
 def test_stream_with_several_column_groups_per_row_is_exact(keypair):
@@ -72,9 +75,9 @@ def test_stream_with_several_column_groups_per_row_is_exact(keypair):
     A, B = rng.uniform(-1, 1, (40, 19)), rng.uniform(-1, 1, (40, 2))
     groups = ProductEncryptor(keypair[1], A, response_cols=1, precision_bits=P).n_groups
     assert groups >= 2
-    share_a, share_b, frames, _ = stream_product(keypair, A, B, max_frame_bytes=7 * groups * 256)
+    _, _, frames, _, total = stream_product(keypair, A, B, max_frame_bytes=7 * groups * 256)
     assert len(frames) == 6 and {len(f) for f in frames} == {7 * groups * 256, 5 * groups * 256}
-    assert (share_a + share_b).tolist() == exact(A, B).tolist()
+    assert total.tolist() == exact(A, B).tolist()
 
 
 def test_chunk_size_follows_the_key_and_the_frame_limit(keypair):
@@ -167,4 +170,4 @@ def test_dask_cluster_gives_bit_identical_results_to_the_local_pool(keypair, fix
         assert other[2] == local[2]                                      # every ciphertext frame
         assert other[3].ciphertexts == local[3].ciphertexts              # the masked response
         assert other[0].tolist() == local[0].tolist() and other[1].tolist() == local[1].tolist()
-    assert (local[0] + local[1]).tolist() == exact(A, B).tolist()
+    assert local[4].tolist() == exact(A, B).tolist()

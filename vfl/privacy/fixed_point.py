@@ -5,7 +5,8 @@ the public shrink c = 1 - sqrt(d) 2^-(p+1) - 2^-48 of :func:`vfl.fm.domain.fixed
 keep ||x|| <= 1). Each released block is then
 ``coef = scale * (raw + noise) 2^-2p`` with ``raw`` an exact integer statistic and ``noise`` exact
 discrete Gaussian/Laplace noise (Canonne, Kamath & Steinke 2020): single-party blocks by their owner,
-cross blocks inside the ciphertext by the responder (vfl.secure). The float conversion is post-processing,
+cross blocks by both of their parties (the responder inside the ciphertext, the key holder into its share after
+decryption; vfl.secure). The float conversion is post-processing,
 so the release has no floating-point porosity (Mironov 2012; spec §6 pitfall 1).
 
 :func:`simulate_release` reproduces, from the same per-party generators, exactly what the networked
@@ -167,7 +168,13 @@ def release_single_party_block(plan: DissectionPlan, mech: Mechanism, block: Blo
 
 def cross_block_noise(plan: DissectionPlan, mech: Mechanism, block: Block, shape: tuple[int, int], *,
                       n_samples: int, precision_bits: int, rng: np.random.Generator) -> np.ndarray:
-    """The responder's noise of a cross block, in product orientation (d_enc x d_resp), raw units 2^-2p."""
+    """One party's noise share of a cross block, in product orientation (d_enc x d_resp), raw units 2^-2p.
+
+    Two-sided noise (distributed noise with m = 2 contributors tolerating t = 1): the responder draws it from its
+    block generator and adds it inside the ciphertext, the key holder draws it from its own block generator and
+    adds it to its share after decryption. Each draw has the block's full calibrated entry noise tau^2, so neither
+    party knows the released noise (against each the unknown part has variance tau^2; the release has 2 tau^2).
+    """
     return integer_noise(mech.entry_noise(block), shape, block_scale=plan.scale(block, n_samples),
                          precision_bits=precision_bits, rng=rng)
 
@@ -193,8 +200,8 @@ def simulate_release(plan: DissectionPlan, mech: Mechanism, parts_q: Sequence[np
 
     ``parts_q``/``y_q`` are the parties' fixed-point prepared columns (:func:`prepare_fixed_point`, with the
     intercept column where the run has one); ``party_rngs[k]`` is party k's noise generator. Cross blocks
-    are the exact integer products the secure protocol reveals (shares sum exactly), plus the responder's
-    noise and the owner's offset.
+    are the exact integer products the secure protocol reveals (packed shares combine exactly), plus both
+    parties' noise shares (responder's and key holder's, :func:`cross_block_noise`) and the owner's offset.
     """
     n = int(y_q.shape[0])
     p = precision_bits
@@ -216,8 +223,9 @@ def simulate_release(plan: DissectionPlan, mech: Mechanism, parts_q: Sequence[np
         A, B = operand(enc), operand(resp)
         raw = exact_integer_gram(_ints(A, p), _ints(B, p))
         shape = (A.shape[1], B.shape[1])
-        raw = raw + cross_block_noise(plan, mech, block, shape, n_samples=n, precision_bits=p,
-                                      rng=rngs[resp][block.name])
+        for party in (resp, enc):   # two-sided noise: each party's own block generator (cross_block_noise)
+            raw = raw + cross_block_noise(plan, mech, block, shape, n_samples=n, precision_bits=p,
+                                          rng=rngs[party][block.name])
         for party in (enc, resp):
             raw = raw + cross_block_offset(plan, block, party, parts_q[party], shape, precision_bits=p)
         values[block.name] = plan.scale(block, n) * orient(block, decode_products(raw, p))   # = combine_shares

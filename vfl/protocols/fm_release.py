@@ -11,8 +11,11 @@ One FM run after registration, top to bottom:
    discrete noise (:func:`vfl.privacy.fixed_point.single_party_block`), sent as BLOCK.
 4. **Secure cross blocks** (:mod:`vfl.secure.products`): the encryptor sends ENC_REQUEST (its packed, encrypted
    operand), the coordinator relays it once (:meth:`FMCoordinator.handle`), the responder answers with the
-   masked, noised products (MASKED_RESPONSE, relayed back) and its SHARE; the encryptor decrypts its SHARE.
-   Each share carries its owner's local offset, so ``scale * (share_enc + share_resp) 2^-2p`` is the noisy block.
+   masked, noised products (MASKED_RESPONSE, relayed back) and its SHARE; the encryptor decrypts its SHARE and adds
+   its own noise share (two-sided noise). Shares are packed integers modulo the encryptor's Paillier ``n``, each
+   carrying its owner's local offset; the coordinator combines them with the layout of the request it relayed
+   (:func:`vfl.secure.products.combine_packed_shares`: range-checked, else the encryptor is named), and
+   ``scale * combined 2^-2p`` is the noisy block.
 5. **Assembly** (coordinator, :meth:`FMCoordinator.finish`): (beta, alpha, M) from the blocks, projection with
    the mechanism's public eigenvalue floor, the minimiser, and the privacy report: an :class:`FMRelease`, which
    the coordinator turns into the model file.
@@ -50,7 +53,7 @@ from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
 from vfl.rng import CHACHA_ROUNDS
-from vfl.secure.encoding import DEFAULT_PRECISION_BITS
+from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products
 from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import (
@@ -59,7 +62,8 @@ from vfl.secure.products import (
     ProductEncryptor,
     ProductResponder,
     ProductStreamHeader,
-    combine_shares,
+    add_packed,
+    combine_packed_shares,
 )
 
 __all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "product_shape", "operand_of",
@@ -176,6 +180,8 @@ class FMCoordinator:
         self.ready: dict[int, ReadyBody] = {}
         self.relayed: set[tuple[str, str]] = set()
         self.streams: dict[str, dict[str, int]] = {}
+        #: per cross block, from the ENC_REQUEST relayed: (public stream header, Paillier modulus n)
+        self.products: dict[str, tuple[ProductStreamHeader, int]] = {}
 
     def plan_messages(self) -> list[Out]:
         """One PLAN per party (step 1)."""
@@ -230,11 +236,26 @@ class FMCoordinator:
         else:
             self.relayed.add((block.name, kind))
             if kind == "enc_request":
-                n_chunks = msg.body["wire"].get("n_chunks")
-                if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 1:
-                    raise ProtocolError(f"the request for {block.name} does not declare its number of chunks")
-                self.streams[block.name] = {"n_chunks": n_chunks, "relayed": 0, "upto": 0}
+                stream = self._request_layout(block, i, msg)
+                self.streams[block.name] = {"n_chunks": stream.n_chunks, "relayed": 0, "upto": 0}
         return Out(type=kind, body={**msg.body, "origin": self.regs[i].name}, payload=msg.payload, to=dst)
+
+    def _request_layout(self, block: Block, i: int, msg: Incoming) -> ProductStreamHeader:
+        """The public layout of a relayed ENC_REQUEST (stream header + the encryptor's public key), parsed with the
+        responder's validators and kept: the shares of the block are combined and range-checked with it."""
+        name = self.regs[i].name
+        try:
+            pub = public_key_from_bytes(msg.blob(0), min_bits=self.params.key_bits)
+            stream = ProductStreamHeader.from_wire(msg.body["wire"], [], pub, max_frame_bytes=1 << 62)
+        except (VFLError, KeyError, ValueError, TypeError) as exc:
+            raise ProtocolError(f"the request of {name} for {block.name} is malformed: {exc}") from None
+        if (stream.layout.n_rows, stream.n_cols, stream.layout.precision_bits) != (
+                self.n, product_shape(self.plan, block)[0], self.precision_bits):
+            raise ProtocolError(f"the request of {name} for {block.name} declares {stream.layout.n_rows} rows x "
+                                f"{stream.n_cols} columns at precision {stream.layout.precision_bits}; the plan "
+                                f"gives {self.n} x {product_shape(self.plan, block)[0]} at {self.precision_bits}")
+        self.products[block.name] = (stream, int(pub.n))
+        return stream
 
     def _flow_control(self, block: Block, kind: str, msg: Incoming) -> None:
         """Credit-based flow control of a streamed product (ZeroMQ guide, ch. 7 file transfer): a chunk is relayed
@@ -270,19 +291,23 @@ class FMCoordinator:
         got = self.shares[block.name] if block.cross else None
         if got is None or i not in (block.encryptor, block.responder) or i in got:
             raise ProtocolError(f"unexpected share of {block.name} from {self.regs[i].name}")
+        if block.name not in self.products:
+            raise ProtocolError(f"share of {block.name} from {self.regs[i].name} before its request")
+        stream, modulus = self.products[block.name]
         share = msg.ints()
-        expected = product_shape(self.plan, block)
+        expected = (product_shape(self.plan, block)[1], stream.n_groups)   # packed: responder columns x groups
         if share.shape != expected:
             raise ProtocolError(f"share of {block.name} has shape {share.shape}, expected {expected}")
+        if not all(0 <= int(v) < modulus for v in share.flat):
+            raise ProtocolError(f"share of {block.name} from {self.regs[i].name} is not a packed share modulo n")
         got[i] = share
         if len(got) < 2:
             return
-        try:
-            raw = combine_shares(*got.values(), precision_bits=self.precision_bits)
-        except (ArithmeticError, ValueError):  # e.g. a share too large for a float
-            raw = np.array([np.inf])
-        if not np.all(np.isfinite(raw)):
-            raise ProtocolError(f"the shares of {block.name} do not add up to finite numbers")
+        # Z = S^enc + S^resp mod n, unpacked with the public layout: every slot inside its declared range and
+        # nothing above the last slot, or the encryptor's operand was not what its request declared
+        total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
+                                      encryptor=f"party {self.regs[block.encryptor].name}")  # type: ignore[index]
+        raw = decode_products(total, self.precision_bits)
         self.values[block.name] = self.plan.scale(block, self.n) * orient(block, raw)
         self.log(f"  block {block.name} complete")
 
@@ -583,22 +608,32 @@ class FMParty:
         if folded < stream.n_chunks:
             return [self._credit(block, folded + CREDIT_WINDOW)] if folded + CREDIT_WINDOW <= stream.n_chunks else []
         del self.folds[block.name]
-        response, share = fold.finish()
+        response, share = fold.finish()   # packed: d_resp x groups, mod n (vfl.secure.products)
         header, frames = response.to_wire()
-        share = share + self._offset_fixed(block, share.shape)
+        share = add_packed(share, self._offset_fixed(block, (stream.n_cols, fold.responder.n_cols)),
+                           layout=stream.layout, modulus=int(stream.public_key.n))
         encryptor = self.names[block.encryptor]  # type: ignore[index]
         return [Out(type="masked_response", body={"block": block.name, "to": encryptor, "wire": header},
                     payload=frames),
                 Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
 
     def decrypt(self, block: Block, msg: Incoming) -> list[Out]:
-        """Encryptor: decrypt the masked response into this party's share."""
+        """Encryptor: decrypt the masked response into this party's packed share, adding its own noise share.
+
+        Two-sided noise: this party draws the block's full calibrated entry noise from its own block generator
+        (:func:`vfl.privacy.fixed_point.cross_block_noise`, as the responder does), so that no single participant
+        knows the block's total noise.
+        """
         enc = self.encryptors.get(block.name)
         if enc is None:
             raise ProtocolError(f"masked response for {block.name}, which this party did not request")
         response = enc.response_from_wire(msg.body["wire"], [msg.blob(0)])
-        share = enc.decrypt(response)
-        share = share + self._offset_fixed(block, share.shape)  # type: ignore[arg-type]   # 2-D
+        shape = (enc.n_cols, enc.response_cols)
+        noise = cross_block_noise(self.plan, self.mech, block, shape, n_samples=self.n,
+                                  precision_bits=self.params.precision_bits, rng=self.block_rngs[block.name])
+        share = enc.decrypt(response, noise=noise)
+        share = add_packed(share, self._offset_fixed(block, shape), layout=enc.layout,
+                           modulus=int(enc.public_key.n))
         return [Out(type="share", body={"block": block.name}, payload=[np.asarray(share, dtype=object)])]
 
     # ------------------------------------------------------------------ dispatch (caller's thread)

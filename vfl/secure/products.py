@@ -7,20 +7,24 @@ offset fixed-point encoding of :mod:`vfl.secure.encoding`, slot layout of :mod:`
    ``c_ig = Enc(sum_{j in g} a'_ij 2^(w slot(j)))`` for every row ``i`` and column group ``g``
    (:class:`EncryptedBlock`: ``n * ceil(d_a / s)`` ciphertexts instead of ``n d_a``).
 2. Responder (:class:`ProductResponder`) computes per column ``k`` and group ``g`` the
-   multi-exponentiation ``prod_i c_ig^{b'_ik} = Enc(sum_j 2^(w j) sum_i a'_ij b'_ik)``, multiplies in
-   ``g^M`` with ``M = sum_j 2^(w j) (noise_jk + N + r_jk)`` (``r_jk`` uniform on ``[0, 2^(v+kappa))``
-   from :mod:`secrets`, ``noise`` its DP noise in units ``2^-2p``) and a fresh ``Enc(0) = r^n`` with
-   ``r`` uniform in ``Z*_n`` (re-randomisation: phe never does this; always full-size, never short-exponent,
-   since the key holder can extract the randomness), and keeps the share
-   ``s^B_jk = -(N + r_jk) - O sum_i b_int_ik - n O^2`` (:class:`MaskedResponse`).
-3. Key holder decrypts, unpacks and keeps ``s^A_jk = D_jk - O sum_i a_int_ij``.
+   multi-exponentiation ``prod_i c_ig^{b'_ik} = Enc(P_kg)``, ``P_kg = sum_j 2^(w j) sum_i a'_ij b'_ik``, multiplies
+   in ``g^M`` with ``M = R_kg + pack_g(noise^B_jk + C) mod n``, where ``R_kg`` is uniform on ``[0, n)`` (the whole
+   plaintext space, :func:`secrets.randbelow`), ``noise^B`` its DP noise in units ``2^-2p`` and ``C`` the public
+   centring constant (:func:`centring_constant`), and a fresh ``Enc(0) = r^n`` with ``r`` uniform in ``Z*_n``
+   (re-randomisation: phe never does this; always full-size, never short-exponent, since the key holder can
+   extract the randomness). Its packed share is ``S^B_kg = -R_kg - pack_g(O sum_i b_int_ik + n O^2) mod n``.
+3. Key holder decrypts ``D_kg = P_kg + M_kg mod n`` and keeps the packed share
+   ``S^A_kg = D_kg - pack_g(O sum_i a_int_ij) + pack_g(noise^A_jk) mod n`` (its own noise share, optional).
 
-Then ``s^A + s^B = sum_i a_int_ij b_int_ik + noise_jk`` exactly (:func:`combine_shares` scales by
-``2^-2p``). What each side sees: the responder only ciphertexts under a key it does not hold; the key
-holder only ``D_jk = y_jk + r_jk`` with ``y_jk in [0, 2^v)``, statistically ``2^-kappa``-close to uniform
-(``kappa >= 40``), i.e. never a noise-free (or even a noisy) statistic, only its additive share.
+Here ``pack_g(x_j) = sum_{j in g} 2^(w slot(j)) x_j`` with signed ``x_j``, reduced mod ``n``. Then
+``S^A + S^B = pack_g(sum_i a_int_ij b_int_ik + noise^A_jk + noise^B_jk + C) mod n`` exactly; only whoever holds
+both shares (the coordinator) recovers the slots, with :func:`combine_packed_shares`, which also checks that every
+slot lies in its declared range and nothing lies above the last slot (else the encryptor's operand was not what its
+header declared: :class:`ProtocolError` naming it). What each side sees: the responder only ciphertexts under a key
+it does not hold; the key holder only ``D_kg``, exactly uniform on ``[0, n)`` whatever it encrypted (one-time pad
+modulo ``n``), so even an encryptor that packs values outside its declared slots learns nothing from it.
 The decryption audit hook ``on_decrypt`` sees every plaintext the key holder decrypts.
-Honest-but-curious, non-colluding parties (spec Sec. 1.3); the responder answers each session once.
+The responder answers each session once.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
-from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits, pack, unpack
+from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
 RERANDOMISATION = "standard"
@@ -237,8 +241,8 @@ class EncryptedBlock:
 class MaskedResponse:
     """Responder -> key holder: one re-randomised ciphertext per (responder column ``k``, group ``g``).
 
-    ``ciphertexts[k * n_groups + g]`` decrypts to the packed masked slots
-    ``sum_i a'_ij b'_ik + noise_jk + N + r_jk`` for ``j`` in group ``g``.
+    ``ciphertexts[k * n_groups + g]`` decrypts to ``P_kg + R_kg + pack_g(noise_jk + C) mod n``, uniform on
+    ``[0, n)`` (``R_kg`` is a uniform mask over the whole plaintext space; module docstring).
     """
 
     session: str
@@ -536,9 +540,12 @@ class ProductEncryptor:
                                     "(derived from the agreed plan); refused without decrypting")
         return MaskedResponse.from_wire(header, frames, self.public_key)
 
-    def decrypt(self, response: MaskedResponse) -> np.ndarray:
-        """Decrypt the masked response (step 3): the key holder's share, ``d_a x d_b`` object ints.
+    def decrypt(self, response: MaskedResponse, noise: np.ndarray | None = None) -> np.ndarray:
+        """Decrypt the masked response (step 3): the key holder's packed share, ``d_b x n_groups`` ints in ``[0, n)``.
 
+        ``S^A_kg = D_kg - pack_g(O sum_i a_int_ij) + pack_g(noise_jk) mod n`` with ``D_kg`` the decrypted plaintext
+        (uniform on ``[0, n)``: nothing is unpacked here) and ``noise`` this party's own noise share, an integer
+        array ``d_a x d_b`` in units ``2^-2p`` with ``|noise| < 2^noise_bits`` (two-sided noise; default none).
         Only ``response_cols x n_groups`` ciphertexts of this session, none of them one of this key holder's own
         request ciphertexts, are ever decrypted; anything else raises :class:`ProtocolError` before the first
         decryption.
@@ -561,18 +568,21 @@ class ProductEncryptor:
         if self._request_tags.contains_any(int(c) & _TAG_MASK for c in response.ciphertexts):
             raise ProtocolError("response contains this key holder's own request ciphertexts (echo); refused "
                                 "without decrypting")
+        d_b, G, O = self.response_cols, self.n_groups, self.layout.offset
+        own = _check_noise(noise, (self.n_cols, d_b), self.layout.noise_offset)
         self._decrypted = True
         self.stats["decryptions"] = len(response.ciphertexts)
-        d_b, G, O = self.response_cols, self.n_groups, self.layout.offset
-        share = np.empty((self.n_cols, d_b), dtype=object)
+        modulus = int(self.public_key.n)
+        for j in range(self.n_cols):
+            own[j, :] = own[j, :] - O * self._col_sums[j]
+        packed = pack_slots(own, self.layout, modulus)
+        share = np.empty((d_b, G), dtype=object)
         for k in range(d_b):
             for g in range(G):
                 plaintext = self._private_key.raw_decrypt(int(response.ciphertexts[k * G + g]))
                 if self.on_decrypt is not None:
                     self.on_decrypt(plaintext)
-                cols = self.layout.group_columns(self.n_cols, g)
-                for j, slot in zip(cols, unpack(plaintext, self.layout.slot_bits, len(cols)), strict=True):
-                    share[j, k] = slot - O * self._col_sums[j]
+                share[k, g] = (int(plaintext) + int(packed[k, g])) % modulus
         return share
 
 
@@ -692,7 +702,12 @@ class ResponderFold:
         self._stack.close()
 
     def finish(self) -> tuple[MaskedResponse, np.ndarray]:
-        """After the last chunk: the masked, re-randomised response and the responder's share."""
+        """After the last chunk: the masked, re-randomised response and the responder's packed share.
+
+        Per response ciphertext ``(k, g)``: ``Enc(P_kg + R_kg + pack_g(noise_jk + C))`` re-randomised, with ``R_kg``
+        uniform on ``[0, n)``; the share (``d_b x n_groups`` ints in ``[0, n)``) is
+        ``S^B_kg = -R_kg - pack_g(O sum_i b_int_ik + n O^2) mod n`` (module docstring).
+        """
         try:
             if self._next != self.stream.n_chunks:
                 raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
@@ -702,7 +717,7 @@ class ResponderFold:
             self.close()
         stream, lay = self.stream, self.stream.layout
         d_a, d_b, G = stream.n_cols, self.responder.n_cols, self._G
-        N, O, n = lay.noise_offset, lay.offset, lay.n_rows
+        O, n = lay.offset, lay.n_rows
         # The re-randomiser must hide the product's randomness from the key holder, who knows the factorisation
         # and can extract it: only a uniform n-th residue (full-size r^n) does that unconditionally. A short-exponent
         # h_s^alpha keeps the extracted randomness in a small structured set (e.g. always a quadratic residue mod p
@@ -710,16 +725,23 @@ class ResponderFold:
         enc = cached_encrypter(stream.public_key.n, randomness=RERANDOMISATION)
         self.responder.stats = {"multiexp_mults": self._mults, "response_ciphertexts": d_b * G,
                                 "workers": self._parallel, "chunks": stream.n_chunks}
-        share = np.empty((d_a, d_b), dtype=object)
+        modulus = int(stream.public_key.n)
+        # inside the ciphertext: the noise and the public centring constant, slot by slot ...
+        addend = pack_slots(self._noise + centring_constant(lay), lay, modulus)
+        # ... and in the share: the offset terms this party knows (its column sums, n O^2)
+        corrections = np.empty((d_a, d_b), dtype=object)
+        for k in range(d_b):
+            corrections[:, k] = -(O * self._col_sums[k] + n * O * O)
+        own = pack_slots(corrections, lay, modulus)
+        share = np.empty((d_b, G), dtype=object)
         cts = []
         for t, (k, g) in enumerate((k, g) for k in range(d_b) for g in range(G)):
-            cols = lay.group_columns(d_a, g)
-            masks = [secrets.randbits(lay.mask_range_bits) for _ in cols]
-            addend = pack([int(self._noise[j, k]) + N + r for j, r in zip(cols, masks, strict=True)], lay.slot_bits)
-            c = enc.rerandomise(enc.add_plain(self._acc[t], addend))
+            # one uniform mask over the WHOLE plaintext space: D = P + M mod n is uniform whatever P is, so an
+            # encryptor that packed anything outside its declared slots decrypts nothing about B
+            mask = secrets.randbelow(modulus)
+            c = enc.rerandomise(enc.add_plain(self._acc[t], (mask + int(addend[k, g])) % modulus))
             cts.append(int(c))
-            for j, r in zip(cols, masks, strict=True):
-                share[j, k] = -(N + r) - O * self._col_sums[k] - n * O * O
+            share[k, g] = (int(own[k, g]) - mask) % modulus
         response = MaskedResponse(stream.session, stream.public_key, lay.slot_bits, d_a, d_b, G, cts)
         return response, share
 
@@ -793,7 +815,8 @@ class ProductResponder:
 
 
 def combine_shares(*shares: np.ndarray, precision_bits: int) -> np.ndarray:
-    """``sum(shares) 2^-2p`` as float64 (correctly rounded): ``A^T B + noise`` for a complete set."""
+    """``sum(shares) 2^-2p`` as float64 (correctly rounded) for additive integer shares of a product (e.g. the
+    exact integers of :meth:`ProductRun.combined`). Packed shares are combined by :func:`combine_packed_shares`."""
     if not shares:
         raise ConfigurationError("combine_shares needs at least one share")
     total = np.asarray(shares[0], dtype=object).copy()
@@ -803,6 +826,94 @@ def combine_shares(*shares: np.ndarray, precision_bits: int) -> np.ndarray:
             raise DataValidationError(f"share shapes differ: {s.shape} vs {total.shape}")
         total = total + s
     return decode_products(total, precision_bits)
+
+
+# ----------------------------------------------------------------------------- packed shares
+def centring_constant(layout: SlotLayout) -> int:
+    """``C = 2^v`` (``v`` = :attr:`SlotLayout.value_bits`), added once to every slot of a response.
+
+    Every legitimate slot value ``u = sum_i a_int_ij b_int_ik + noise^A_jk + noise^B_jk (+ local offsets)`` has
+    ``|u| < 2^v`` (``|sum_i a_int b_int| <= n O^2``, each noise share ``< N``, an FM offset ``<= n O^2 / 2``, and
+    ``v = bitlen(n (2O)^2 + 2N)``), so ``u + C`` lies in ``(0, 2^(v+1))``, inside the ``w = v + kappa + 1``-bit
+    slot: its top ``kappa`` bits are 0 in every honest run.
+    """
+    return 1 << layout.value_bits
+
+
+def pack_slots(values: Any, layout: SlotLayout, modulus: int) -> np.ndarray:
+    """``out[k, g] = pack_g(values[:, k]) = sum_{j in g} 2^(w slot(j)) values[j, k] mod n`` (``d_b x n_groups``).
+
+    ``values`` is a signed integer array ``d_a x d_b``; packing is linear modulo ``n``, which is how each party
+    folds its own corrections (column sums, noise share, offsets) into its packed share.
+    """
+    arr = np.asarray(values, dtype=object)
+    if arr.ndim != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                for v in arr.flat):
+        raise DataValidationError("packed values must be a 2-D integer array (fixed-point units 2**-(2p))")
+    d_a, d_b = arr.shape
+    G, w = layout.n_groups(d_a), layout.slot_bits
+    out = np.empty((d_b, G), dtype=object)
+    for k in range(d_b):
+        for g in range(G):
+            total = 0
+            for slot, j in enumerate(layout.group_columns(d_a, g)):
+                total += int(arr[j, k]) << (w * slot)
+            out[k, g] = total % modulus
+    return out
+
+
+def add_packed(share: Any, values: Any, *, layout: SlotLayout, modulus: int) -> np.ndarray:
+    """``share + pack_slots(values) mod n``: a party adds a local ``d_a x d_b`` integer term to its packed share."""
+    return (np.asarray(share, dtype=object) + pack_slots(values, layout, modulus)) % modulus
+
+
+def _packed_sum(shares: tuple[Any, ...], n_groups: int, modulus: int) -> np.ndarray:
+    if not shares:
+        raise ConfigurationError("combine_packed_shares needs at least one share")
+    total: np.ndarray | None = None
+    for s in shares:
+        arr = np.asarray(s, dtype=object)
+        if arr.ndim != 2 or arr.shape[1] != n_groups or (total is not None and arr.shape != total.shape):
+            raise DataValidationError(f"packed shares must all have shape (d_resp, {n_groups}), got {arr.shape}")
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and 0 <= v < modulus
+                   for v in arr.flat):
+            raise DataValidationError("packed share entries must be integers in [0, n)")
+        total = arr.copy() if total is None else total + arr
+    assert total is not None
+    return total
+
+
+def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus: int,
+                          encryptor: str = "the encryptor") -> np.ndarray:
+    """The product from its packed shares: ``d_a x d_b`` exact integers ``u_jk`` (units ``2^-2p``), range-checked.
+
+    ``Z_kg = sum(shares) mod n`` is unpacked with the public layout (slot width ``w``, ``n_cols = d_a`` columns,
+    ``layout.group_columns``); each slot must satisfy ``|slot - C| < 2^v`` (:func:`centring_constant`) and every bit
+    of ``Z_kg`` above its last slot must be 0. An honest run always passes; anything the encryptor packed outside
+    its declared slots (or an operand entry outside ``[0, 2O]``) lands there with overwhelming probability, so a
+    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect).
+    """
+    G = layout.n_groups(n_cols)
+    total = _packed_sum(shares, G, modulus)
+    C, w = centring_constant(layout), layout.slot_bits
+    bound, mask = 1 << layout.value_bits, (1 << w) - 1
+    out = np.empty((n_cols, total.shape[0]), dtype=object)
+    for k in range(total.shape[0]):
+        for g in range(G):
+            z = int(total[k, g]) % modulus
+            for j in layout.group_columns(n_cols, g):
+                u = (z & mask) - C
+                if not -bound < u < bound:
+                    raise ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its "
+                                        f"request declared (slot {j} of response column {k} is outside its "
+                                        "declared range); the run stops")
+                out[j, k] = u
+                z >>= w
+            if z:
+                raise ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its "
+                                    f"request declared (bits above the last slot of response column {k}, group "
+                                    f"{g}); the run stops")
+    return out
 
 
 # ----------------------------------------------------------------------------- who encrypts
@@ -834,13 +945,27 @@ def choose_encryptor(n: int, d_a: int, d_b: int, **layout: Any) -> str:
 # ----------------------------------------------------------------------------- in-process entry points
 @dataclass
 class ProductRun:
-    """Shares (oriented as ``X_a^T X_b``) and bookkeeping of one in-process run."""
+    """Packed shares and bookkeeping of one in-process run.
+
+    Both shares are ``d_resp x n_groups`` ints modulo ``modulus`` (the Paillier ``n``) in the encryptor's
+    orientation, as the two parties send them; :meth:`combined` is what the coordinator computes from them.
+    """
 
     key_holder_share: np.ndarray
     responder_share: np.ndarray
     encryptor: str
     layout: SlotLayout
+    n_enc_cols: int
+    modulus: int
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def combined(self) -> np.ndarray:
+        """``X_a^T X_b + noise`` as exact integers in units ``2^-2p`` (``d_a x d_b``), via
+        :func:`combine_packed_shares` (range-checked)."""
+        total = combine_packed_shares(self.key_holder_share, self.responder_share, layout=self.layout,
+                                      n_cols=self.n_enc_cols, modulus=self.modulus,
+                                      encryptor=f"party {self.encryptor}")
+        return total if self.encryptor == "a" else total.T
 
 
 def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048,
@@ -850,11 +975,12 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
                        progress: bool = False, keypair: tuple | None = None, encryptor: str = "auto",
                        randomness: str = "short-exponent", noise_bits: int | None = None,
                        on_decrypt: Callable[[int], None] | None = None, precompute: bool = False,
-                       executor: Any = None) -> ProductRun:
-    """Both roles in one process, through the wire format; shares of ``X_a^T X_b + noise``.
+                       executor: Any = None, key_holder_noise: np.ndarray | None = None) -> ProductRun:
+    """Both roles in one process, through the wire format; packed shares of ``X_a^T X_b + noise``.
 
-    ``noise``: integer array ``d_a x d_b`` in units ``2^-2p``; or ``noise_sigma`` (real units): a
-    discrete Gaussian ``N_Z(0, (sigma 2^2p)^2)`` drawn from ``make_rng(rng)`` (Canonne et al. 2020).
+    ``noise``: the responder's integer noise, array ``d_a x d_b`` in units ``2^-2p``; or ``noise_sigma`` (real
+    units): a discrete Gaussian ``N_Z(0, (sigma 2^2p)^2)`` drawn from ``make_rng(rng)`` (Canonne et al. 2020).
+    ``key_holder_noise``: the key holder's own noise share (same shape and units), added after decryption.
     ``encryptor``: ``"a"``, ``"b"`` or ``"auto"`` (:func:`choose_encryptor`). ``executor``: where both roles'
     heavy work runs (:mod:`vfl.secure.executors`).
     """
@@ -877,7 +1003,10 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
     if encryptor not in ("a", "b"):
         raise ConfigurationError(f"encryptor must be 'a', 'b' or 'auto', got {encryptor!r}")
     X_enc, X_resp = (X_a, X_b) if encryptor == "a" else (X_b, X_a)
-    noise_oriented = None if noise is None else (np.asarray(noise) if encryptor == "a" else np.asarray(noise).T)
+    def oriented(arr: np.ndarray | None) -> np.ndarray | None:
+        return None if arr is None else (np.asarray(arr) if encryptor == "a" else np.asarray(arr).T)
+
+    noise_oriented = oriented(noise)
 
     holder = ProductEncryptor(private_key, X_enc, response_cols=X_resp.shape[1], precision_bits=precision_bits,
                               value_bound=value_bound,
@@ -891,10 +1020,8 @@ def run_secure_product(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048
     header, frames = holder.request().to_wire()
     response, share_resp = responder.respond(EncryptedBlock.from_wire(header, frames, public_key), noise_oriented)
     header, frames = response.to_wire()
-    share_holder = holder.decrypt(holder.response_from_wire(header, frames))
-    if encryptor == "b":
-        share_holder, share_resp = share_holder.T, share_resp.T
-    return ProductRun(share_holder, share_resp, encryptor, holder.layout)
+    share_holder = holder.decrypt(holder.response_from_wire(header, frames), noise=oriented(key_holder_noise))
+    return ProductRun(share_holder, share_resp, encryptor, holder.layout, holder.n_cols, int(public_key.n))
 
 
 def secure_gram(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048,
@@ -909,7 +1036,7 @@ def secure_gram(X_a: np.ndarray, X_b: np.ndarray, *, key_bits: int = 2048,
     run = run_secure_product(X_a, X_b, key_bits=key_bits, precision_bits=precision_bits, value_bound=value_bound,
                              noise=noise, allow_insecure=allow_insecure, rng=rng, workers=workers,
                              progress=progress, **options)
-    return combine_shares(run.key_holder_share, run.responder_share, precision_bits=precision_bits)
+    return decode_products(run.combined(), precision_bits)
 
 
 def secure_label_products(y: np.ndarray, X_b: np.ndarray, **kwargs: Any) -> np.ndarray:
