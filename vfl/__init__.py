@@ -36,6 +36,7 @@ _LAZY = {
     "LinearRegression": "vfl.models.estimators",
     "LogisticRegression": "vfl.models.estimators",
     "PrivacyReport": "vfl.privacy.accounting",
+    "BudgetAccountant": "vfl.privacy.budget",
     "make_mechanism": "vfl.privacy.mechanisms",
     # networked API (issues 4, 10, 11)
     "Party": "vfl.api",

@@ -27,6 +27,10 @@ class PrivacyParameterError(VFLError, ValueError):
     """A privacy parameter is invalid (epsilon <= 0, delta outside (0, 1), classical calibration with eps >= 1)."""
 
 
+class BudgetError(PrivacyParameterError):
+    """A fit would spend more than its privacy budget accountant has left (:class:`vfl.BudgetAccountant`)."""
+
+
 class DegenerateNoisyObjective(VFLError, ArithmeticError):
     """After PSD projection the noisy quadratic objective has too few positive eigenvalues to be minimised."""
 

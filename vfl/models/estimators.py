@@ -14,10 +14,13 @@ squares through the origin. Parameters, validation, predict and score come from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from vfl.exceptions import ConfigurationError, DataValidationError
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.domain import (
     BoundsLike,
@@ -31,10 +34,11 @@ from vfl.fm.objective import QuadraticObjective
 from vfl.fm.solver import solve_details
 from vfl.models.base import LinearModelBase
 from vfl.privacy.accounting import PrivacyReport
+from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
-__all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report"]
+__all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report", "diffprivlib_bounds"]
 
 
 def release_objective(plan: DissectionPlan, mechanism: Mechanism, parts: Sequence[np.ndarray], y: np.ndarray,
@@ -56,6 +60,30 @@ def finish_report(report: PrivacyReport, random_state: RandomState, bounds: Sequ
     return report
 
 
+def diffprivlib_bounds(bounds_X: Any, n_features: int) -> ColumnBounds:
+    """diffprivlib's ``bounds_X = (lower, upper)``, each one number or one value per feature, as ColumnBounds.
+
+    (vfl's own ``bounds`` is one ``(lo, hi)`` pair or one pair per column; for two features the two forms would
+    be ambiguous, so each name keeps its own library's meaning.)
+    """
+    try:
+        lower, upper = bounds_X
+        lo = np.broadcast_to(np.asarray(lower, dtype=float), (n_features,)).copy()
+        hi = np.broadcast_to(np.asarray(upper, dtype=float), (n_features,)).copy()
+    except (TypeError, ValueError):
+        raise DataValidationError(f"bounds_X must be (lower, upper) with one number or {n_features} values each "
+                                  f"(diffprivlib's form), got {bounds_X!r}") from None
+    return ColumnBounds(lo, hi)
+
+
+def _one_of(owner: object, names: Sequence[str]) -> str | None:
+    """The one alias in ``names`` that is set on ``owner`` (None if none); two set at once is an error."""
+    given = [n for n in names if getattr(owner, n, None) is not None]
+    if len(given) > 1:
+        raise ConfigurationError(f"{' and '.join(given)} are aliases of one parameter: give only one")
+    return given[0] if given else None
+
+
 class _FMRegression(LinearModelBase):
     """Shared FM fit of :class:`LinearRegression` and :class:`LogisticRegression`."""
 
@@ -71,11 +99,24 @@ class _FMRegression(LinearModelBase):
     def _prepare_y(self, y: np.ndarray) -> np.ndarray:
         return y
 
+    def _feature_bounds(self, X: np.ndarray, feature_names: Sequence[str] | None) -> ColumnBounds:
+        """``bounds``, or diffprivlib's ``bounds_X`` or (logistic) ``data_norm``: max ||x||_2 of a row, which
+        implies the per-column bounds (-data_norm, data_norm) used here (the FM domain is their box)."""
+        given = _one_of(self, ("bounds", "bounds_X", "data_norm"))
+        if given == "bounds_X":
+            return diffprivlib_bounds(self.bounds_X, X.shape[1])
+        if given == "data_norm":
+            norm = self.data_norm  # type: ignore[attr-defined]
+            if not isinstance(norm, (int, float)) or not math.isfinite(norm) or norm <= 0:
+                raise DataValidationError(f"data_norm must be a positive number, got {norm!r}")
+            return ColumnBounds(np.full(X.shape[1], -float(norm)), np.full(X.shape[1], float(norm)))
+        return resolve_bounds(self.bounds, X, feature_names)
+
     def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None):
         """Release a noisy FM objective of (X, y) and minimise it. Returns self."""
         X, y, feature_names = self._validate_fit_input(X, y, feature_names)
         domain = self.domain or DEFAULT_DOMAIN.get(self.mechanism, "linf")
-        self.bounds_ = resolve_bounds(self.bounds, X, feature_names)
+        self.bounds_ = self._feature_bounds(X, feature_names)
         d = X.shape[1] + (1 if self.fit_intercept else 0)
         no_icpt = not self.fit_intercept
         U, col_scale = prepare_party_block(X, bounds=self.bounds_, domain=domain, n_features_total=d,
@@ -92,6 +133,8 @@ class _FMRegression(LinearModelBase):
         mech = make_mechanism(self.mechanism, plan=plan, n_samples=X.shape[0], epsilon=self.epsilon,
                               delta=self.delta, domain=domain, seeded=is_seeded(self.random_state),
                               **self._mechanism_options())
+        planned = mech.privacy_report()
+        check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
         rng = make_rng(self.random_state)
         objective = release_objective(plan, mech, [U], y_unit, rng)
         floor = mech.lambda_floor if self.lambda_floor is None else float(self.lambda_floor)
@@ -102,6 +145,8 @@ class _FMRegression(LinearModelBase):
         self.privacy_report_ = finish_report(mech.privacy_report(), self.random_state,
                                              [self.bounds_, getattr(self, "y_bounds_", None)],
                                              ["the feature bounds", "the label bounds"])
+        record_fit(self.accountant, self.privacy_report_.epsilon, self.privacy_report_.delta,
+                   what=type(self).__name__)
         w_x = result.w[: X.shape[1]]
         coef, icpt = from_unit_interval_coefficients(w_x, self.bounds_, col_scale, symmetric=no_icpt)
         if self.fit_intercept:
@@ -121,7 +166,15 @@ _COMMON_DOC = """
     intercept at all, ``intercept_ = 0``), ``domain`` ("linf" | "l2"; default per mechanism), ``fm_sensitivity``
     (Laplace), ``calibration`` and ``sym`` (Gaussian), ``row_norm``, ``out_of_bounds`` ("raise" | "clip"),
     ``lambda_floor``, ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
-    an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``).
+    an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``), ``accountant``
+    (a :class:`~vfl.privacy.budget.BudgetAccountant`: the fit is refused unless it covers the fit's true
+    (epsilon, delta), which it then spends; None: the process's default accountant records the fit and warns once
+    when fits add up, e.g. the folds of ``cross_val_score``).
+
+    diffprivlib's names are accepted as aliases (give one name of each pair): ``bounds_X = (lower, upper)``
+    (each one number or one value per feature; diffprivlib's form) for ``bounds``; ``bounds_y`` for ``y_bounds``
+    (linear); ``data_norm`` (logistic; the largest ||x||_2 of a row), which implies the bounds
+    (-data_norm, data_norm) of every column.
 
     Attributes: ``coef_``, ``intercept_`` (original units), ``coef_unit_`` (in the public domain),
     ``n_features_in_``, ``feature_names_in_`` (when X has string column names), ``bounds_``,
@@ -142,7 +195,8 @@ class LinearRegression(_FMRegression):
                  fit_intercept: bool = True, domain: str | None = None, fm_sensitivity: str = "paper",
                  calibration: str = "analytic", sym: str = "iso", row_norm: str = "scale",
                  out_of_bounds: str = "raise", lambda_floor: float | None = None, fallback: str = "raise",
-                 release_beta: bool = False, random_state: RandomState = None) -> None:
+                 release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
+                 bounds_y: tuple[float, float] | None = None, accountant: Any = None) -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -159,9 +213,13 @@ class LinearRegression(_FMRegression):
         self.fallback = fallback
         self.release_beta = release_beta
         self.random_state = random_state
+        self.bounds_X = bounds_X
+        self.bounds_y = bounds_y
+        self.accountant = accountant
 
     def _prepare_y(self, y: np.ndarray) -> np.ndarray:
-        y_unit, yb = prepare_labels(y, "linear", y_bounds=self.y_bounds, out_of_bounds=self.out_of_bounds,
+        y_bounds = self.bounds_y if _one_of(self, ("y_bounds", "bounds_y")) == "bounds_y" else self.y_bounds
+        y_unit, yb = prepare_labels(y, "linear", y_bounds=y_bounds, out_of_bounds=self.out_of_bounds,
                                     symmetric=not self.fit_intercept)
         self.y_bounds_ = yb
         return y_unit
@@ -186,7 +244,8 @@ class LogisticRegression(_FMRegression):
                  bounds: BoundsLike | ColumnBounds = None, fit_intercept: bool = True, domain: str | None = None,
                  fm_sensitivity: str = "paper", calibration: str = "analytic", sym: str = "iso",
                  row_norm: str = "scale", out_of_bounds: str = "raise", lambda_floor: float | None = None,
-                 fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None) -> None:
+                 fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
+                 bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None) -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -202,6 +261,9 @@ class LogisticRegression(_FMRegression):
         self.fallback = fallback
         self.release_beta = release_beta
         self.random_state = random_state
+        self.bounds_X = bounds_X
+        self.data_norm = data_norm
+        self.accountant = accountant
 
 
 LinearRegression.__doc__ = LinearRegression.__doc__.format(common=_COMMON_DOC)
