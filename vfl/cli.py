@@ -259,6 +259,13 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
+@click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+              help="Signing identities (`vfl keys`): this party's NAME.sign.secret and the pinned NAME.sign.pub of every "
+                   "co-party it accepts. Every co-party's registration, roster entry and message is checked against "
+                   "them; a plan with a party not pinned here is refused. Required unless --insecure-no-identity.")
+@click.option("--insecure-no-identity", is_flag=True,
+              help="Run WITHOUT signing identities (loopback experiments only): a hostile coordinator could then "
+                   "substitute keys, invent parties and forge responses. Warns, and the model's report says so.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Give up when the coordinator is silent this many seconds.")
 @click.option("--order", type=int, default=None,
@@ -278,10 +285,6 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Refuse a plan whose true epsilon (as this party's own privacy report computes it) exceeds this.")
 @click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
               help="Refuse a plan whose delta exceeds this.")
-@click.option("--max-exposed-rows", type=click.IntRange(min=0), default=None,
-              help="Refuse a plan under which this party, as key holder, would decrypt more than this many rows' "
-                   "worth of responses (the rows a hostile coordinator could learn; printed with the plan). "
-                   "Default: no bound.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Local processes for encryption and secure products (default: all cores for big runs).")
 @click.option("--executor", default=None, metavar="tcp://SCHEDULER:8786",
@@ -291,14 +294,16 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
-          label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None, timeout: float,
+          label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None,
+          identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
-          min_epsilon: float | None, max_epsilon: float, max_delta: float, max_exposed_rows: int | None,
+          min_epsilon: float | None, max_epsilon: float, max_delta: float,
           workers: int | None, executor: str | None, max_frame_bytes: int | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
-    --min-epsilon, --max-epsilon, --max-delta, --max-exposed-rows) and prints the plan it is about to run.
+    --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
+    roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid.
     """
     from vfl.net.config import (
         PartyConfig,
@@ -312,7 +317,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
 
-    policy = PartyPolicy.from_options(allow_mechanisms, min_epsilon, max_epsilon, max_delta, max_exposed_rows)
+    policy = PartyPolicy.from_options(allow_mechanisms, min_epsilon, max_epsilon, max_delta)
 
     cfg = load_party_config(config) if config else PartyConfig()
     cfg.name = name or cfg.name
@@ -327,6 +332,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     cfg.curve_dir = curve_dir or cfg.curve_dir
     if executor is not None and not executor.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
         raise ConfigurationError(f"--executor must be a Dask scheduler address like tcp://HOST:8786, got {executor!r}")
+    cfg.identity_dir = identity_dir or cfg.identity_dir
     for what, value in (("--name", cfg.name), ("--connect", cfg.connect),
                         ("--features", cfg.features or cfg.label)):
         if not value:
@@ -335,6 +341,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
     if cfg.data and cfg.bounds and not cfg.id:
+    if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
+        raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
+                                 "`vfl keys`), or --insecure-no-identity for loopback experiments only")
         # declared bounds: the columns stay on disk and are read in chunks (issue 8); with --id the PSI alignment
         # reorders the rows, so the table is loaded in memory
         declared = load_bounds_file(cfg.bounds)
@@ -354,7 +363,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
-                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes)
+                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
+                     identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity)
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()
@@ -547,19 +557,22 @@ def predict(model_path: str, data: str, out: str | None, proba: bool, force: boo
 
 # ---------------------------------------------------------------------------------------------- keys
 @cli.command()
-@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the certificates.")
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the keys.")
 @click.option("--names", required=True, multiple=True,
               help="Party names (comma separated or repeated); coordinator keys are always written.")
 def keys(out: str, names: tuple[str, ...]) -> None:
-    """Write CURVE certificates (zmq.auth) for the coordinator and each party."""
+    """Write CURVE certificates (zmq.auth) for the coordinator and each party, and each party's Ed25519 signing
+    identity (NAME.sign.secret, secret, mode 0600; NAME.sign.pub, public). Existing keys are never overwritten."""
+    from vfl.net.messages import validate_name
     from vfl.net.transport import write_certificates
 
     flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
     written = write_certificates(out, flat)
     for path in written:
         _echo(str(path))
-    _echo(f"give {Path(out) / 'coordinator.key'} and NAME.key_secret to each party; keep coordinator.key_secret "
-          "and the parties' .key files at the coordinator")
+    _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
+          "coordinator.key_secret and the parties' .key files at the coordinator; give every party the NAME.sign.pub "
+          "of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those .sign.pub files)")
 
 
 # ---------------------------------------------------------------------------------------------- demo
@@ -580,9 +593,16 @@ def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int,
     run_demo(rows=rows, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits, seed=seed,
              timeout=timeout, echo=_echo)
 
+    from vfl.secure.identity import write_identities
 
 # ---------------------------------------------------------------------------------------------- entry point
+    try:
+        for n in flat:
+            validate_name(n)
+    except ProtocolError as exc:
+        raise ConfigurationError(str(exc)) from None
 class Terminated(KeyboardInterrupt):
+    written += write_identities(out, [n for n in flat if n != "coordinator"])
     """SIGTERM, handled like Ctrl-C: the coordinator sends ABORT, a party reports to the coordinator."""
 
 
