@@ -16,7 +16,7 @@ import zmq
 
 from vfl.net.messages import Message, MessageType, decode, encode
 
-__all__ = ["FakeCoordinator", "echo_response_wire"]
+__all__ = ["FakeCoordinator", "echo_response_wire", "psi_probe"]
 
 
 class FakeCoordinator:
@@ -81,3 +81,50 @@ def echo_response_wire(request_wire: dict, n_resp_cols: int) -> dict:
             "key_fingerprint": request_wire["key_fingerprint"], "ciphertext_bytes": request_wire["ciphertext_bytes"],
             "slot_bits": request_wire["slot_bits"], "n_enc_cols": request_wire["n_cols"],
             "n_resp_cols": n_resp_cols, "n_groups": request_wire["n_groups"]}
+
+
+def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registrations: list[dict] | None = None,
+              sign: Any = None, pad_to: int | None = None, timeout: float = 60.0) -> dict[str, Any]:
+    """The PSI membership oracle of issue 20, item 5: the fake coordinator poses as a second PSI party.
+
+    It opens a 2-party ring with the victim at index 0 (PSI_START with ``registrations`` if given; the old wire
+    shape without them otherwise), takes the victim's own list ``H(a)^k_v``, sends ``H(g)^k_p`` for its guesses
+    ``g`` as "party 1's" list (signed with ``sign``, a :class:`vfl.secure.identity.SigningIdentity`, if given)
+    and waits (``pad_to``: the list is lengthened to that many points by repeating the blinded guesses, valid
+    points all, to send a long list without hashing as many guesses). If the victim re-blinds it,
+    ``H(g)^(k_p k_v)`` is compared with ``H(a)^(k_v k_p)`` (the victim's list raised to the prober's key): equal
+    points are guessed IDs the victim holds. Returns ``{"own": n points the victim sent for itself, "reblinded": n
+    points it re-blinded (None if it refused), "learned": the guesses found to be members, "error": the victim's
+    ERROR reason or None}``.
+    """
+    from vfl.secure.psi import BlindingKey, split_points  # the tree under test (also the pre-fix one)
+
+    start = {"index": 0, "parties": 2, **({"registrations": registrations} if registrations is not None else {})}
+    fake.send(peer, MessageType.PSI_START, start)
+    result: dict[str, Any] = {"own": None, "reblinded": None, "learned": [], "error": None}
+    got = fake.wait_for(MessageType.PSI_POINTS, MessageType.ERROR, timeout=timeout)
+    if got is None or got[1].type is MessageType.ERROR:
+        result["error"] = None if got is None else got[1].body.get("reason")
+        return result
+    own = got[1].blob(0)
+    result["own"] = len(own) // 33
+    key = BlindingKey()
+    probe = key.blind(guesses)
+    if pad_to is not None and pad_to > len(guesses):
+        probe = (probe * (pad_to // len(guesses) + 1))[:pad_to * 33]
+    body: dict[str, Any] = {"origin": 1, "hops": 1}
+    if sign is not None:
+        from vfl.protocols.alignment import PsiRing
+        ring = PsiRing.from_start(start, index=1, name=None, n_ids=registrations[1]["n_rows"], pinned=None,
+                                  run=fake.run_id)
+        body["auth"] = sign.sign(ring.list_digest(body, probe))
+    fake.send(peer, MessageType.PSI_POINTS, body, [probe])
+    got = fake.wait_for(MessageType.PSI_POINTS, MessageType.ERROR, timeout=timeout)
+    if got is None or got[1].type is MessageType.ERROR:
+        result["error"] = None if got is None else got[1].body.get("reason")
+        return result
+    back = split_points(got[1].blob(0))
+    result["reblinded"] = len(back)
+    mine = set(split_points(key.reblind(own)))
+    result["learned"] = [g for g, p in zip(guesses, back[:len(guesses)], strict=True) if p in mine]
+    return result

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from vfl.demo import free_port
+from vfl.secure.identity import PUBLIC_SUFFIX, write_identities
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 
@@ -92,6 +93,12 @@ def _write_parties(tmp_path, seed: int, names: list[str], *, drop: float = 0.2):
         files[name] = path
     bounds = tmp_path / "bounds.toml"
     bounds.write_text("[bounds]\n" + "".join(f"{c} = [-1.0, 1.0]\n" for c in ["y", "a1", "b1", "b2", "c1"]))
+    for name in names:   # throwaway signing identities (`vfl keys`): each party its own key, every party pinned
+        write_identities(tmp_path / "certs" / name, [name])
+    for name in names:
+        for other in names:
+            pub = tmp_path / "certs" / other / f"{other}{PUBLIC_SUFFIX}"
+            (tmp_path / "certs" / name / pub.name).write_bytes(pub.read_bytes())
     common = sorted(set.intersection(*(set(members[nm].tolist()) for nm in names)))
     features = [col[c] for nm in names for c in PARTY_COLUMNS[nm]]
     return files, bounds, U[np.ix_(common, features)], y[common], [ids[i] for i in common], ids
@@ -101,7 +108,8 @@ def _party(procs, url, name, files, bounds, *extra):
     label = ["--label", "y"] if name == "alice" else []
     return procs("party", "--connect", url, "--name", name, "--data", str(files[name]), "--features",
                  ",".join(PARTY_COLUMNS[name]), *label, "--id", "id", "--bounds", str(bounds), "--no-progress",
-                 "--timeout", "30", *TEST_KEYS, *OPT_IN, *extra)
+                 "--identity-dir", str(files[name].parent / "certs" / name), "--timeout", "30", *TEST_KEYS, *OPT_IN,
+                 *extra)
 
 
 def _coordinator_cli(procs, url, out, parties, *extra):
@@ -180,9 +188,11 @@ def test_bad_ids_stop_the_party_before_it_connects(capsys, tmp_path, case, expec
     path = tmp_path / "bob.csv"
     third = "u2" if case == "duplicate" else "  "
     path.write_text(f"id,b1\nu0,0.1\nu1,0.2\n{third},0.3\n u1 ,0.4\n")
+    write_identities(tmp_path / "certs", ["bob"])
     # nobody listens on this port: the party must fail on its data, not on the connection
     code = main(["party", "--connect", "tcp://127.0.0.1:1", "--name", "bob", "--data", str(path), "--features", "b1",
-                 "--id", "id", "--no-progress", "--timeout", "5", *TEST_KEYS])
+                 "--id", "id", "--no-progress", "--timeout", "5", "--identity-dir", str(tmp_path / "certs"),
+                 *TEST_KEYS])
     err = capsys.readouterr().err
     line = _one_line(err)
     assert code == 2 and expected in line and "u1" not in line

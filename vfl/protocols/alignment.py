@@ -3,10 +3,10 @@
 Protocol (K >= 1 parties in plan order 0..K-1, each with secret PSI key ``k_j`` and normalised, duplicate-free IDs
 ``x_{j,1..n_j}`` in its own row order; every message goes through the coordinator, which holds no key)::
 
-    coordinator -> every party j   PSI_START   {index: j, parties: K}
-    party j     -> coordinator     PSI_POINTS  {origin: j, hops: 1}   [H(x_j)^k_j ...]            (its row order)
-    coordinator -> party (o+h)%K   PSI_POINTS  {origin: o, hops: h}   relayed unchanged while h < K
-    that party  -> coordinator     PSI_POINTS  {origin: o, hops: h+1} [P^k ...]                   (same order)
+    coordinator -> every party j   PSI_START   {index: j, parties: K, registrations: [REG_0 ... REG_{K-1}]}
+    party j     -> coordinator     PSI_POINTS  {origin: j, hops: 1, auth}   [H(x_j)^k_j ...]      (its row order)
+    coordinator -> party (o+h)%K   PSI_POINTS  {origin: o, hops: h, auth}   relayed unchanged while h < K
+    that party  -> coordinator     PSI_POINTS  {origin: o, hops: h+1, auth} [P^k ...]             (same order)
     coordinator                    on hops == K: F_o = [H(x_o)^(k_0 ... k_{K-1}) ...] (fully blinded, o's order)
     coordinator -> every party j   PSI_RESULT  {n_common: N}          int64 positions of j's common rows
                                                                        in the common order
@@ -15,6 +15,22 @@ The coordinator intersects the K fully blinded lists (equal points <=> equal IDs
 orders the common points by their bytes -- a pseudorandom order that depends on no ID's value -- and tells each
 party which of ITS rows are common, in that order. Every party then keeps exactly those rows in that order, so the
 joined table is aligned. Refused: fewer than ``min_rows`` common rows (the run stops; ``min_rows`` is public).
+
+Bounded re-blinding (issue 20). Re-blinding is an oracle: whoever sends party j a list ``[H(g)^k ...]`` of guessed
+IDs ``g`` and gets ``[H(g)^(k k_j) ...]`` back can compare it with j's own list raised to ``k`` and so test every guess
+for membership in j's IDs. A party therefore re-blinds a list only if (checked in this order, before any
+elliptic-curve work; any failure raises :class:`ProtocolError` naming the party and stops the run):
+
+1. the ring is the one PSI_START announces: ``REG_i`` is party i's REGISTER body, signed by i's pinned Ed25519 identity
+   (:mod:`vfl.secure.identity`), with its ID count ``n_i``; j's own entry is ``REG_j`` with ``n_j`` = its ID count;
+2. the list's origin ``o`` is a ring member other than j and the hop is the one the ring order implies
+   (``(o + h) % K == j``), once per origin;
+3. the list holds exactly ``n_o`` points, the count ``o`` signed at registration;
+4. the list is signed by the party that sent it (``(o + h - 1) % K``, the one that applied the last key): ``auth`` is
+   its Ed25519 signature over ``digest_of(ring digest, message digest of the PSI_POINTS)``, where the ring digest is
+   the sha256 of the K signed registrations (so a list cannot be replayed into another ring or run).
+
+So a prober can test at most as many guesses as the count it signed, and only from a pinned identity (docs/psi.md).
 
 Who learns what (semi-honest, no collusion; docs/threat_model.md):
 
@@ -31,16 +47,20 @@ openmined-psi's C++); 2n each for K = 2, the same total work as one two-party EC
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.protocols.contracts import Out
+from vfl.protocols.roster import sign_registration, verify_registration
+from vfl.secure.identity import PinnedKeys, SigningIdentity, digest_of, message_digest
 from vfl.secure.psi import POINT_BYTES, BlindingKey, normalise_ids, self_test, split_points
 
-__all__ = ["PSI_START", "PSI_POINTS", "PSI_RESULT", "Out", "AlignmentParty", "AlignmentCoordinator",
+__all__ = ["PSI_START", "PSI_POINTS", "PSI_RESULT", "Out", "AlignmentParty", "AlignmentCoordinator", "PsiRing",
            "IntersectionTooSmall", "align_in_process"]
 
 # wire values of the three message types (vfl.net.messages.MessageType compares equal to them)
@@ -67,35 +87,97 @@ def _type(msg: Any) -> str:
     return str(getattr(t, "value", t))
 
 
-def _int_field(body: dict, key: str, lo: int, hi: int, what: str) -> int:
+def _int_field(body: Mapping[str, Any], key: str, lo: int, hi: int, what: str) -> int:
     v = body.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ProtocolError(f"{what}: invalid {key} {v!r}")
     return v
 
 
+@dataclass(frozen=True)
+class PsiRing:
+    """The ring a PSI_START announces: member names and signed ID counts in ring order, and the ring digest that
+    every PSI list signature is bound to (sha256 of the K registrations, signatures included)."""
+
+    names: tuple[str, ...]
+    counts: tuple[int, ...]
+    digest: bytes
+
+    @classmethod
+    def from_start(cls, body: Mapping[str, Any], *, index: int, name: str | None, n_ids: int,
+                   pinned: PinnedKeys | None, run: str = "") -> PsiRing:
+        """Parse and check PSI_START's ``registrations`` (one REGISTER body per party, ring order): each names a
+        distinct party that aligns by ID, signed by its pinned identity (unless ``pinned`` is None: no identities);
+        entry ``index`` is this party (``name``) with its own ID count ``n_ids``. The ring digest binds the run id
+        ``run`` and the K signed registrations."""
+        regs = body.get("registrations")
+        K = body.get("parties")
+        if not isinstance(regs, list) or len(regs) != K or not all(isinstance(r, dict) for r in regs):
+            raise ProtocolError("psi_start: expected the signed registration of every party of the ring")
+        names: list[str] = []
+        counts: list[int] = []
+        for i, reg in enumerate(regs):
+            who = reg.get("name")
+            if not isinstance(who, str) or who in names:
+                raise ProtocolError(f"psi_start: ring entry {i} has a missing or repeated party name")
+            if reg.get("row_ids") is not True:
+                raise ProtocolError(f"psi_start: party {who!r} did not register row IDs")
+            count = _int_field(reg, "n_rows", 1, 2**62, f"psi_start: registration of {who!r}")
+            if pinned is not None:
+                verify_registration(pinned, reg)
+            names.append(who)
+            counts.append(count)
+        if (name is not None and names[index] != name) or counts[index] != n_ids:
+            raise ProtocolError(f"psi_start: ring entry {index} is {names[index]!r} with {counts[index]} IDs, not this "
+                                f"party's registration ({name!r}, {n_ids} IDs)")
+        digest = digest_of("vfl.psi.ring.v1", run, [message_digest("register", r, exclude=()).hex() for r in regs])
+        return cls(tuple(names), tuple(counts), digest)
+
+    def list_digest(self, body: Mapping[str, Any], blob: bytes) -> bytes:
+        """What the sender of a PSI_POINTS signs: the ring digest and the message digest (body without ``auth``)."""
+        return digest_of(self.digest, message_digest(PSI_POINTS, body, [blob]))
+
+
 class AlignmentParty:
     """Party side: blinds its own IDs, re-blinds the other parties' lists, then learns its common rows.
 
     ``ids``: the party's row IDs in row order (normalised and checked here: :func:`vfl.secure.psi.normalise_ids`).
-    After :attr:`done`, :attr:`rows` holds the positions of this party's common rows in the agreed order.
+    ``identity`` / ``pinned``: its Ed25519 signing identity and the pinned keys of its co-parties
+    (:mod:`vfl.secure.identity`); it signs every list it sends and re-blinds only lists that pass the checks of the
+    module docstring; without them (``--insecure-no-identity``) only the counts and the ring order are checked,
+    against registrations nobody signed. ``run``: the run id (bound into every list signature); ``registration``:
+    the REGISTER body it sent, which its ring entry must equal. After :attr:`done`, :attr:`rows` holds the positions
+    of this party's common rows in the agreed order.
     """
 
-    def __init__(self, ids: Sequence[Any], *, key: BlindingKey | None = None) -> None:
+    def __init__(self, ids: Sequence[Any], *, key: BlindingKey | None = None,
+                 identity: SigningIdentity | None = None, pinned: PinnedKeys | None = None,
+                 name: str | None = None, run: str = "", registration: Mapping[str, Any] | None = None) -> None:
         global _self_tested
+        if (identity is None) != (pinned is None):
+            raise ValueError("identity and pinned keys go together")
         self.ids = normalise_ids(ids)
         if not _self_tested:
             self_test()
             _self_tested = True
         self._key = key or BlindingKey()
+        self.identity = identity
+        self.pinned = pinned
+        self.name = identity.name if identity is not None else name
+        self.run = run
+        self.registration = None if registration is None else dict(registration)
         self.index: int | None = None
-        self.n_parties: int | None = None
+        self.ring: PsiRing | None = None
         self._reblinded: set[int] = set()
         self.rows: np.ndarray | None = None
 
     @property
     def done(self) -> bool:
         return self.rows is not None
+
+    @property
+    def n_parties(self) -> int | None:
+        return None if self.ring is None else len(self.ring.names)
 
     def on_message(self, msg: Any) -> list[Out]:
         """Handle PSI_START, PSI_POINTS or PSI_RESULT; returns the messages to send to the coordinator."""
@@ -104,33 +186,66 @@ class AlignmentParty:
         if kind == PSI_START:
             if self.index is not None:
                 raise ProtocolError("psi_start: the alignment already started")
-            self.n_parties = _int_field(body, "parties", 1, 10_000, "psi_start")
-            self.index = _int_field(body, "index", 0, self.n_parties - 1, "psi_start")
-            return [Out(type=PSI_POINTS, body={"origin": self.index, "hops": 1}, payload=[self._key.blind(self.ids)])]
-        if self.index is None or self.n_parties is None:
+            n_parties = _int_field(body, "parties", 1, 10_000, "psi_start")
+            index = _int_field(body, "index", 0, n_parties - 1, "psi_start")
+            self.ring = PsiRing.from_start(body, index=index, name=self.name, n_ids=len(self.ids), pinned=self.pinned,
+                                           run=self.run)
+            if self.registration is not None and body["registrations"][index] != self.registration:
+                raise ProtocolError(f"psi_start: ring entry {index} is not the registration {self.name!r} sent")
+            self.index = index
+            return [self._signed({"origin": self.index, "hops": 1}, self._key.blind(self.ids))]
+        if self.index is None or self.ring is None:
             raise ProtocolError(f"{kind}: the alignment has not started")
         if kind == PSI_POINTS:
-            origin = _int_field(body, "origin", 0, self.n_parties - 1, "psi_points")
-            hops = _int_field(body, "hops", 1, self.n_parties - 1, "psi_points")
-            if (origin + hops) % self.n_parties != self.index or origin in self._reblinded:
-                raise ProtocolError(f"psi_points: unexpected list from party {origin} after {hops} hop(s)")
+            origin, hops, blob = self._check_list(body, msg)
             self._reblinded.add(origin)
-            blob = self._key.reblind(_blob(msg))
-            return [Out(type=PSI_POINTS, body={"origin": origin, "hops": hops + 1}, payload=[blob])]
+            return [self._signed({"origin": origin, "hops": hops + 1}, self._key.reblind(blob))]
         if kind == PSI_RESULT:
-            if self.rows is not None:
-                raise ProtocolError("psi_result: received twice")
-            payload = getattr(msg, "payload", None)
-            rows = payload[0] if isinstance(payload, list) and len(payload) == 1 else None
-            if not isinstance(rows, np.ndarray) or rows.dtype != np.int64 or rows.ndim != 1:
-                raise ProtocolError("psi_result: expected one int64 vector of row positions")
-            n_common = _int_field(body, "n_common", 0, len(self.ids), "psi_result")
-            if (rows.size != n_common or (rows.size and (rows.min() < 0 or rows.max() >= len(self.ids)))
-                    or np.unique(rows).size != rows.size):
-                raise ProtocolError("psi_result: row positions out of range, repeated or miscounted")
-            self.rows = rows.copy()
-            return []
+            return self._result(body, msg)
         raise ProtocolError(f"unexpected message {kind!r} during row alignment")
+
+    def _check_list(self, body: Mapping[str, Any], msg: Any) -> tuple[int, int, bytes]:
+        """The checks before re-blinding (module docstring, 2-4): ring member, hop, signed count, sender's
+        signature; ProtocolError naming the party otherwise. Returns (origin, hops, points)."""
+        ring = self.ring
+        assert ring is not None and self.index is not None
+        K = len(ring.names)
+        origin = _int_field(body, "origin", 0, K - 1, "psi_points")
+        hops = _int_field(body, "hops", 1, K - 1, "psi_points") if K > 1 else 0
+        who = ring.names[origin]
+        if origin == self.index or (origin + hops) % K != self.index or origin in self._reblinded:
+            raise ProtocolError(f"psi_points: unexpected list of party {who!r} after {hops} hop(s); refusing to "
+                                "re-blind it")
+        blob = _blob(msg)
+        if len(blob) != ring.counts[origin] * POINT_BYTES:
+            size = f"{len(blob) // POINT_BYTES} points" if len(blob) % POINT_BYTES == 0 else f"{len(blob)} bytes"
+            raise ProtocolError(f"psi_points: the list of party {who!r} holds {size} but {who!r} signed "
+                                f"{ring.counts[origin]} row IDs at registration; refusing to re-blind it")
+        if self.pinned is not None:
+            sender = ring.names[(origin + hops - 1) % K]
+            self.pinned.verify(sender, ring.list_digest(body, blob), body.get("auth"),
+                               f"the PSI list of party {who!r} after {hops} hop(s)")
+        return origin, hops, blob
+
+    def _signed(self, body: dict, blob: bytes) -> Out:
+        if self.identity is not None:
+            assert self.ring is not None
+            body = {**body, "auth": self.identity.sign(self.ring.list_digest(body, blob))}
+        return Out(type=PSI_POINTS, body=body, payload=[blob])
+
+    def _result(self, body: Mapping[str, Any], msg: Any) -> list[Out]:
+        if self.rows is not None:
+            raise ProtocolError("psi_result: received twice")
+        payload = getattr(msg, "payload", None)
+        rows = payload[0] if isinstance(payload, list) and len(payload) == 1 else None
+        if not isinstance(rows, np.ndarray) or rows.dtype != np.int64 or rows.ndim != 1:
+            raise ProtocolError("psi_result: expected one int64 vector of row positions")
+        n_common = _int_field(body, "n_common", 0, len(self.ids), "psi_result")
+        if (rows.size != n_common or (rows.size and (rows.min() < 0 or rows.max() >= len(self.ids)))
+                or np.unique(rows).size != rows.size):
+            raise ProtocolError("psi_result: row positions out of range, repeated or miscounted")
+        self.rows = rows.copy()
+        return []
 
     def common_ids(self) -> list[str]:
         """This party's common IDs in the agreed order (after :attr:`done`); stays local."""
@@ -142,14 +257,16 @@ class AlignmentParty:
 class AlignmentCoordinator:
     """Coordinator side: relays the point lists round the ring, intersects the fully blinded ones, orders them.
 
-    ``n_rows[j]``: party j's registered ID count (its lists must have exactly that many points). ``min_rows``:
+    ``registrations[j]``: party j's REGISTER body as it signed it (``n_rows``: its ID count; its lists must have
+    exactly that many points), sent to every party in PSI_START so each can check the ring itself. ``min_rows``:
     public minimum intersection size; fewer common rows raise :class:`IntersectionTooSmall`.
     """
 
-    def __init__(self, n_rows: Sequence[int], *, min_rows: int = 1) -> None:
-        if not n_rows:
+    def __init__(self, registrations: Sequence[Mapping[str, Any]], *, min_rows: int = 1) -> None:
+        if not registrations:
             raise ValueError("at least one party")
-        self.n_rows = [int(n) for n in n_rows]
+        self.registrations = [dict(r) for r in registrations]
+        self.n_rows = [int(r["n_rows"]) for r in self.registrations]
         self.n_parties = len(self.n_rows)
         self.min_rows = max(1, int(min_rows))
         self._final: dict[int, list[bytes]] = {}
@@ -164,7 +281,8 @@ class AlignmentCoordinator:
     def plan_messages(self) -> list[Out]:
         """The messages that open the phase (PSI_START to every party; named like the other phases' openers so
         :meth:`vfl.net.coordinator.Coordinator._run_phase` drives every phase the same way)."""
-        return [Out(type=PSI_START, body={"index": j, "parties": self.n_parties}, to=j)
+        return [Out(type=PSI_START, body={"index": j, "parties": self.n_parties,
+                                          "registrations": [dict(r) for r in self.registrations]}, to=j)
                 for j in range(self.n_parties)]
 
     def handle(self, sender: int, msg: Any) -> list[Out]:
@@ -184,8 +302,9 @@ class AlignmentCoordinator:
         if len(blob) != self.n_rows[origin] * POINT_BYTES:
             raise ProtocolError(f"psi_points: list of party {origin} has {len(blob) // POINT_BYTES} points, "
                                 f"{self.n_rows[origin]} registered")
-        if hops < K:
-            return [Out(type=PSI_POINTS, body={"origin": origin, "hops": hops}, payload=[blob], to=(origin + hops) % K)]
+        if hops < K:   # relayed unchanged, with its sender's signature (the next party checks it)
+            relayed = {"origin": origin, "hops": hops, **({"auth": body["auth"]} if "auth" in body else {})}
+            return [Out(type=PSI_POINTS, body=relayed, payload=[blob], to=(origin + hops) % K)]
         self._final[origin] = split_points(blob, self.n_rows[origin])
         if len(self._final) < K:
             return []
@@ -227,9 +346,16 @@ def _venn_sizes(positions: list[dict[bytes, int]]) -> dict[tuple[int, ...], int]
 
 def align_in_process(id_lists: Sequence[Sequence[Any]], *, min_rows: int = 1) -> list[np.ndarray]:
     """Run the whole alignment for K parties in one process (tests, benchmarks/psi.py): party j's common row
-    positions in the agreed order. Messages pass through the same state machines as over the network."""
-    parties = [AlignmentParty(ids) for ids in id_lists]
-    coordinator = AlignmentCoordinator([len(p.ids) for p in parties], min_rows=min_rows)
+    positions in the agreed order. Messages pass through the same state machines as over the network, with a
+    throwaway Ed25519 identity per party (signed registrations and signed lists, as in a networked run)."""
+    identities = [SigningIdentity.generate(f"p{j}") for j in range(len(id_lists))]
+    pinned = PinnedKeys({i.name: i.key.verify_key for i in identities})
+    run = secrets.token_hex(16)
+    parties = [AlignmentParty(ids, identity=i, pinned=pinned, run=run)
+               for ids, i in zip(id_lists, identities, strict=True)]
+    registrations = [sign_registration(i, {"name": i.name, "n_rows": len(p.ids), "features": [], "label_owner": False,
+                                           "row_ids": True}) for p, i in zip(parties, identities, strict=True)]
+    coordinator = AlignmentCoordinator(registrations, min_rows=min_rows)
     queue = [(o.to, o) for o in coordinator.plan_messages()]
     while queue:
         to, out = queue.pop(0)

@@ -1,0 +1,100 @@
+"""The PSI membership oracle (issue 20, item 5): a hostile coordinator posing as a PSI party, real `vfl party`.
+
+On 9ac3130 the fake coordinator (tests/net/fake_coordinator.py, :func:`fake_coordinator.psi_probe`) sent a real
+`vfl party --id` process 100 000 guessed IDs blinded under its own key as "party 1's list"; the party re-blinded all
+of them and the prober learned the membership of every guess (40/40 of the party's IDs among them). Now the party
+re-blinds only a list from a member of the signed ring, of exactly the ID count its origin signed at registration,
+signed by its sender (vfl.protocols.alignment); anything else stops it with one line, exit code 4, and no
+re-blinded list leaves it.
+
+The party has a throwaway identity (`vfl keys`-style files) and pins "bob"; the test holds bob's key only to sign
+bob's registration (what the coordinator received from the real bob), never to sign a probe.
+FAST TESTS: 1024-bit INSECURE Paillier test keys (no product is ever reached).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from fake_coordinator import FakeCoordinator, psi_probe
+
+from vfl.net.messages import MessageType
+from vfl.protocols.roster import sign_registration
+from vfl.secure.identity import SigningIdentity, write_identities
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
+
+IDS = [f"user{i:05d}" for i in range(60)]
+BOB_COUNT = 40
+
+
+def _bob_registration(bob: SigningIdentity, n_rows: int = BOB_COUNT) -> dict:
+    return sign_registration(bob, {"name": "bob", "n_rows": n_rows, "features": ["b1"], "label_owner": False,
+                                   "row_ids": True})
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A real `vfl party --id` process (alice) against a fake coordinator; yields (fake, process, bob identity)."""
+    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in IDS))
+    (tmp_path / "bounds.toml").write_text("[bounds]\ny = [-1.0, 1.0]\na1 = [-1.0, 1.0]\n")
+    certs = tmp_path / "alice_certs"
+    write_identities(certs, ["alice"])
+    bob = SigningIdentity.generate("bob")              # bob's secret stays with "bob" (this test), not in certs
+    (certs / "bob.sign.pub").write_text(bob.public_hex + "\n")
+    fake = FakeCoordinator()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "alice",
+         "--data", str(tmp_path / "alice.csv"), "--features", "a1", "--label", "y", "--id", "id",
+         "--bounds", str(tmp_path / "bounds.toml"), "--identity-dir", str(certs), "--no-progress",
+         "--timeout", "60", "--insecure-test-keys"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield fake, proc, bob
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    fake.close()
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("vfl: error")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("case,guesses,expected", [
+    # 100 000 guesses as "bob's list": bob signed 40 (refused on the count, before any signature or EC work)
+    ("count", 100_000, "the list of party 'bob' holds 100000 points but 'bob' signed 40 row IDs at registration"),
+    # bob's signed count, but the prober cannot sign as bob
+    ("unsigned", BOB_COUNT, "the PSI list of party 'bob' after 1 hop(s) from 'bob' carries no valid signature"),
+    ("forged", BOB_COUNT, "bad signature on the PSI list of party 'bob' after 1 hop(s) from 'bob'"),
+    # an invented party with 100 000 IDs signed by a key nobody pinned: refused at PSI_START
+    ("invented", 100_000, "party 'mallory' has no pinned identity"),
+    # bob's real registration with its count raised: the signature no longer verifies
+    ("inflated", 100_000, "bad signature on registration from 'bob'"),
+])
+def test_psi_prober_gets_nothing_reblinded(victim, case, guesses, expected):
+    fake, proc, bob = victim
+    peer, alice_reg = fake.register(timeout=60)
+    assert alice_reg["n_rows"] == len(IDS) and alice_reg["row_ids"] and "auth" in alice_reg
+    second = {"invented": sign_registration(SigningIdentity.generate("mallory"), {
+                  "name": "mallory", "n_rows": guesses, "features": ["m1"], "label_owner": False, "row_ids": True}),
+              "inflated": {**_bob_registration(bob), "n_rows": guesses}}.get(case, _bob_registration(bob))
+    # the prober's 40 true members hidden among its guesses (cheap stand-ins beyond the first 2 000: the party must
+    # refuse on the count alone, so their content never matters)
+    guessed = IDS[20:] + [f"guess{i:06d}" for i in range(min(guesses, 2_000) - 40)]
+    result = psi_probe(fake, peer, guessed, registrations=[alice_reg, second], pad_to=guesses,
+                       sign=SigningIdentity.generate("bob") if case == "forged" else None)
+    assert result["reblinded"] is None and result["learned"] == []
+    assert expected in (result["error"] or ""), result
+    # the only PSI list alice ever sent is her own (origin 0); none at all if the ring itself was refused
+    lists = fake.sent_by_party(MessageType.PSI_POINTS)
+    assert all(m.body["origin"] == 0 and m.body["hops"] == 1 for m in lists)
+    assert len(lists) == (0 if case in ("invented", "inflated") else 1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    line = _one_line(err)
+    assert expected in line and ("'bob'" in line or "'mallory'" in line)
+    assert not any(u in err for u in IDS)
