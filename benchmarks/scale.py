@@ -196,7 +196,7 @@ def dask_speedup(n: int, key_bits: int) -> dict:
             t = time.perf_counter()
             run = run_secure_product(A, B, keypair=keypair, encryptor="a", executor=executor)
             out[f"dask_{workers}_s"] = time.perf_counter() - t
-            assert run.key_holder_share.shape == (D_ALICE, D_BOB)
+            assert run.combined().shape == (D_ALICE, D_BOB)
     out["speedup"] = out["dask_1_s"] / out["dask_2_s"]
     return out
 

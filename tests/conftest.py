@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 #: 1024-bit INSECURE Paillier keys: fast tests only (users get >= 2048 bits)
 FAST_INSECURE_KEYS = {"key_bits": 1024, "allow_insecure_keys": True}
+
+
+#: party names the tests run; each has a throwaway Ed25519 identity in :func:`identity_dir`, pinned by all of them
+TEST_PARTY_NAMES = ("alice", "bob", "carol", "dave", "a", "b", "c")
+
+
+@pytest.fixture(scope="session")
+def identity_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``vfl party --identity-dir`` / ``PartyNode(identity_dir=...)`` for :data:`TEST_PARTY_NAMES`: every party's
+    NAME.sign.secret and the NAME.sign.pub of all (vfl.secure.identity, as `vfl keys` writes them)."""
+    from vfl.secure.identity import write_identities
+
+    folder = tmp_path_factory.mktemp("identities")
+    write_identities(folder, TEST_PARTY_NAMES)
+    return folder
 
 
 @pytest.fixture

@@ -61,16 +61,39 @@ def test_user_errors_are_one_line(capsys, argv, code, text):
 def test_help_exits_zero(capsys):
     rc, out, _ = _run(capsys, "party", "--help")
     assert rc == 0 and "--features" in out and "--bounds" in out
+    assert "--identity-dir" in out and "--insecure-no-identity" in out and "--max-exposed-rows" not in out
 
 
 def test_keys_command(tmp_path, capsys):
     rc, out, _ = _run(capsys, "keys", "--out", str(tmp_path), "--names", "alice,bob", "--names", "carol")
     assert rc == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ["coordinator", "alice", "bob", "carol"] for e in ["key", "key_secret"])
+    assert names == sorted([f"{n}.{e}" for n in ["coordinator", "alice", "bob", "carol"] for e in ["key", "key_secret"]]
+                           + [f"{n}.sign.{e}" for n in ["alice", "bob", "carol"] for e in ["pub", "secret"]])
     assert (tmp_path / "alice.key_secret").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "alice.sign.secret").stat().st_mode & 0o077 == 0
+    from vfl.secure.identity import load_party_identity
+    identity, pinned = load_party_identity(tmp_path, "bob")   # what `vfl party --identity-dir` loads
+    assert identity.name == "bob" and pinned.names == ["alice", "bob", "carol"]
     rc, _, err = _run(capsys, "keys", "--out", str(tmp_path), "--names", "alice")
     assert rc == 2 and "refusing to overwrite" in err
+
+
+def test_party_without_identity_refuses_to_start_unless_opted_in(tmp_path, capsys):
+    """Issue 20: without pinned identities a signed roster proves nothing, so a party does not start without
+    --identity-dir (one line, exit 2, before reading its data); --insecure-no-identity is the loud opt-in."""
+    data = tmp_path / "a.csv"
+    data.write_text("age,score\n30,5\n40,6\n")
+    base = ["party", "--connect", "tcp://127.0.0.1:1", "--name", "a", "--data", str(data), "--features", "age",
+            "--no-progress", "--timeout", "0.5"]
+    rc, _, err = _run(capsys, *base)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "party a has no signing identity: pass --identity-dir" in lines[0], err
+    assert "--insecure-no-identity" in lines[0]
+    rc, _, err = _run(capsys, *base, "--identity-dir", str(tmp_path / "none"))
+    assert rc == 2 and "signing key" in err and "not found" in err
+    rc, _, err = _run(capsys, *base, "--insecure-no-identity")   # starts, warns, then finds no coordinator
+    assert rc == 3 and "runs WITHOUT identities (--insecure-no-identity)" in err and "loopback experiments only" in err
 
 
 def test_select_columns():
@@ -157,13 +180,14 @@ def test_model_json_round_trip_and_predict(tmp_path, capsys):
     (["--name", "a", "--features", "hole"], 2, "is not finite"),
     (["--name", "a", "--features", "age", "--bounds", "tight"], 2, "outside its declared bounds"),
 ])
-def test_party_user_errors_before_connecting(tmp_path, capsys, extra, code, text):
+def test_party_user_errors_before_connecting(tmp_path, capsys, identity_dir, extra, code, text):
     """Every one fails before the party connects (the endpoint has no listener), with one line and code 2."""
     data = tmp_path / "a.csv"
     data.write_text("id,age,bad,hole,score\nr1,30,1,nan,5\nr2,40,x,2,6\n")
     (tmp_path / "tight.toml").write_text("[bounds]\nage = [0, 35]\n")
     extra = [str(tmp_path / "tight.toml") if e == "tight" else e for e in extra]
-    rc, _, err = _run(capsys, "party", "--connect", "tcp://127.0.0.1:1", "--data", str(data), "--no-progress", *extra)
+    rc, _, err = _run(capsys, "party", "--connect", "tcp://127.0.0.1:1", "--data", str(data), "--no-progress",
+                      "--identity-dir", str(identity_dir), *extra)
     assert rc == code, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vfl: error:") and text in lines[0], err

@@ -41,9 +41,9 @@ def csv(tmp_path):
 
 
 @pytest.mark.parametrize("spec", ["-1", "3-", "1-x", "-", "2--3"])
-def test_bad_feature_ranges_are_one_line_errors(capsys, csv, spec):
+def test_bad_feature_ranges_are_one_line_errors(capsys, csv, spec, identity_dir):
     code, _, err = _run(capsys, "party", "--connect", "tcp://127.0.0.1:1", "--name", "a", "--data", csv,
-                        "--features", spec)
+                        "--features", spec, "--identity-dir", identity_dir)
     assert code == 2 and "unknown feature(s)" in _one_line(err)
 
 

@@ -87,12 +87,13 @@ def test_terminal_gets_a_bar() -> None:
 
 @pytest.mark.network
 @pytest.mark.timeout(600)
-def test_party_progress_in_a_log_file_is_plain_lines(tmp_path) -> None:
+def test_party_progress_in_a_log_file_is_plain_lines(tmp_path, identity_dir) -> None:
     """A real run (coordinator + two parties, progress on by default) with stderr redirected to files."""
     data = make_demo_data(tmp_path / "data", 300, seed=3)
     url = f"tcp://127.0.0.1:{free_port()}"
     logs = {name: tmp_path / f"{name}.err" for name in ("coordinator", "alice", "bob")}
-    common = ["--connect", url, "--bounds", str(data["bounds"]), "--insecure-test-keys", "--timeout", "300"]
+    common = ["--connect", url, "--bounds", str(data["bounds"]), "--insecure-test-keys", "--timeout", "300",
+              "--identity-dir", str(identity_dir)]
     commands = {
         "coordinator": ["coordinator", "--parties", "2", "--bind", url, "--out", str(tmp_path / "model.json"),
                         "--epsilon", "1", "--key-bits", "1024", "--insecure-test-keys", "--timeout", "300"],

@@ -2,7 +2,8 @@
 
 ``fit`` starts a :class:`~vfl.net.coordinator.Coordinator` on a free loopback port and one
 :class:`~vfl.net.party.PartyNode` thread per party; they talk over real ZeroMQ sockets with real Paillier
-keys exactly as separate processes would (the CLI runs the same classes in separate processes). For
+keys exactly as separate processes would (the CLI runs the same classes in separate processes), and with
+throwaway Ed25519 identities that every party pins, so the signed roster is checked as in a deployment. For
 roles in separate scripts use ``Coordinator`` and ``PartyNode`` directly.
 
 Example::
@@ -16,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +30,7 @@ from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode
 from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
+from vfl.secure.identity import write_identities
 
 __all__ = ["Party", "fit", "Site", "fit_sites", "fit_ica_sites"]
 
@@ -103,14 +106,17 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
                                      int(np.random.default_rng(random_state).integers(2**63)))
         seeds = [np.random.default_rng(s) for s in seq.spawn(len(parties) + 1)]
     log = print if verbose else None
-    coordinator = Coordinator(settings, bind, out=out, log=log,
-                              random_state=seeds[-1] if random_state is not None else None)
-    nodes = {d.name: PartyNode(d, coordinator.endpoint, timeout=timeout, order=i,
-                               random_state=seeds[i] if random_state is not None else None, progress=progress,
-                               allow_insecure_keys=allow_insecure_keys,
-                               policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
-             for i, d in enumerate(datas)}
-    return _run_on_loopback(coordinator.run, nodes)
+    # throwaway signing identities, pinned by every party (vfl.protocols.roster): the same checks as a deployment
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:
+        write_identities(identities, [d.name for d in datas])
+        coordinator = Coordinator(settings, bind, out=out, log=log,
+                                  random_state=seeds[-1] if random_state is not None else None)
+        nodes = {d.name: PartyNode(d, coordinator.endpoint, timeout=timeout, order=i,
+                                   random_state=seeds[i] if random_state is not None else None, progress=progress,
+                                   allow_insecure_keys=allow_insecure_keys, identity_dir=identities,
+                                   policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
+                 for i, d in enumerate(datas)}
+        return _run_on_loopback(coordinator.run, nodes)
 
 
 def _run_on_loopback(run_hub: Callable[[], FittedModel], nodes: dict[str, Any]) -> FittedModel:

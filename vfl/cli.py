@@ -260,9 +260,10 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
 @click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
-              help="Signing identities (`vfl keys`): this party's NAME.sign.secret and the pinned NAME.sign.pub of every "
-                   "co-party it accepts. Every co-party's registration, roster entry and message is checked against "
-                   "them; a plan with a party not pinned here is refused. Required unless --insecure-no-identity.")
+              help="Signing identities (`vfl keys`): this party's NAME.sign.secret and the pinned NAME.sign.pub of "
+                   "every co-party it accepts. Every co-party's registration, roster entry and message is checked "
+                   "against them; a plan with a party not pinned here is refused. Required unless "
+                   "--insecure-no-identity.")
 @click.option("--insecure-no-identity", is_flag=True,
               help="Run WITHOUT signing identities (loopback experiments only): a hostile coordinator could then "
                    "substitute keys, invent parties and forge responses. Warns, and the model's report says so.")
@@ -330,20 +331,20 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     cfg.id = id_column or cfg.id
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
+    cfg.identity_dir = identity_dir or cfg.identity_dir
     if executor is not None and not executor.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
         raise ConfigurationError(f"--executor must be a Dask scheduler address like tcp://HOST:8786, got {executor!r}")
-    cfg.identity_dir = identity_dir or cfg.identity_dir
     for what, value in (("--name", cfg.name), ("--connect", cfg.connect),
                         ("--features", cfg.features or cfg.label)):
         if not value:
             raise ConfigurationError(f"missing {what} (give it on the command line or in --config)")
     if not (cfg.data or cfg.dataset):
         raise ConfigurationError("missing --data FILE.csv (or dataset = ... in --config)")
-    feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
-    if cfg.data and cfg.bounds and not cfg.id:
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
+    if cfg.data and cfg.bounds and not cfg.id:
         # declared bounds: the columns stay on disk and are read in chunks (issue 8); with --id the PSI alignment
         # reorders the rows, so the table is loaded in memory
         declared = load_bounds_file(cfg.bounds)
@@ -565,9 +566,16 @@ def keys(out: str, names: tuple[str, ...]) -> None:
     identity (NAME.sign.secret, secret, mode 0600; NAME.sign.pub, public). Existing keys are never overwritten."""
     from vfl.net.messages import validate_name
     from vfl.net.transport import write_certificates
+    from vfl.secure.identity import write_identities
 
     flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    try:
+        for n in flat:
+            validate_name(n)
+    except ProtocolError as exc:
+        raise ConfigurationError(str(exc)) from None
     written = write_certificates(out, flat)
+    written += write_identities(out, [n for n in flat if n != "coordinator"])
     for path in written:
         _echo(str(path))
     _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
@@ -593,16 +601,9 @@ def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int,
     run_demo(rows=rows, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits, seed=seed,
              timeout=timeout, echo=_echo)
 
-    from vfl.secure.identity import write_identities
 
 # ---------------------------------------------------------------------------------------------- entry point
-    try:
-        for n in flat:
-            validate_name(n)
-    except ProtocolError as exc:
-        raise ConfigurationError(str(exc)) from None
 class Terminated(KeyboardInterrupt):
-    written += write_identities(out, [n for n in flat if n != "coordinator"])
     """SIGTERM, handled like Ctrl-C: the coordinator sends ABORT, a party reports to the coordinator."""
 
 

@@ -3,8 +3,10 @@
 The data set is built in (no download): ``rows`` records, party ``alice`` holds three columns and the
 label, party ``bob`` two columns, a shared ``id`` column aligns them. Column and label bounds are
 declared in a public bounds file, so no bound is taken from the data. The demo runs exactly the
-commands a deployment would run (`vfl coordinator`, `vfl party` twice) and then compares the released
-coefficients with the non-private least-squares fit on the same prepared data.
+commands a deployment would run (`vfl keys` for throwaway CURVE certificates and signing identities, `vfl
+coordinator`, `vfl party` twice) and then compares the released coefficients with the non-private least-squares
+fit on the same prepared data. (A deployment gives each party only its own secrets; the demo keeps them in one
+folder.)
 """
 
 from __future__ import annotations
@@ -114,6 +116,13 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
                          "--timeout", str(timeout), *insecure, *policy),
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        keys = folder / "keys"
+        made = subprocess.run(_vfl_command("keys", "--out", str(keys), "--names", "alice,bob"), env=env,
+                              capture_output=True, text=True)
+        if made.returncode:
+            raise PartyFailure(f"demo failed: vfl keys: {made.stderr.strip()}")
+        coord_cmd += ["--curve-dir", str(keys)]
+        party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys)] for cmd in party_cmds]
         start = time.perf_counter()
         procs = [subprocess.Popen(coord_cmd, env=env)]
         try:

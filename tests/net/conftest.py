@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,14 +12,26 @@ import pytest
 VFL = [sys.executable, "-m", "vfl.cli"]
 
 
-class Procs:
-    """Child ``vfl`` processes of one test; all killed at teardown."""
+def with_identity(args: tuple[str, ...] | list[str], identity_dir: Path | None) -> list[str]:
+    """A ``vfl party`` command line with ``--identity-dir`` (the tests' throwaway identities) unless it already says
+    how it identifies itself (``--identity-dir`` or ``--insecure-no-identity``)."""
+    args = list(args)
+    if (identity_dir is not None and args[:1] == ["party"]
+            and not {"--identity-dir", "--insecure-no-identity", "--help"} & set(args)):
+        args += ["--identity-dir", str(identity_dir)]
+    return args
 
-    def __init__(self) -> None:
+
+class Procs:
+    """Child ``vfl`` processes of one test; all killed at teardown. Parties get the tests' identities."""
+
+    def __init__(self, identity_dir: Path | None = None) -> None:
         self.items: list[subprocess.Popen] = []
+        self.identity_dir = identity_dir
 
     def start(self, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen([*VFL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen([*VFL, *with_identity(args, self.identity_dir)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         self.items.append(p)
         return p
 
@@ -35,7 +48,7 @@ class Procs:
 
 
 @pytest.fixture
-def procs():
-    ps = Procs()
+def procs(identity_dir):
+    ps = Procs(identity_dir)
     yield ps
     ps.kill_all()

@@ -209,7 +209,7 @@ def _settings(**kw) -> RunSettings:
                        allow_insecure_keys=True, timeout=kw.pop("timeout", 20), **kw)
 
 
-def test_stray_registers_are_refused_without_ending_the_run():
+def test_stray_registers_are_refused_without_ending_the_run(identity_dir):
     """Regression: any bad REGISTER aborted the whole run. A stranger's duplicate name, wrong row count and second
     label owner are each refused (ABORT to the stranger only) and the real parties finish."""
     coord = Coordinator(_settings(), "tcp://127.0.0.1:0")
@@ -235,7 +235,7 @@ def test_stray_registers_are_refused_without_ending_the_run():
         time.sleep(delay)
         try:
             PartyNode(data, coord.endpoint, timeout=30, order=order, allow_insecure_keys=True,
-                      policy=PartyPolicy.permissive()).run()
+                      policy=PartyPolicy.permissive(), identity_dir=identity_dir).run()
         except BaseException as exc:  # noqa: BLE001
             errors[data.name] = exc
 
@@ -296,10 +296,17 @@ def test_a_deaf_stranger_spamming_registers_cannot_stall_the_coordinator():
         deaf.close(linger=0)
 
 
-def test_without_curve_a_stranger_can_take_a_free_slot_and_the_model_names_who_ran():
-    """The documented limit of running without CURVE (docs/threat_model.md): a stranger who registers first under
-    a name nobody holds yet takes that slot. What it cannot do: the honest party arriving late gets a one-line
-    ABORT (not a hang, and the run goes on), and the model file names the parties that actually ran."""
+def test_without_curve_a_stranger_can_take_a_free_slot_but_the_pinned_party_refuses_to_run_with_it(tmp_path):
+    """The limit of running without CURVE (docs/threat_model.md): a stranger who registers first under a name nobody
+    holds yet takes that slot, and the honest party arriving late gets a one-line ABORT (not a hang). Before issue 20
+    the run then went on with the stranger (the model named alice and carol); now alice refuses the roster at once,
+    naming the party she never pinned, before anything of her data leaves her, and no model is written."""
+    from vfl.exceptions import IdentityError
+    from vfl.secure.identity import write_identities
+
+    pinned_by_alice, strangers = tmp_path / "alice-ids", tmp_path / "carol-ids"
+    write_identities(pinned_by_alice, ["alice", "bob"])
+    write_identities(strangers, ["carol"])
     answers: list[Message] = []
     late: list[ClientTransport] = []
 
@@ -309,24 +316,26 @@ def test_without_curve_a_stranger_can_take_a_free_slot_and_the_model_names_who_r
             late.append(bob)
             bob.send(Message(MessageType.REGISTER, _register_body("bob")))
 
-    coord = Coordinator(_settings(), "tcp://127.0.0.1:0", log=on_log)
+    out = tmp_path / "model.json"
+    coord = Coordinator(_settings(), "tcp://127.0.0.1:0", log=on_log, out=str(out))
     rng = np.random.default_rng(9)
     carol = LocalData.build("carol", rng.uniform(-1, 1, (60, 1)), bounds=(-1, 1))
     errors: dict[str, BaseException] = {}
 
-    def party(data: LocalData, delay: float, order: int) -> None:
+    def party(data: LocalData, delay: float, order: int, identities) -> None:  # noqa: ANN001
         time.sleep(delay)
         try:
             PartyNode(data, coord.endpoint, timeout=30, order=order, allow_insecure_keys=True,
-                      policy=PartyPolicy.permissive()).run()
+                      policy=PartyPolicy.permissive(), identity_dir=identities).run()
         except BaseException as exc:  # noqa: BLE001
             errors[data.name] = exc
 
-    threads = [threading.Thread(target=party, args=(_parties()[0], 0.0, 0), daemon=True),
-               threading.Thread(target=party, args=(carol, 0.5, 1), daemon=True)]
+    threads = [threading.Thread(target=party, args=(_parties()[0], 0.0, 0, pinned_by_alice), daemon=True),
+               threading.Thread(target=party, args=(carol, 0.5, 1, strangers), daemon=True)]
     for t in threads:
         t.start()
-    model = coord.run()
+    with pytest.raises(PartyFailure, match="party alice failed: party 'carol' has no pinned identity"):
+        coord.run()
     for t in threads:
         t.join(30)
     try:
@@ -336,7 +345,7 @@ def test_without_curve_a_stranger_can_take_a_free_slot_and_the_model_names_who_r
     finally:
         for t in late:
             t.close()
-    assert [p.name for p in model.parties] == ["alice", "carol"] and errors == {}
+    assert isinstance(errors["alice"], IdentityError) and not out.exists()
     assert answers[0] is not None and answers[0].type is MessageType.ABORT
     assert "already has its 2 parties" in answers[0].body["reason"]
 
@@ -388,7 +397,7 @@ def test_with_curve_a_party_tells_nothing_to_an_impostor_coordinator(tmp_path, c
         impostor.close(linger_ms=0)
 
 
-def test_curve_run_completes_while_a_key_tries_a_second_slot_and_another_name(curve_keys):
+def test_curve_run_completes_while_a_key_tries_a_second_slot_and_another_name(curve_keys, identity_dir):
     """With CURVE: alice's key registering again (second slot) is refused, bob's key claiming 'mallory' is dropped,
     and the run completes with exactly alice and bob."""
     coord = Coordinator(_settings(), "tcp://127.0.0.1:0", curve=load_server_keys(curve_keys))
@@ -415,7 +424,8 @@ def test_curve_run_completes_while_a_key_tries_a_second_slot_and_another_name(cu
         time.sleep(delay)
         try:
             PartyNode(datas[i], coord.endpoint, timeout=30, order=i, allow_insecure_keys=True,
-                      policy=PartyPolicy.permissive(), curve=[alice_keys, bob_keys][i]).run()
+                      policy=PartyPolicy.permissive(), curve=[alice_keys, bob_keys][i],
+                      identity_dir=identity_dir).run()
         except BaseException as exc:  # noqa: BLE001
             errors[datas[i].name] = exc
 

@@ -74,7 +74,7 @@ def test_dp_bcd_abort_publishes_nothing(tmp_path):
 
 
 @pytest.mark.skipif(not DATA.exists(), reason="forest fires data not available")
-def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path):
+def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path, identity_dir):
     from vfl.data.datasets import forest_fires
 
     url = f"tcp://127.0.0.1:{free_port()}"
@@ -87,7 +87,8 @@ def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path):
     try:
         for name, seed in (("alice", 11), ("bob", 22)):
             procs.append(subprocess.Popen([*vfl, "party", "--config", str(PARTIES / f"{name}.toml"), "--connect", url,
-                                           "--seed", str(seed), "--no-progress"], stdout=subprocess.PIPE,
+                                           "--seed", str(seed), "--no-progress", "--identity-dir", str(identity_dir)],
+                                          stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
         results = [p.communicate(timeout=90) + (p.returncode,) for p in procs]
     finally:

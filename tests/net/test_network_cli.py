@@ -300,8 +300,9 @@ def test_curve_run_and_unauthorised_party(procs, data, tmp_path):
     intruder = _bob(procs, url, data, "--curve-dir", str(rogue), name="bob")
     icode, _, ierr = procs.finish(intruder)
     assert icode == 4 and "refused the CURVE handshake" in _one_error_line(ierr)
-    a = _alice(procs, url, data, "--curve-dir", str(keys))
-    b = _bob(procs, url, data, "--curve-dir", str(keys))
+    # the deployment of the README: `vfl keys` wrote CURVE certificates and signing identities side by side
+    a = _alice(procs, url, data, "--curve-dir", str(keys), "--identity-dir", str(keys))
+    b = _bob(procs, url, data, "--curve-dir", str(keys), "--identity-dir", str(keys))
     code, _, err = procs.finish(c)
     assert code == 0, err
     assert procs.finish(a)[0] == 0 and procs.finish(b)[0] == 0

@@ -24,7 +24,7 @@ def _split(n=120, seed=0):
     return X[:, :2], X[:, 2:], y
 
 
-def _run(settings: RunSettings, datas: list[LocalData], out=None):
+def _run(settings: RunSettings, datas: list[LocalData], identity_dir, out=None):
     """Run a coordinator and one PartyNode thread per party; returns (coordinator error, {party: error})."""
     coord = Coordinator(settings, "tcp://127.0.0.1:0", out=out)
     errors: dict[str, BaseException] = {}
@@ -32,7 +32,7 @@ def _run(settings: RunSettings, datas: list[LocalData], out=None):
     def party(i: int, data: LocalData) -> None:
         try:
             PartyNode(data, coord.endpoint, timeout=30, order=i, allow_insecure_keys=True,
-                      policy=PartyPolicy.permissive()).run()
+                      policy=PartyPolicy.permissive(), identity_dir=identity_dir).run()
         except BaseException as exc:  # noqa: BLE001 - collected for the assertions
             errors[data.name] = exc
 
@@ -49,7 +49,7 @@ def _run(settings: RunSettings, datas: list[LocalData], out=None):
     return coord_error, errors
 
 
-def test_a_party_error_quoting_its_data_does_not_reach_the_coordinator_or_other_parties(tmp_path):
+def test_a_party_error_quoting_its_data_does_not_reach_the_coordinator_or_other_parties(tmp_path, identity_dir):
     """Regression: the label owner's 'found [7.25]' (a label value) travelled in ERROR and then in every ABORT."""
     Xa, Xb, y = _split()
     y[17] = 7.25  # not a logistic label: detected only after the PLAN says "logistic"
@@ -57,7 +57,7 @@ def test_a_party_error_quoting_its_data_does_not_reach_the_coordinator_or_other_
                            key_bits=1024, allow_insecure_keys=True, timeout=30)
     out = tmp_path / "model.json"
     coord_error, errors = _run(settings, [LocalData.build("a", Xa, y, bounds=(-1, 1)),
-                                          LocalData.build("b", Xb, bounds=(-1, 1))], out=str(out))
+                                          LocalData.build("b", Xb, bounds=(-1, 1))], identity_dir, out=str(out))
     assert isinstance(coord_error, PartyFailure)
     assert "DataValidationError at party a" in str(coord_error) and "7.25" not in str(coord_error)
     assert isinstance(errors["b"], PartyFailure) and "aborted" in str(errors["b"])
@@ -118,7 +118,7 @@ class HeartbeatOnlyParty(threading.Thread):
         self.t.close()
 
 
-def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
+def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path, identity_dir):
     """Regression: heartbeats reset the silence timeout, so the run had no upper bound at all."""
     Xa, Xb, y = _split()
     settings = RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None,
@@ -132,7 +132,8 @@ def test_a_party_that_heartbeats_forever_cannot_hold_the_run_open(tmp_path):
     def real_party() -> None:
         try:
             PartyNode(LocalData.build("a", Xa, 0.5 * y, bounds=(-1, 1), label_bounds=(-1, 1)), coord.endpoint,
-                      timeout=30, order=0, allow_insecure_keys=True, policy=PartyPolicy.permissive()).run()
+                      timeout=30, order=0, allow_insecure_keys=True, policy=PartyPolicy.permissive(),
+                      identity_dir=identity_dir).run()
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

@@ -35,10 +35,11 @@ def run_procs():
             p.communicate()
 
 
-def _parties(items, url, data, *extra):
+def _parties(items, url, data, identity_dir, *extra):
     # no --id: the demo rows are aligned, so the parties keep their CSV on disk and stream it in chunks (--id would
     # run the PSI alignment, which loads the table in memory)
     common = ["--no-progress", "--insecure-test-keys", "--bounds", str(data["bounds"]),
+              "--identity-dir", str(identity_dir),
               "--allow-mechanisms", "none", *extra]   # mechanism none only by the party's opt-in (issue 14)
     items.append(start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
                        "age:tenure", "--label", "score", *common))
@@ -47,7 +48,7 @@ def _parties(items, url, data, *extra):
 
 
 @pytest.mark.parametrize("n_rows", [1500, pytest.param(100_000, marks=[pytest.mark.slow, pytest.mark.timeout(1200)])])
-def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_procs, n_rows):
+def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_procs, n_rows, identity_dir):
     """~n/16 chunks per product under credit (1500 rows: ~7 s; the slow 100 000-row run: 164 s, 6 250 chunks per
     product); the parties' --timeout (3 s) is far shorter than the run, the coordinator's (10 s, also the
     registration window on a loaded machine) too: heartbeats keep the run alive while the parties compute, and
@@ -57,7 +58,7 @@ def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_pr
     run_procs.append(start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
                            "--timeout", "10", "--insecure-test-keys", "--mechanism", "none", "--precision-bits", "32",
                            "--no-fit-intercept"))
-    _parties(run_procs, url, data, "--max-frame-bytes", "4096", "--timeout", "3", "--workers", "1")
+    _parties(run_procs, url, data, identity_dir, "--max-frame-bytes", "4096", "--timeout", "3", "--workers", "1")
     outs = [p.communicate(timeout=220 if n_rows <= 1500 else 1100) for p in run_procs]
     assert run_procs[0].returncode == 0, outs[0][1]
     assert all(p.returncode == 0 for p in run_procs), [o[1][-2000:] for o in outs]
@@ -77,13 +78,13 @@ def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_pr
     np.testing.assert_allclose(doc["coef"], np.linalg.lstsq(X, a.y, rcond=None)[0], rtol=0, atol=1e-6)
 
 
-def test_frames_above_the_coordinators_limit_are_refused_naming_limit_and_fix(tmp_path, run_procs):
+def test_frames_above_the_coordinators_limit_are_refused_naming_limit_and_fix(tmp_path, run_procs, identity_dir):
     data = make_demo_data(tmp_path / "data", 50, seed=3)
     url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "model.json"
     run_procs.append(start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
                            "--timeout", "20", "--insecure-test-keys", "--mechanism", "none",
                            "--max-message-bytes", "1000000"))
-    _parties(run_procs, url, data, "--max-frame-bytes", "2000000", "--timeout", "20")
+    _parties(run_procs, url, data, identity_dir, "--max-frame-bytes", "2000000", "--timeout", "20")
     outs = [p.communicate(timeout=120) for p in run_procs]
     assert run_procs[0].returncode == 3 and not out.exists()
     line = [ln for ln in outs[0][1].splitlines() if ln.startswith("vfl: error:")][0]

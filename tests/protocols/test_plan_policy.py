@@ -19,7 +19,8 @@ def test_default_policy_accepts_a_dp_plan_and_describes_it():
     summary = check_plan(_plan(), PartyPolicy(), name="bob", n_rows=100)
     line = describe_plan(summary)
     assert line == ("plan: gaussian-fm (epsilon 1, delta 1e-05), linear model, parties alice (3 cols, label), "
-                    "bob (2 cols), 2048-bit keys; exposes 1 row(s) as key holder (--max-exposed-rows)")
+                    "bob (2 cols), 2048-bit keys")
+    assert not hasattr(PartyPolicy(), "max_exposed_rows")   # issue 20: no exposure bound, the roster is signed
 
 
 @pytest.mark.parametrize("mechanism", ["none", "bcd"])
@@ -61,20 +62,9 @@ def test_bad_policy_options_are_configuration_errors(kwargs, text):
         PartyPolicy.from_options(**kwargs)
 
 
-def test_exposure_counts_the_responder_columns_of_every_product_the_party_encrypts():
-    """bob (2 cols) encrypts alpha[1] against the label (1) and every product with a party of <= 2 columns; alice
-    (3 cols) encrypts M[0,1]. Invented parties raise bob's exposure, and --max-exposed-rows refuses it."""
-    assert check_plan(_plan(), PartyPolicy(), name="bob", n_rows=100).exposed_rows == 1
-    alice = {**_plan(index=0)}
-    assert check_plan(alice, PartyPolicy(), name="alice", n_rows=100).exposed_rows == 2   # M[0,1]: bob's 2 columns
-    padded = _plan()
-    padded["parties"] = padded["parties"] + [{"name": f"ghost{i}", "n_features": 2} for i in range(5)]
-    assert check_plan(padded, PartyPolicy(), name="bob", n_rows=100).exposed_rows == 1 + 5 * 2
-    with pytest.raises(ConfigurationError, match="exposes 11 of its rows.*--max-exposed-rows"):
-        check_plan(padded, PartyPolicy(max_exposed_rows=3), name="bob", n_rows=100)
-    assert check_plan(_plan(), PartyPolicy(max_exposed_rows=1), name="bob", n_rows=100).exposed_rows == 1
-    bcd = _plan("dp-bcd")
-    assert check_plan(bcd, PartyPolicy(), name="bob", n_rows=100).exposed_rows == 0   # no secure products
+def test_party_count_is_bounded():
+    """Invented parties are refused by the signed roster (tests/protocols/test_roster.py); the policy only bounds
+    the size of a plan."""
     many = _plan()
     many["parties"] = many["parties"] + [{"name": f"g{i}", "n_features": 1} for i in range(1000)]
     with pytest.raises(ConfigurationError, match="lists 1002 parties"):

@@ -48,7 +48,7 @@ class Run:
     """Two parties with identities pinned by each other, the coordinator's phases, and every party's roster."""
 
     def __init__(self, tmp_path, mechanism: str = "gaussian-fm", run: str = RUN) -> None:
-        if not (tmp_path / "alice.sign.key").exists():
+        if not (tmp_path / "alice.sign.secret").exists():
             write_identities(tmp_path, ["alice", "bob"])
         self.creds = {n: load_party_identity(tmp_path, n) for n in ("alice", "bob")}
         self.datas = _datas()

@@ -59,6 +59,7 @@ class PartyConfig:
     id: str | None = None
     bounds: str | None = None
     curve_dir: str | None = None
+    identity_dir: str | None = None   # NAME.sign.secret and the pinned *.sign.pub (vfl.secure.identity)
 
 
 @dataclass
@@ -89,13 +90,14 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def load_party_config(path: str | Path) -> PartyConfig:
-    """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir`` paths resolve against its folder."""
+    """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir``/``identity_dir`` paths resolve
+    against its folder."""
     p = Path(path)
     doc = _read_toml(p, "party config")
     section = doc.get("party")
     if not isinstance(section, dict):
         raise ConfigurationError(f"{p}: missing [party] section")
-    allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir"}
+    allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir", "identity_dir"}
     unknown = set(section) - allowed
     if unknown:
         raise ConfigurationError(f"{p}: unknown key(s) in [party]: {', '.join(sorted(unknown))}")
@@ -110,7 +112,7 @@ def load_party_config(path: str | Path) -> PartyConfig:
     if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
         raise ConfigurationError(f"{p}: features must be a list of column names")
     cfg.features = feats
-    for key in ("data", "bounds", "curve_dir"):
+    for key in ("data", "bounds", "curve_dir", "identity_dir"):
         value = getattr(cfg, key)
         if value is not None and not Path(value).is_absolute():
             setattr(cfg, key, str((p.parent / value).resolve()))

@@ -6,7 +6,9 @@ The coordinator holds no Paillier key and no data. It
    one label owner, row IDs on every party or on none, equal row counts (without row IDs), sane public bounds;
 2. orders the parties (by their ``order`` if all give one, else by name); with row IDs, runs the row alignment
    (:class:`vfl.protocols.alignment.AlignmentCoordinator`: private set intersection, N = common IDs >= ``min_rows``);
-3. runs the phase the mechanism names, sending what it returns and feeding it every message until it is
+3. sends the PLAN, collects every party's signed ROSTER_ENTRY and sends every party the ROSTER
+   (:class:`vfl.protocols.roster.RosterCoordinator`; each party checks it against its pinned identities), then
+   runs the phase the mechanism names, sending what it returns and feeding it every message until it is
    done: the FM release (:class:`vfl.protocols.fm_release.FMCoordinator`: PLAN, relay ENC_REQUEST /
    MASKED_RESPONSE once each, collect BLOCKs and SHAREs, assemble, solve) or the (DP-)BCD ring
    (:class:`vfl.protocols.bcd_rounds.BCDCoordinator`);
@@ -40,6 +42,7 @@ from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import Out, RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
+from vfl.protocols.roster import RosterCoordinator, check_self_signed
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
 
@@ -49,6 +52,8 @@ HEARTBEAT_SECONDS = 1.0
 ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
                   "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
+IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile coordinator could "
+                 "have substituted keys, invented parties or forged responses (loopback experiments only)")
 MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
 
 
@@ -80,6 +85,10 @@ class Coordinator:
         self._last_heartbeat = 0.0
         self._deadline = math.inf
         self.aligned_rows: int | None = None
+        #: every accepted REGISTER body as sent (the signed statements each party's roster entry repeats)
+        self.register_bodies: dict[str, dict] = {}
+        #: parties that run without identities (their roster entries are unsigned), noted in the report
+        self.unsigned: list[str] = []
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -225,6 +234,7 @@ class Coordinator:
                 self._refuse(peer, str(exc), exc)
                 continue
             self.parties.append(reg)
+            self.register_bodies[reg.name] = dict(msg.body)
             self.transport.bind_peer(peer, reg.name)
             self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
@@ -233,7 +243,9 @@ class Coordinator:
         return self.parties
 
     def _parse_registration(self, peer: bytes, msg: Message) -> Registration:
-        return Registration.of(peer, RegisterBody.from_body(msg.body, msg.sender))
+        reg = Registration.of(peer, RegisterBody.from_body(msg.body, msg.sender))
+        check_self_signed(msg.body)
+        return reg
 
     def _check_registration(self, reg: Registration) -> None:
         for r in self.parties:
@@ -265,7 +277,8 @@ class Coordinator:
                 raise DataValidationError(f"the parties have {regs[0].n_rows} rows, fewer than the public minimum "
                                           f"--min-rows {m}; run stopped, no model written")
             return
-        phase = AlignmentCoordinator([r.n_rows for r in regs], min_rows=m)
+        # every party gets the ring's signed REGISTERs: it re-blinds only lists of the counts their origins signed
+        phase = AlignmentCoordinator([self.register_bodies[r.name] for r in regs], min_rows=m)
         self._run_phase(regs, phase)
         for r in regs:
             r.n_rows = phase.n_common  # type: ignore[assignment]
@@ -277,6 +290,8 @@ class Coordinator:
     def _note_alignment(self, model: FittedModel) -> None:
         if self.aligned_rows is not None:
             model.privacy_report.setdefault("notes", []).append(ALIGNMENT_NOTE.format(n=self.aligned_rows))
+        if self.unsigned:
+            model.privacy_report.setdefault("notes", []).append(IDENTITY_NOTE.format(names=", ".join(self.unsigned)))
 
     # ------------------------------------------------------------------ phases
     def _send_out(self, regs: list[Registration], out: list[Out]) -> None:
@@ -303,11 +318,27 @@ class Coordinator:
                 out.body["params"]["max_message_bytes"] = self.max_message_bytes
         self._send_out(regs, plans)
         index_of = {r.peer: i for i, r in enumerate(regs)}
+        if not isinstance(phase, AlignmentCoordinator):
+            self._run_roster(regs, [o.body for o in plans])
         while not phase.done:
             got = self.receive()
             if got is not None:
                 reg, msg = got
                 self._send_out(regs, phase.handle(index_of[reg.peer], msg))
+
+    def _run_roster(self, regs: list[Registration], plan_bodies: list[dict]) -> None:
+        """Relay the signed roster (:mod:`vfl.protocols.roster`): one entry per party in, the ROSTER out to all."""
+        roster = RosterCoordinator([r.name for r in regs], self.run_id, plan_bodies,
+                                   [self.register_bodies[r.name] for r in regs])
+        index_of = {r.peer: i for i, r in enumerate(regs)}
+        while not roster.done:
+            got = self.receive()
+            if got is not None:
+                reg, msg = got
+                self._send_out(regs, roster.handle(index_of[reg.peer], msg))
+        self.unsigned = roster.unsigned
+        self.log("roster: " + (IDENTITY_NOTE.format(names=", ".join(self.unsigned)) if self.unsigned
+                               else f"{len(regs)} signed entries sent to every party"))
 
     def _run_bcd(self, regs: list[Registration]) -> FittedModel:
         """The (DP-)BCD ring (:mod:`vfl.protocols.bcd_rounds`): the coefficients only if nobody aborted."""

@@ -2,7 +2,12 @@
 
 A party never sends a raw row. What leaves it (see docs/threat_model.md):
 
-* REGISTER: its name, row count, column names, whether it holds the label, and whether it aligns rows by ID;
+* REGISTER: its name, row count, column names, whether it holds the label, and whether it aligns rows by ID,
+  signed with its Ed25519 identity (:mod:`vfl.secure.identity`);
+* ROSTER_ENTRY (after the PLAN and its policy check): its signed registration, the plan's digest and the fingerprint
+  of the Paillier key it encrypts under; it then checks the ROSTER (every co-party pinned and signed,
+  :mod:`vfl.protocols.roster`) before anything data-dependent, signs every message it sends to a co-party and checks
+  the signature of every one it receives;
 * PSI_POINTS (``--id``): its row IDs blinded by its secret PSI key, and the other parties' lists re-blinded by it
   (:mod:`vfl.protocols.alignment`: never an ID or a plain hash); afterwards it keeps only the common rows, in the
   agreed order;
@@ -22,14 +27,17 @@ thread, so heartbeats keep flowing during long computations.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import queue
 import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +46,7 @@ from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
     PartyFailure,
+    PrivacyLeakWarning,
     PrivacyParameterError,
     ProtocolError,
     VFLError,
@@ -51,11 +60,18 @@ from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
 from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
+from vfl.protocols.roster import RELAYED, Roster, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
+from vfl.secure.identity import load_party_identity
 from vfl.secure.psi import normalise_ids
 
-__all__ = ["PartyNode", "LocalData", "wire_reason"]
+__all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING"]
+
+#: what a party run without identities says (loudly) and what the coordinator's report records
+INSECURE_NO_IDENTITY_WARNING = (
+    "party {name} runs WITHOUT identities (--insecure-no-identity): it cannot tell its co-parties from a hostile "
+    "coordinator, which could substitute keys, invent parties and forge responses; loopback experiments only")
 
 HEARTBEAT_SECONDS = 1.0
 #: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
@@ -246,8 +262,23 @@ class PartyNode:
                  progress: bool = False, workers: int | None = None,
                  allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None,
                  policy: PartyPolicy | None = None, executor: Any = None,
-                 max_frame_bytes: int | None = None) -> None:
+                 max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
+                 insecure_no_identity: bool = False) -> None:
+        """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
+        (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns)."""
         self.data = data
+        if identity_dir is None and not insecure_no_identity:
+            raise ConfigurationError(f"party {data.name} has no signing identity: pass --identity-dir DIR (made by "
+                                     "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+        if identity_dir is not None and insecure_no_identity:
+            raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+        #: this party's signing identity and the pinned keys of its co-parties (None, None: no identities)
+        self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
+                                                                                                    data.name)
+        if identity_dir is None:
+            warnings.warn(INSECURE_NO_IDENTITY_WARNING.format(name=data.name), PrivacyLeakWarning, stacklevel=2)
+        self.roster: Roster | None = None
+        self.registration: dict = {}
         #: what this party agrees to run (issue 14): default = DP mechanisms only, epsilon <= 10, delta <= 1e-3
         self.policy = policy if policy is not None else PartyPolicy()
         #: where secure-product work runs: None (local processes), a Dask scheduler address or an Executor
@@ -283,11 +314,13 @@ class PartyNode:
 
     def _register_body(self) -> dict:
         d = self.data
-        return RegisterBody(name=d.name, n_rows=d.n_rows, features=d.feature_names, label_owner=d.y is not None,
+        body = RegisterBody(name=d.name, n_rows=d.n_rows, features=d.feature_names, label_owner=d.y is not None,
                             row_ids=d.ids is not None, order=self.order).to_body()
+        return body if self.identity is None else sign_registration(self.identity, body)
 
     def _run(self, t: ClientTransport) -> FittedModel:
-        t.send(Message(MessageType.REGISTER, self._register_body()))
+        self.registration = self._register_body()   # signed; what the roster entry carries (before any alignment)
+        t.send(Message(MessageType.REGISTER, self.registration))
         last_sent = time.monotonic()
         session: FMParty | BCDParty | None = None
         while True:
@@ -323,8 +356,17 @@ class PartyNode:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
             session = self._session(msg)
-            self._submit(session.start)
+            self._submit(self._enter_roster, session, msg.body, t.run_id)
             return session
+        if kind is MessageType.ROSTER:
+            if session is None or self.roster is None:
+                raise ProtocolError("roster before this party's roster entry")
+            self.roster.verify(msg)   # only then is anything of this party's data touched
+            self.log(f"[{self.data.name}] roster: " + (
+                f"{len(self.roster.keys)} parties, every identity pinned and every signature valid"
+                if self.roster.signed else "NOT checked (no identities)"))
+            self._submit(session.start)
+            return None
         if kind is MessageType.RESULT:
             return FittedModel.from_dict(msg.body["model"])
         if kind in (PSI_START, PSI_POINTS, PSI_RESULT):
@@ -332,8 +374,27 @@ class PartyNode:
             return None
         if session is None:
             raise ProtocolError(f"{kind.value} before the plan")
+        if self.roster is None or self.roster.digest is None:
+            raise ProtocolError(f"{kind.value} before the roster")
+        if kind.value in RELAYED:   # from the co-party the plan names, signed end to end, to this party
+            sender = session.sender_of(msg)
+            self.roster.check(msg, sender)
+            if kind is MessageType.ENC_REQUEST:
+                self.roster.check_paillier(msg.blob(0), sender, str(msg.body["block"]))
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
+
+    def _enter_roster(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> list:
+        """Worker: the Paillier key this party will encrypt under (FM), then its signed ROSTER_ENTRY."""
+        key = session.paillier_key() if isinstance(session, FMParty) else None
+        self.roster = Roster(name=self.data.name, run=run, plan_body=plan_body, registration=self.registration,
+                             identity=self.identity, pinned=self.pinned,
+                             paillier=None if key is None else hashlib.sha256(key).hexdigest())
+        return [self.roster.entry()]
+
+    def _seal(self, out: Any) -> Any:
+        """Sign a message to a co-party (relayed types) under the checked roster."""
+        return out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
 
     def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
         """Row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: blinding and re-blinding run on
@@ -343,7 +404,9 @@ class PartyNode:
         if msg.type is MessageType.PSI_START:
             if self.alignment is not None:
                 raise ProtocolError("second psi_start in one run")
-            self.alignment = AlignmentParty(self.data.ids)
+            # checks the ring's signed registrations; re-blinds only signed lists of the counts their origins signed
+            self.alignment = AlignmentParty(self.data.ids, identity=self.identity, pinned=self.pinned,
+                                            name=self.data.name, run=msg.run, registration=self.registration)
         if self.alignment is None:
             raise ProtocolError(f"{msg.type.value} before psi_start")
         if msg.type is not MessageType.PSI_RESULT:
@@ -390,6 +453,7 @@ class PartyNode:
                 return
             try:
                 for m in fn(*args):
+                    m = self._seal(m)
                     self._results.put(m if isinstance(m, Message) else message_of(m))
             except BaseException as exc:  # delivered to the main loop, which reports and raises
                 if not isinstance(exc, VFLError):

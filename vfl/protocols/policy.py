@@ -13,12 +13,12 @@ before it touches its data, and prints the plan it is about to run:
   keys below 2048 bits are refused unless the party allows insecure test keys (checked by the party);
 * shape sanity: the plan must describe the party as it registered, at most :data:`MAX_PLAN_PARTIES` parties,
   and no other party may claim more columns than the table has rows (each claimed column is a ciphertext the key
-  holder would decrypt);
-* ``max_exposed_rows``: the *exposure* of a plan is ``sum of response_cols`` over the cross blocks this party
-  encrypts (it decrypts ``response_cols x n_groups`` plaintexts in each). A hostile coordinator relays every
-  response and holds the public key, so it can forge responses that make the key holder decrypt that many of its
-  own (fixed-point) rows (docs/threat_model.md, "Active attackers"). The exposure is printed with the plan; a
-  plan padded with invented parties raises it and is refused above the bound (default: no bound).
+  holder would decrypt).
+
+Who the plan's parties are is not a policy matter: after this check every party verifies the signed roster
+(:mod:`vfl.protocols.roster`), so a party nobody pinned is refused, and every response a key holder decrypts is
+signed end to end by the responder the plan names. The former *exposure* bound (``--max-exposed-rows``: how many
+of its own rows a relay forging responses could make a key holder decrypt) is gone with that attack.
 
 Pure functions, no sockets: :func:`check_plan` takes the PLAN body and returns a :class:`PlanSummary` or raises
 :class:`~vfl.exceptions.ConfigurationError` with one line that names the policy option to change.
@@ -30,12 +30,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vfl.exceptions import ConfigurationError, VFLError
-from vfl.fm.dissection import DissectionPlan
-from vfl.protocols.settings import BCD_MECHANISMS, MECHANISMS
+from vfl.exceptions import ConfigurationError
+from vfl.protocols.settings import MECHANISMS
 
 __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary",
-           "SitePolicy", "check_plan", "check_site_plan", "describe_plan", "exposure"]
+           "SitePolicy", "check_plan", "check_site_plan", "describe_plan"]
 
 #: no noise at all: a party runs these only when its operator lists them in ``allow_mechanisms``
 UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
@@ -56,7 +55,6 @@ class PartyPolicy:
     max_epsilon: float | None = DEFAULT_MAX_EPSILON
     max_delta: float | None = DEFAULT_MAX_DELTA
     max_key_bits: int = DEFAULT_MAX_KEY_BITS
-    max_exposed_rows: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.allow_mechanisms) - ALL_MECHANISMS
@@ -74,20 +72,15 @@ class PartyPolicy:
             raise ConfigurationError(f"--max-delta must lie in (0, 1), got {self.max_delta}")
         if isinstance(self.max_key_bits, bool) or not isinstance(self.max_key_bits, int) or self.max_key_bits < 512:
             raise ConfigurationError(f"max_key_bits must be an integer >= 512, got {self.max_key_bits!r}")
-        if self.max_exposed_rows is not None and (isinstance(self.max_exposed_rows, bool)
-                                                  or not isinstance(self.max_exposed_rows, int)
-                                                  or self.max_exposed_rows < 0):
-            raise ConfigurationError(f"--max-exposed-rows must be an integer >= 0, got {self.max_exposed_rows!r}")
 
     @classmethod
     def from_options(cls, allow_mechanisms: str | None = None, min_epsilon: float | None = None,
                      max_epsilon: float | None = DEFAULT_MAX_EPSILON,
-                     max_delta: float | None = DEFAULT_MAX_DELTA,
-                     max_exposed_rows: int | None = None) -> PartyPolicy:
+                     max_delta: float | None = DEFAULT_MAX_DELTA) -> PartyPolicy:
         """From CLI strings: ``allow_mechanisms`` comma separated (None: :data:`DEFAULT_MECHANISMS`)."""
         allowed = DEFAULT_MECHANISMS if allow_mechanisms is None else frozenset(
             m.strip() for m in allow_mechanisms.split(",") if m.strip())
-        return cls(allowed, min_epsilon, max_epsilon, max_delta, max_exposed_rows=max_exposed_rows)
+        return cls(allowed, min_epsilon, max_epsilon, max_delta)
 
     @classmethod
     def permissive(cls, mechanisms: frozenset[str] | None = None) -> PartyPolicy:
@@ -107,7 +100,6 @@ class PlanSummary:
     parties: list[tuple[str, int, bool]] = field(default_factory=list)
     key_bits: int | None = None
     index: int = 0
-    exposed_rows: int = 0
 
 
 def _number(params: dict, key: str) -> float | None:
@@ -169,31 +161,8 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     index = body.get("index")
     if not isinstance(index, int) or not 0 <= index < len(described) or described[index][0] != name:
         raise ConfigurationError("the plan does not describe this party")
-    exposed = 0 if mechanism in BCD_MECHANISMS else exposure(body, [c for _, c, _ in described], index)
-    if policy.max_exposed_rows is not None and exposed > policy.max_exposed_rows:
-        raise ConfigurationError(f"party {name} refuses a plan that exposes {exposed} of its rows (as key holder it "
-                                 f"would decrypt that many rows' worth of responses a hostile relay could forge): "
-                                 f"above its maximum {policy.max_exposed_rows} (--max-exposed-rows)")
     return PlanSummary(mechanism, str(body.get("model")), eps, true_epsilon, delta, described,
-                       key_bits if isinstance(key_bits, int) else None, index, exposed)
-
-
-def exposure(body: dict[str, Any], counts: list[int], index: int) -> int:
-    """``sum of response_cols`` over the cross blocks party ``index`` encrypts in this plan: how many rows of its
-    operand a relay that forges responses could make it decrypt (see the module docstring)."""
-    owner = body.get("label_owner")
-    if isinstance(owner, bool) or not isinstance(owner, int):
-        raise ConfigurationError(f"the plan's label owner is malformed: {owner!r}")
-    try:
-        plan = DissectionPlan(counts, owner, model=str(body.get("model")))  # type: ignore[arg-type]  # checked
-    except VFLError as exc:
-        raise ConfigurationError(f"malformed plan: {exc}") from None
-    total = 0
-    for b in plan.cross_blocks():
-        responder = b.responder
-        if b.encryptor == index and responder is not None:
-            total += 1 if plan.label_operand(b, responder) else plan.feature_counts[responder]
-    return total
+                       key_bits if isinstance(key_bits, int) else None, index)
 
 
 def describe_plan(summary: PlanSummary) -> str:
@@ -206,9 +175,7 @@ def describe_plan(summary: PlanSummary) -> str:
     if summary.delta is not None and summary.mechanism not in UNPROTECTED_MECHANISMS:
         privacy += f", delta {summary.delta:g}"
     keys = f", {summary.key_bits}-bit keys" if summary.key_bits else ""
-    exposed = (f"; exposes {summary.exposed_rows} row(s) as key holder (--max-exposed-rows)"
-               if summary.exposed_rows else "")
-    return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}{exposed}"
+    return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from vfl.secure.identity import (
 )
 
 __all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "Roster", "RosterCoordinator", "plan_digest",
-           "registration_digest", "sign_registration", "verify_registration", "entry_digest"]
+           "registration_digest", "sign_registration", "verify_registration", "entry_digest", "check_self_signed"]
 
 ROSTER_ENTRY = "roster_entry"
 ROSTER = "roster"
@@ -79,6 +79,15 @@ def verify_registration(pinned: PinnedKeys, body: dict) -> None:
         raise IdentityError(f"party {name!r} registered without its pinned identity (no key or another key); "
                             "refusing the run")
     pinned.verify(name, registration_digest(body), body.get("auth"), "registration")
+
+
+def check_self_signed(body: dict) -> None:
+    """The coordinator's check of a REGISTER: an ``identity`` comes with its own valid signature (IdentityError
+    naming the party otherwise). It proves consistency, not identity: only the parties pin keys."""
+    if "identity" not in body and "auth" not in body:
+        return
+    verify_signature(str(body.get("identity")), registration_digest(body), body.get("auth"),
+                     f"registration of {body.get('name')!r}")
 
 
 def entry_digest(run: str, plan: bytes, registration: dict, paillier: str | None) -> bytes:

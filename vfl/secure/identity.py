@@ -4,8 +4,11 @@ Every party holds an Ed25519 signing key (Bernstein, Duif, Lange, Schwabe & Yang
 signatures"; RFC 8032) through PyNaCl (libsodium). ``vfl keys --out DIR --names alice,bob`` writes, next to the
 CURVE certificates,
 
-* ``DIR/alice.sign.key`` -- the 32-byte secret seed in hex, file mode 0600, never leaves its owner;
+* ``DIR/alice.sign.secret`` -- the 32-byte secret seed in hex, file mode 0600, never leaves its owner;
 * ``DIR/alice.sign.pub`` -- the 32-byte public verify key in hex, handed to every co-party out of band.
+
+(Not ``alice.sign.key``: ZeroMQ's authenticator reads every ``*.key`` file of a CURVE allowed-keys directory as a
+certificate and would fail on it when both kinds of key share one directory, as ``vfl keys`` writes them.)
 
 A party loads its own secret key and *pins* every ``*.sign.pub`` of its ``--identity-dir`` (the name is the file
 name without ``.sign.pub``). A signature is accepted only if it verifies under the pinned key of the party the
@@ -44,7 +47,7 @@ __all__ = ["SECRET_SUFFIX", "PUBLIC_SUFFIX", "SIGNATURE_HEX", "SigningIdentity",
            "load_party_identity",
            "verify_signature"]
 
-SECRET_SUFFIX = ".sign.key"
+SECRET_SUFFIX = ".sign.secret"
 PUBLIC_SUFFIX = ".sign.pub"
 SIGNATURE_HEX = 128  # hex characters of one Ed25519 signature (64 bytes)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")   # the wire's party-name rule (vfl.net.messages)
@@ -125,7 +128,7 @@ class SigningIdentity:
         return bytes(self.key.sign(digest).signature).hex()
 
     def save(self, directory: str | Path) -> list[Path]:
-        """Write ``NAME.sign.key`` (mode 0600, never overwritten) and ``NAME.sign.pub``; the paths written."""
+        """Write ``NAME.sign.secret`` (mode 0600, never overwritten) and ``NAME.sign.pub``; the paths written."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         secret, public = out / f"{self.name}{SECRET_SUFFIX}", out / f"{self.name}{PUBLIC_SUFFIX}"
@@ -150,7 +153,7 @@ def _read_hex(path: Path, what: str) -> bytes:
 
 
 def load_identity(directory: str | Path, name: str) -> SigningIdentity:
-    """``DIR/NAME.sign.key``; refused (ConfigurationError) if missing, malformed or readable by group/others."""
+    """``DIR/NAME.sign.secret``; refused (ConfigurationError) if missing, malformed or readable by group/others."""
     path = Path(directory) / f"{_check_name(name)}{SECRET_SUFFIX}"
     if not path.is_file():
         raise ConfigurationError(f"signing key {path} not found (create it with `vfl keys --out DIR --names {name}`)")
@@ -221,7 +224,7 @@ def load_pinned(directory: str | Path) -> PinnedKeys:
 
 
 def load_party_identity(directory: str | Path, name: str) -> tuple[SigningIdentity, PinnedKeys]:
-    """A party's ``--identity-dir``: its own ``NAME.sign.key`` and every pinned ``*.sign.pub``; its own public file,
+    """A party's ``--identity-dir``: its own ``NAME.sign.secret`` and every pinned ``*.sign.pub``; its own public file,
     if present, must match its secret key (ConfigurationError otherwise)."""
     identity = load_identity(directory, name)
     pinned = load_pinned(directory)

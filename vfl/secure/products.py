@@ -515,6 +515,8 @@ class ProductEncryptor:
         self.stats["encryptions"] = n_items
         self.stats["workers"] = parallel
         self.stats["chunks"] = header.n_chunks
+        # encryptions of the largest executor task: it sets the fixed-base table a task builds (Encrypter.prepare)
+        self.stats["max_task_encryptions"] = min(task_rows, self.n_rows) * G
         self._complete = True
 
     def request(self) -> EncryptedBlock:
