@@ -1,17 +1,19 @@
 """Slot layout: several fixed-point slots per Paillier plaintext.
 
 Slot ``(j, k)`` of a response accumulates ``X_jk = sum_i a'_ij b'_ik <= n (2 O)^2`` (offset encoding,
-:mod:`vfl.secure.encoding`), then the responder adds ``noise_jk + N`` (``|noise| < N = 2^noise_bits``)
-and a uniform mask ``r_jk in [0, 2^(v + kappa))`` where
+:mod:`vfl.secure.encoding`); once the two parties' packed shares are combined (:mod:`vfl.secure.products`) it holds
+``u_jk + C`` with ``u = sum_i a_int b_int + noise^A + noise^B`` (each ``|noise| < N = 2^noise_bits``) and the public
+centring constant ``C = 2^v``, where
 
-    v = bitlen(n (2 O)^2 + 2 N)        (the masked quantity y = X + noise + N lies in [0, 2^v))
-    w = v + kappa + 1                  (slot width: y + r < 2^(v + kappa + 1), so no carry leaves a slot)
+    v = bitlen(n (2 O)^2 + 2 N)        (every honest u has |u| < 2^v, so u + C lies in (0, 2^(v+1)))
+    w = v + kappa + 1                  (slot width: the top kappa bits of every honest slot are 0)
 
-``kappa = mask_bits >= 40`` is the statistical slack: ``y + r`` is within statistical distance
-``2^-kappa`` of uniform on ``[0, 2^(v+kappa))`` whatever ``y`` is. A plaintext holds
-``s = floor((bits(n) - 1) / w)`` slots, so a packed value is ``< 2^(s w) <= 2^(bits(n)-1) < n``
-and never wraps modulo ``n``. Every bound is computed before encryption and rechecked by the
-responder from the header; a layout that cannot hold one slot raises :class:`EncodingOverflowError`.
+``kappa = mask_bits >= 40``: with per-slot masks it was the statistical slack of a mask uniform on
+``[0, 2^(v+kappa))``; the responder now masks the whole plaintext space instead, and the ``kappa`` bits are a guard
+band the combination requires to be zero. A plaintext holds ``s = floor((bits(n) - 1) / w)`` slots, so a packed
+value is ``< 2^(s w) <= 2^(bits(n)-1) < n`` and never wraps modulo ``n``. Every bound is computed before
+encryption and rechecked by the responder from the header; a layout that cannot hold one slot raises
+:class:`EncodingOverflowError`.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class SlotLayout:
 
     @property
     def mask_range_bits(self) -> int:
-        """Masks are uniform on ``[0, 2^(v + kappa))``."""
+        """``v + kappa``: the slot's bits below its top one (the range of the former per-slot masks)."""
         return self.value_bits + self.mask_bits
 
     @property
