@@ -20,7 +20,11 @@ command line (``python -m vfl.cli``). Inputs are written once by this process, s
   without row IDs and with ``--id`` (private set intersection). The current tree gets signing identities from
   ``vfl keys --out DIR --names alice,bob`` (``--identity-dir DIR``) when its ``vfl party`` has that option, else
   ``--insecure-no-identity`` if it has that, else nothing (the JSON records which). CPU seconds of the three
-  processes including their pool workers (``os.wait4``), wall seconds from launch until all have exited.
+  processes including their pool workers (``os.wait4``), wall seconds from launch until all have exited. When the
+  current tree has both ``--identity-dir`` and ``--insecure-no-identity``, one more pair isolates the signatures:
+  the current tree's ``--id`` run without and with identities.
+* **Start-up**: one ``python -c "import vfl.cli, vfl.net.party, vfl.net.coordinator"`` per tree. A second table
+  subtracts three of them from each CLI row, since start-up time also changed for reasons other than trust.
 
 Runs of the two trees alternate (baseline, current, baseline, ...) so that load from other users of the machine
 falls on both. Prints a Markdown table with the ratios current / baseline and writes everything to ``--out``
@@ -232,16 +236,20 @@ def _party_cmd(name: str, cli: dict, url: str, with_id: bool) -> list[str]:
             "--timeout", "300", "--allow-mechanisms", "gaussian-fm"]
 
 
+STARTUP_IMPORTS = "import vfl.cli, vfl.net.party, vfl.net.coordinator"
+
+
 def run_startup(tree: Path, work: Path) -> dict:
-    """One ``python -m vfl.cli --help`` of ``tree``: interpreter start-up and the CLI's imports (every process
-    of the end-to-end run pays it once)."""
+    """One ``python -c STARTUP_IMPORTS`` of ``tree``: interpreter start-up and the imports of the command line, the
+    party and the coordinator (each process of the end-to-end run pays about this once; the current tree imports
+    lazily, so its ``vfl --help`` alone would leave most of the run's imports inside the run)."""
     start = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "vfl.cli", "--help"], cwd=work, env=tree_env(tree),
+    p = subprocess.Popen([sys.executable, "-c", STARTUP_IMPORTS], cwd=work, env=tree_env(tree),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
-        raise SystemExit(f"{tree}: python -m vfl.cli --help exited with {p.returncode}")
+        raise SystemExit(f"{tree}: python -c {STARTUP_IMPORTS!r} exited with {p.returncode}")
     return {"cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - start}
 
 
@@ -370,7 +378,7 @@ def measure(args: argparse.Namespace, trees: dict[str, Path], infos: dict[str, d
         result = run_products(tree, files[shape], key_file, 1, args.workers, work, tag)
         return {**result["runs"][0], "warmup_cpu_s": result["warmup_cpu_s"]}
 
-    plan = [("startup", ("start-up: python -m vfl.cli --help, one process", "baseline", "current"), args.repeats,
+    plan = [("startup", (f"start-up: python -c '{STARTUP_IMPORTS}', one process", "baseline", "current"), args.repeats,
              lambda tag: run_startup(old, work), lambda tag: run_startup(new, work)),
             ("products_forest", ("secure product 517 x 13 by 517 x 14 (forest-fires shape)", "baseline", "current"),
              args.repeats, lambda tag: products("forest", old, tag), lambda tag: products("forest", new, tag))]
