@@ -416,8 +416,11 @@ class PartyNode:
         self.alignment.on_message(msg)
         assert self.alignment.rows is not None
         self.data = self.data.take(self.alignment.rows)
+        ring = self.alignment.ring
+        counts = "" if ring is None else ", ".join(f"{n} {c}" for n, c in zip(ring.names, ring.counts, strict=True))
         self.log(f"[{self.data.name}] row alignment: {self.data.n_rows} of its {self.rows_before_alignment} row IDs "
-                 "are common to all parties")
+                 f"are common to all parties (ID counts the parties {'signed' if self.pinned else 'declared'}: "
+                 f"{counts})")
 
     def _session(self, msg: Message) -> FMParty | BCDParty:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
