@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.preprocessing import Preprocessing, is_missing
+from vfl.data.preprocessing import missing_hint as _missing_hint
 from vfl.data.rows import DEFAULT_CHUNK_ROWS
 from vfl.exceptions import ConfigurationError, DataValidationError
 
@@ -98,11 +100,21 @@ class TableFile:
     """
 
     def __init__(self, path: str | Path, features: Sequence[str], *, label: str | None = None,
-                 id_column: str | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+                 id_column: str | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 preprocessing: Preprocessing | None = None) -> None:
         self.path = Path(path)
         self.parquet = _is_parquet(self.path)
         self.header = table_columns(self.path)
-        self.feature_names = [str(f) for f in features]
+        #: the raw columns read from the file; ``feature_names`` are the prepared ones (dummies of declared
+        #: categorical columns, vfl.data.preprocessing), equal to the raw ones without preprocessing
+        self.inputs = [str(f) for f in features]
+        pp = preprocessing.restrict(self.inputs) if preprocessing else None
+        self.preprocessing = pp if pp else None
+        if preprocessing is not None and label is not None and label in preprocessing.columns:
+            raise ConfigurationError(f"the label column {label!r} cannot be categorical or imputed ({self.path})")
+        expanded = self.preprocessing.expand(self.inputs) if self.preprocessing else [(c, c) for c in self.inputs]
+        self.feature_names = [name for _, name in expanded]
+        self._source = {name: src for src, name in expanded}
         self.label_name = label
         self.id_column = id_column
         self.chunk_rows = max(1, int(chunk_rows))
@@ -111,9 +123,9 @@ class TableFile:
                 raise DataValidationError(f"unknown {what} column {col!r} in {self.path}; columns are: "
                                           f"{', '.join(self.header)}")
         for what, col in (("label", label), ("row-ID", id_column)):
-            if col is not None and col in self.feature_names:
+            if col is not None and col in self.inputs:
                 raise ConfigurationError(f"the {what} column {col!r} is also selected as a feature in {self.path}")
-        unknown = [f for f in self.feature_names if f not in self.header]
+        unknown = [f for f in self.inputs if f not in self.header]
         if unknown:
             raise DataValidationError(f"unknown feature(s) {', '.join(map(repr, unknown))} in {self.path}")
         self.numeric = self.feature_names + ([label] if label is not None else [])
@@ -177,8 +189,33 @@ class TableFile:
                 what = "is not finite" if _parses_as_float(cell) else "is not a number"
             else:  # Parquet: a null is not a number, a NaN/inf float is not finite
                 what = "is not finite" if isinstance(cell, float) else "is not a number"
-            raise DataValidationError(f"{self.path}: column {column!r}, data row {first_row + i + 1}: {cell!r} {what}")
+            hint = f" (a missing value: {_missing_hint(column)})" if is_missing(cell) else ""
+            raise DataValidationError(f"{self.path}: column {column!r}, data row {first_row + i + 1}: {cell!r} {what}"
+                                      f"{hint}")
         return values
+
+    def _sources(self, columns: Sequence[str]) -> list[str]:
+        """The raw file columns that the prepared ``columns`` are computed from (each once, in order)."""
+        return list(dict.fromkeys(self._source.get(c, c) for c in columns))
+
+    def _matrix(self, frame: Any, columns: Sequence[str], first_row: int) -> np.ndarray:
+        """The prepared ``columns`` of one chunk: numeric columns checked by :meth:`_numeric`, declared categorical
+        or imputed columns mapped by the party's :class:`vfl.data.preprocessing.Preprocessing`."""
+        pp = self.preprocessing
+        if pp is None:
+            return np.column_stack([self._numeric(frame, c, first_row) for c in columns])
+        mapped: dict[str, np.ndarray] = {}
+        parts = []
+        for c in columns:
+            src = self._source.get(c, c)
+            if src not in pp.columns:
+                parts.append(self._numeric(frame, c, first_row))
+                continue
+            if src not in mapped:
+                block = pp.transform(src, frame[src].tolist(), source=str(self.path), first_row=first_row)
+                mapped.update(zip(pp.output_names([src]), block.T, strict=True))
+            parts.append(mapped[c])
+        return np.column_stack(parts)
 
     def read_ids(self) -> list[str] | None:
         """The row-ID column's cells as strings in file order (None without ``id_column``), for the PSI row
@@ -198,11 +235,11 @@ class TableFile:
             raise DataValidationError(f"cannot read {self.path}: {exc}") from None
 
     def _frames(self, rows: int, columns: Sequence[str]) -> Iterator[np.ndarray]:
-        for start, frame in self._raw_chunks(rows, columns):
+        for start, frame in self._raw_chunks(rows, self._sources(columns)):
             if not columns:
                 yield np.zeros((len(frame), 0))
                 continue
-            yield np.column_stack([self._numeric(frame, c, start) for c in columns])
+            yield self._matrix(frame, columns, start)
 
     def _csv_structure(self) -> tuple[int, str | None]:
         """Streaming csv pass: every data row has the header's cell count; row count and row-ID digest."""
@@ -231,13 +268,13 @@ class TableFile:
             n_csv, csv_digest = self._csv_structure()
             if n_csv == 0:
                 raise DataValidationError(f"{self.path}: no data rows")
-        cols = self.numeric + ([self.id_column] if self.id_column is not None and self.parquet else [])
+        cols = self._sources(self.numeric) + ([self.id_column] if self.id_column is not None and self.parquet else [])
         n = 0
         lo = np.full(len(self.numeric), np.inf)
         hi = np.full(len(self.numeric), -np.inf)
         for start, frame in self._raw_chunks(self.chunk_rows, cols):
             if self.numeric:
-                values = np.column_stack([self._numeric(frame, c, start) for c in self.numeric])
+                values = self._matrix(frame, self.numeric, start)
                 if len(values):
                     lo = np.minimum(lo, values.min(axis=0))
                     hi = np.maximum(hi, values.max(axis=0))
