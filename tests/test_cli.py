@@ -216,8 +216,8 @@ def test_demo_stops_the_other_processes_as_soon_as_one_fails():
 @pytest.mark.parametrize("model_text, data_text, text", [
     (None, "x3,x2,other\n1,0,7\n", "unknown feature(s) 'x1'"),
     ("{not json", "x3,x2,x1\n1,0,7\n", "is not valid JSON"),
-    ('{"model": "linear"}', "x3,x2,x1\n1,0,7\n", "not a vfl-model/1 model file"),
-    ("[1, 2]", "x3,x2,x1\n1,0,7\n", "not a vfl-model/1 model file"),
+    ('{"model": "linear"}', "x3,x2,x1\n1,0,7\n", "not a vfl-model model file"),
+    ("[1, 2]", "x3,x2,x1\n1,0,7\n", "not a vfl-model model file"),
     (None, "x3,x2,x1\n1,nan,7\n", "'nan' is not finite"),
     (None, "x3,x2,x1\n1,abc,7\n", "'abc' is not a number"),
 ])

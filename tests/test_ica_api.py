@@ -28,7 +28,8 @@ def test_fit_ica_sites_equals_in_process_and_writes_a_loadable_model(tmp_path):
     np.testing.assert_array_equal(model.transform(data.sites[0]), ref.unmixing_ @ data.sites[0])
     loaded = load_ica_model(out)
     assert np.array_equal(loaded.unmixing, model.unmixing) and loaded.sites == ["a", "b", "c"]
-    assert json.loads(out.read_text())["format"] == "vfl-cape-djica-1"
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "vfl-cape-djica" and doc["schema_version"] == 2 and doc["created"].endswith("Z")
     assert loaded.privacy_report["formal_dp"] is False  # seeded
     # the sites' copy (RESULT) leaves out the D-sized arrays
     compact = ICAModel.from_dict(model.to_dict(compact=True))

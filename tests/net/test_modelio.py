@@ -66,7 +66,7 @@ def test_bad_model_files_and_inputs_are_refused_with_one_line(tmp_path, rng):
     with pytest.raises(ConfigurationError, match="not valid JSON"):
         load_model(bad)
     bad.write_text(json.dumps({"format": "other"}))
-    with pytest.raises(ConfigurationError, match="not a vfl-model/1"):
+    with pytest.raises(ConfigurationError, match="not a vfl-model model file"):
         load_model(bad)
     with pytest.raises(ConfigurationError, match="not found"):
         load_model(tmp_path / "missing.json")
@@ -96,3 +96,90 @@ def test_an_atomic_write_gets_the_mode_a_plain_write_would(tmp_path):
         assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "new\n"
     finally:
         os.umask(old_umask)
+
+
+def test_model_files_are_versioned_with_label_keyed_coefficients_and_preprocessing(tmp_path, rng):
+    """Schema version 2: header (format, schema_version, vfl_version, created UTC), label name, features ->
+    coefficients, intercept, each party's preprocessing; read back equal."""
+    from datetime import datetime
+
+    import vfl
+    from vfl.net.modelio import SCHEMA_VERSION
+
+    record = {"inputs": ["c"], "categories": {"c": ["u", "v"]}, "impute": {}}
+    parties = [PartyColumns("a", ["a0"], [[0, 10]], 0.5, True, intercept=True),
+               PartyColumns("b", ["c=u", "c=v"], [[0, 1], [0, 1]], 0.5, preprocessing=record)]
+    m = FittedModel("linear", "gaussian-fm", parties, rng.normal(size=4), [0.0, 5.0], {"mechanism": "gaussian-fm"},
+                    9, "ab" * 16, label_name="score")
+    path = tmp_path / "m.json"
+    m.to_json(path)
+    doc = json.loads(path.read_text())
+    assert list(doc)[:4] == ["format", "schema_version", "vfl_version", "created"]
+    assert doc["format"] == "vfl-model" and doc["schema_version"] == SCHEMA_VERSION == 2
+    assert doc["vfl_version"] == vfl.__version__ and doc["label"] == "score" and doc["mechanism"] == "gaussian-fm"
+    created = datetime.fromisoformat(doc["created"].replace("Z", "+00:00"))
+    assert created.utcoffset().total_seconds() == 0 and doc["created"].endswith("Z")
+    assert doc["features"] == ["a0", "c=u", "c=v"]
+    assert doc["coefficients"] == dict(zip(["a0", "c=u", "c=v"], m.coef_.tolist(), strict=True))
+    assert doc["intercept"] == m.intercept_ and doc["parties"][1]["preprocessing"] == record
+    back = load_model(path)
+    assert back.to_dict() == m.to_dict() and back.created == m.created and back.label_name == "score"
+
+
+def test_a_feature_name_two_parties_share_is_keyed_by_party():
+    parties = [PartyColumns("a", ["x", "y"], [[0, 1], [0, 1]], 1.0, True), PartyColumns("b", ["x"], [[0, 1]])]
+    m = FittedModel("logistic", "none", parties, np.array([1.0, 2.0, 3.0]))
+    assert list(m.coefficients()) == ["a:x", "y", "b:x"]
+
+
+def test_version_1_files_are_still_read_and_unknown_versions_refused_in_one_line(tmp_path, rng):
+    m = _model(rng)
+    v1 = {k: v for k, v in m.to_dict().items() if k not in ("schema_version", "vfl_version", "created", "label",
+                                                             "features", "coefficients")}
+    v1["format"] = "vfl-model/1"
+    for p in v1["parties"]:
+        del p["preprocessing"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(v1))
+    old = load_model(path)
+    np.testing.assert_array_equal(old.coef_, m.coef_)
+    assert old.created is None and old.vfl_version is None and old.label_name is None
+    assert old.to_dict()["created"] is None            # unknown, not invented when re-saved
+    newer = {**m.to_dict(), "schema_version": 3}
+    path.write_text(json.dumps(newer))
+    with pytest.raises(ConfigurationError) as info:
+        load_model(path)
+    text = str(info.value)
+    assert "\n" not in text and "schema version 3 is unknown to vfl" in text and "reads versions 1 to 2" in text
+    assert text.startswith(str(path))
+    path.write_text(json.dumps({**m.to_dict(), "schema_version": "2"}))
+    with pytest.raises(ConfigurationError, match="schema version '2' is unknown"):
+        load_model(path)
+
+
+def test_a_malformed_preprocessing_record_is_refused(tmp_path, rng):
+    doc = _model(rng).to_dict()
+    doc["parties"][1]["preprocessing"] = {"inputs": ["b0"], "categories": {"b0": ["u", "v"]}, "impute": {}}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigurationError, match="malformed model file: preprocessing record does not produce"):
+        load_model(path)
+
+
+def test_ica_model_files_share_the_header(tmp_path):
+    from vfl.net.ica_model import ICAModel, load_ica_model
+
+    K = 2
+    m = ICAModel({"n_components": K}, 3, np.eye(3, K), np.ones(K), np.eye(K, 3), 1.0, np.eye(K), np.zeros(K), 4, 0,
+                 True, [1.0], {"formal_dp": True}, ["s1", "s2"], "r" * 32)
+    path = tmp_path / "ica.json"
+    m.to_json(path)
+    doc = json.loads(path.read_text())
+    assert [doc[k] for k in ("format", "schema_version")] == ["vfl-cape-djica", 2] and doc["created"] == m.created
+    assert load_ica_model(path).created == m.created
+    doc["format"] = "vfl-cape-djica-1"
+    path.write_text(json.dumps(doc))
+    assert load_ica_model(path).created is None           # a version 1 file: no header
+    path.write_text(json.dumps({**m.to_dict(), "schema_version": 9}))
+    with pytest.raises(ConfigurationError, match="vfl-cape-djica schema version 9 is unknown"):
+        load_ica_model(path)

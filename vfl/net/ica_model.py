@@ -1,6 +1,8 @@
 """The released capePCA + capeDJICA model as JSON (``vfl djica-aggregator --out``; issue 11).
 
-Fields: ``format`` (:data:`ICA_MODEL_FORMAT`), ``config`` (the public pipeline parameters), ``n_dims`` D,
+Fields: the header every vfl model file starts with (``format`` :data:`ICA_MODEL_FORMAT`, ``schema_version``
+:data:`ICA_SCHEMA_VERSION`, ``vfl_version``, ``created`` in UTC; :class:`vfl.net.modelio.JsonModel`; version 1 files,
+``"format": "vfl-cape-djica-1"``, are still read), ``config`` (the public pipeline parameters), ``n_dims`` D,
 ``components`` V_K (D x K) and ``eigenvalues`` lambda_K of the capePCA release, ``whitening`` M (K x D) and the
 public ``radius`` rho, ``unmixing`` W (K x K) and ``bias`` b of capeDJICA, ``n_rounds``, ``n_restarts``,
 ``converged``, ``learning_rates``, ``sites`` (names in index order), ``run_id`` and the ``privacy_report``
@@ -22,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.net.modelio import JsonModel
+from vfl.net.modelio import JsonModel, schema_version_of
 
-__all__ = ["ICA_MODEL_FORMAT", "RESULT_FRAMES", "ICAModel", "load_ica_model"]
+__all__ = ["ICA_MODEL_FORMAT", "ICA_SCHEMA_VERSION", "RESULT_FRAMES", "ICAModel", "load_ica_model"]
 
-ICA_MODEL_FORMAT = "vfl-cape-djica-1"
+ICA_MODEL_FORMAT = "vfl-cape-djica"
+ICA_SCHEMA_VERSION = 2
 _ARRAYS = ("components", "eigenvalues", "whitening", "unmixing", "bias")
 RESULT_FRAMES = ("unmixing", "bias", "eigenvalues")  # the RESULT message's frames, in this order
 
@@ -66,6 +69,14 @@ class ICAModel(JsonModel):
     privacy_report: dict[str, Any]
     sites: list[str] = field(default_factory=list)
     run_id: str = ""
+    created: str | None = ""           # UTC ISO 8601; "" = now (a new model), None = unknown (a version 1 file)
+    vfl_version: str | None = ""       # "" = this vfl, None = unknown
+
+    FORMAT = ICA_MODEL_FORMAT
+    SCHEMA_VERSION = ICA_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        self.stamp()
 
     @classmethod
     def from_result(cls, result: dict[str, Any], sites: list[str], run_id: str) -> ICAModel:
@@ -87,7 +98,7 @@ class ICAModel(JsonModel):
         return self.unmixing_ @ np.asarray(X, dtype=float)
 
     def to_dict(self, *, compact: bool = False) -> dict[str, Any]:
-        doc = {"format": ICA_MODEL_FORMAT, "config": self.config, "n_dims": self.n_dims,
+        doc = {**self.header(), "config": self.config, "n_dims": self.n_dims,
                "components": None if compact else self.components, "eigenvalues": self.eigenvalues,
                "whitening": None if compact else self.whitening, "radius": self.radius, "unmixing": self.unmixing,
                "bias": self.bias, "n_rounds": self.n_rounds, "n_restarts": self.n_restarts,
@@ -128,15 +139,16 @@ class ICAModel(JsonModel):
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> ICAModel:
-        if not isinstance(doc, dict) or doc.get("format") != ICA_MODEL_FORMAT:
-            raise ConfigurationError(f"not a {ICA_MODEL_FORMAT} model")
+        version = schema_version_of(doc, ICA_MODEL_FORMAT, ICA_SCHEMA_VERSION, {"vfl-cape-djica-1": 1})
+        stamp = (doc.get("created"), doc.get("vfl_version")) if version >= 2 else (None, None)
         try:
             arrays = {k: None if doc.get(k) is None else np.asarray(doc[k], dtype=float) for k in _ARRAYS}
             return cls(dict(doc["config"]), int(doc["n_dims"]), arrays["components"], arrays["eigenvalues"],
                        arrays["whitening"], float(doc["radius"]), arrays["unmixing"], arrays["bias"],
                        int(doc["n_rounds"]), int(doc["n_restarts"]), bool(doc["converged"]),
                        [float(v) for v in doc["learning_rates"]], dict(doc["privacy_report"]),
-                       [str(s) for s in doc.get("sites", [])], str(doc.get("run_id", "")))
+                       [str(s) for s in doc.get("sites", [])], str(doc.get("run_id", "")),
+                       None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"malformed capeDJICA model: {exc}") from None
 

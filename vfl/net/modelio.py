@@ -9,10 +9,13 @@ affine and public, the model is also an affine function of the raw columns::
     linear:   y_hat = lo_y + (hi_y - lo_y) (z(x) + 1) / 2  = coef_ . x + intercept_
     logistic: P(y = 1 | x) = sigmoid(z(x)),  z(x) = coef_ . x + intercept_
 
-(BCD/DP-BCD use the data as given: no maps, coef_ = w.) The JSON file holds both ``w`` and
-(``coef_``, ``intercept_``), each party's feature names and bounds, and the privacy report. Files are
-written to a temporary name in the target folder, flushed, fsynced and renamed, so a crash never leaves
-a partial model file.
+(BCD/DP-BCD use the data as given: no maps, coef_ = w.) The JSON file (schema version
+:data:`SCHEMA_VERSION`, docs/data_preparation.md) holds a header (``format``, ``schema_version``, ``vfl_version``,
+``created`` in UTC ISO 8601), the label name, the features and their coefficients keyed by name, the intercept,
+``w``, each party's feature names, bounds and declared preprocessing (:mod:`vfl.data.preprocessing`), the
+mechanism and the privacy report. Version 1 files (``"format": "vfl-model/1"``) are still read; a file of an
+unknown version is refused with one line. Files are written to a temporary name in the target folder, flushed,
+fsynced and renamed, so a crash never leaves a partial model file.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +32,12 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError
 
-__all__ = ["PartyColumns", "FittedModel", "atomic_write_text", "load_model", "report_text", "MODEL_FORMAT"]
+__all__ = ["PartyColumns", "FittedModel", "JsonModel", "atomic_write_text", "load_model", "report_text",
+           "MODEL_FORMAT", "SCHEMA_VERSION", "schema_version_of", "utc_now"]
 
-MODEL_FORMAT = "vfl-model/1"
+MODEL_FORMAT = "vfl-model"
+#: the schema version written; readable versions are 1 (``"format": "vfl-model/1"``) and this one
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -43,6 +50,9 @@ class PartyColumns:
     column_scale: float = 1.0
     label_owner: bool = False
     intercept: bool = False  # this party carried the public constant column (its last prepared column)
+    #: the party's declared preprocessing (:meth:`vfl.data.preprocessing.Preprocessing.to_record`): raw input
+    #: columns, categories and imputation constants; None = its features are raw columns used as given
+    preprocessing: dict[str, Any] | None = None
 
     @property
     def n_columns(self) -> int:
@@ -63,8 +73,58 @@ class PartyColumns:
         return 2.0 * ws / width, float(np.sum(ws * (-1.0 - 2.0 * b[:, 0] / width)))
 
 
+def utc_now() -> str:
+    """The current time in UTC, ISO 8601 to the second (``2026-11-25T12:00:00Z``)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _vfl_version() -> str:
+    """The installed vfl's version (package metadata; the package face ``vfl.__version__`` is a layer above)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vfl")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown"
+
+
+def schema_version_of(doc: Any, fmt: str, current: int, legacy: dict[str, int]) -> int:
+    """The schema version of a model document of format ``fmt``: ``{"format": fmt, "schema_version": v}`` with
+    1 <= v <= ``current``, or a legacy format string (``legacy``: format -> version). Anything else raises one
+    :class:`ConfigurationError` line: not a model of this kind, or a version this vfl does not know."""
+    if isinstance(doc, dict) and isinstance(doc.get("format"), str) and doc["format"] in legacy:
+        return legacy[doc["format"]]
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise ConfigurationError(f"not a {fmt} model file")
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= current:
+        raise ConfigurationError(f"{fmt} schema version {version!r} is unknown to vfl {_vfl_version()}, which reads "
+                                 f"versions 1 to {current} (written by a newer vfl? upgrade vfl to read it)")
+    return version
+
+
 class JsonModel:
-    """Model files: :meth:`to_json` writes ``to_dict()`` as JSON (indent 2, no NaN), atomically to ``path``."""
+    """Model files: :meth:`to_json` writes ``to_dict()`` as JSON (indent 2, no NaN), atomically to ``path``.
+
+    Every model file starts with the same header (:meth:`header`): ``format``, ``schema_version``, the
+    ``vfl_version`` that wrote it and its ``created`` time (UTC, ISO 8601); subclasses keep ``created`` and
+    ``vfl_version`` as fields (filled in at construction, kept when a file is read back)."""
+
+    FORMAT = ""
+    SCHEMA_VERSION = 1
+    created: str | None
+    vfl_version: str | None
+
+    def stamp(self) -> None:
+        """Fill in ``created`` and ``vfl_version`` of a new model (an empty string; None = unknown, kept)."""
+        if self.created == "":
+            self.created = utc_now()
+        if self.vfl_version == "":
+            self.vfl_version = _vfl_version()
+
+    def header(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, "schema_version": self.SCHEMA_VERSION, "vfl_version": self.vfl_version,
+                "created": self.created}
 
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -90,8 +150,15 @@ class FittedModel(JsonModel):
     n_samples: int = 0
     run_id: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    label_name: str | None = None      # the label column's name (None: not known, e.g. a version 1 file)
+    created: str | None = ""           # UTC ISO 8601; "" = now (a new model), None = unknown
+    vfl_version: str | None = ""       # the vfl that trained it; "" = this one, None = unknown
+
+    FORMAT = MODEL_FORMAT
+    SCHEMA_VERSION = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        self.stamp()
         self.w = np.asarray(self.w, dtype=float)
         d = sum(p.n_columns for p in self.parties)
         if self.w.shape != (d,):
@@ -115,6 +182,21 @@ class FittedModel(JsonModel):
     @property
     def feature_names_(self) -> list[str]:
         return [f for p in self.parties for f in p.features]
+
+    def coefficients(self) -> dict[str, float]:
+        """Feature name -> coefficient in original units; a name two parties share is written ``party:feature``."""
+        names = self.feature_names_
+        keys = [f"{p.name}:{f}" if names.count(f) > 1 else f for p in self.parties for f in p.features]
+        return dict(zip(keys, self.coef_.tolist(), strict=True))
+
+    def column_bounds(self) -> np.ndarray:
+        """(d, 2) public bounds of the model's columns as recorded (NaN where a party's data were used as given:
+        (DP-)BCD); with ``--no-fit-intercept`` the symmetric (-m, m) of the declared bounds."""
+        rows = []
+        for p in self.parties:
+            b = np.full((len(p.features), 2), np.nan) if p.bounds is None else np.asarray(p.bounds, dtype=float)
+            rows.append(b.reshape(len(p.features), 2))
+        return np.vstack(rows) if rows else np.zeros((0, 2))
 
     @property
     def privacy_report_(self) -> Any:
@@ -175,30 +257,41 @@ class FittedModel(JsonModel):
 
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
+        """Schema version 2: header, label, features -> coefficients (``coef`` keeps the list), intercept,
+        ``w``, the parties' columns, bounds and preprocessing, mechanism, privacy report, extra."""
         return {
-            "format": MODEL_FORMAT, "model": self.model, "mechanism": self.mechanism, "run_id": self.run_id,
-            "n_samples": self.n_samples,
+            **self.header(), "model": self.model, "mechanism": self.mechanism, "run_id": self.run_id,
+            "n_samples": self.n_samples, "label": self.label_name, "label_bounds": self.label_bounds,
+            "features": self.feature_names_, "coefficients": self.coefficients(), "intercept": self.intercept_,
+            "coef": self.coef_.tolist(), "w": self.w.tolist(),
             "parties": [{"name": p.name, "features": p.features, "bounds": p.bounds,
                          "column_scale": p.column_scale, "label_owner": p.label_owner,
-                         "intercept": p.intercept} for p in self.parties],
-            "label_bounds": self.label_bounds, "w": self.w.tolist(),
-            "coef": self.coef_.tolist(), "intercept": self.intercept_,
+                         "intercept": p.intercept, "preprocessing": p.preprocessing} for p in self.parties],
             "privacy_report": self.privacy_report, "extra": self.extra,
         }
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> FittedModel:
-        if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
-            raise ConfigurationError(f"not a {MODEL_FORMAT} model file")
+        """Read schema version 1 or 2 (:func:`schema_version_of`); a version 2 record of preprocessing is checked
+        against the party's feature names."""
+        from vfl.data.preprocessing import Preprocessing
+
+        version = schema_version_of(doc, MODEL_FORMAT, SCHEMA_VERSION, {"vfl-model/1": 1})
         try:
             parties = [PartyColumns(str(p["name"]), [str(f) for f in p["features"]], p.get("bounds"),
                                     float(p.get("column_scale", 1.0)), bool(p.get("label_owner", False)),
-                                    bool(p.get("intercept", False)))
+                                    bool(p.get("intercept", False)), p.get("preprocessing"))
                        for p in doc["parties"]]
+            for p in parties:
+                if p.preprocessing is not None:
+                    Preprocessing.from_record(p.preprocessing, p.features)
+            stamp = (None, None) if version == 1 else (doc.get("created"), doc.get("vfl_version"))
+            label = doc.get("label") if version >= 2 else None
             return cls(doc["model"], doc["mechanism"], parties, np.asarray(doc["w"], dtype=float),
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
-                       str(doc.get("run_id", "")), doc.get("extra") or {})
-        except (KeyError, TypeError, ValueError) as exc:
+                       str(doc.get("run_id", "")), doc.get("extra") or {}, None if label is None else str(label),
+                       None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"malformed model file: {exc}") from None
 
 
@@ -210,7 +303,12 @@ def load_model(path: str | Path) -> FittedModel:
         raise ConfigurationError(f"model file {path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"model file {path} is not valid JSON: {exc}") from None
-    return FittedModel.from_dict(doc)
+    except IsADirectoryError:
+        raise ConfigurationError(f"model file {path} is a directory") from None
+    try:
+        return FittedModel.from_dict(doc)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from None
 
 
 def plain_file_mode(target: Path) -> int:
