@@ -306,12 +306,14 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
     roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid.
     """
+    from dataclasses import replace
+
     from vfl.net.config import (
         PartyConfig,
-        load_bounds_file,
         load_dataset_table,
         load_party_config,
         open_party_table,
+        party_declarations,
         read_party_csv,
     )
     from vfl.net.party import LocalData, PartyNode
@@ -344,23 +346,32 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
-    if cfg.data and cfg.bounds and not cfg.id:
+    # public declarations: a bounds file (--bounds / bounds = ...) or the config's inline [bounds], [categories],
+    # [impute] tables (both: refused); declared preprocessing maps raw columns before the bounds check
+    decl = party_declarations(cfg, config)
+    pp = decl.preprocessing if decl is not None else None
+    if cfg.data and decl is not None and not cfg.id:
         # declared bounds: the columns stay on disk and are read in chunks (issue 8); with --id the PSI alignment
         # reorders the rows, so the table is loaded in memory
-        declared = load_bounds_file(cfg.bounds)
-        file_table = open_party_table(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)
+        file_table = open_party_table(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id, preprocessing=pp)
+        declared, label_bounds, record = decl.resolve(file_table.inputs, cfg.label)
         local = LocalData.from_table(cfg.name, file_table, bounds=declared,  # type: ignore[arg-type]
-                                     label_bounds=declared.get(cfg.label) if cfg.label else None)
+                                     label_bounds=label_bounds)
     else:
         if cfg.dataset:
             table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
         else:
-            table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id)  # type: ignore
-        declared = load_bounds_file(cfg.bounds) if cfg.bounds else table.bounds
-        label_bounds = declared.get(cfg.label) if (declared and cfg.label) else None
-        fm_view = {} if cfg.bounds else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
+            table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id,  # type: ignore
+                                   preprocessing=pp)
+        declared, label_bounds, record = (decl.resolve(table.inputs or table.feature_names, cfg.label) if decl
+                                          else (table.bounds, (table.bounds or {}).get(cfg.label or ""), None))
+        if cfg.dataset and record:
+            raise ConfigurationError("declared preprocessing ([categories]/[impute]) applies to --data files, not "
+                                     f"to the built-in data set {cfg.dataset}")
+        fm_view = {} if decl else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
         local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
                                 bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
+    local = replace(local, label_name=cfg.label, preprocessing=record)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
@@ -532,28 +543,42 @@ def djica_site(connect: str, name: str, data: str, columns: str | None, scale: f
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,
               help="Model JSON written by `vfl coordinator`.")
 @click.option("--data", type=click.Path(dir_okay=False), required=True,
-              help="CSV with (at least) the model's feature columns, by name.")
+              help="CSV (or Parquet) with the model's raw input columns by name (categorical columns as their raw "
+                   "values: the model's recorded preprocessing is applied, docs/data_preparation.md).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write predictions here (default stdout); an existing file is refused unless --force.")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
 @click.option("--proba", is_flag=True, help="Logistic models: print P(y = 1) instead of the 0/1 label.")
-def predict(model_path: str, data: str, out: str | None, proba: bool, force: bool) -> None:
-    """Predict with a released model on a joined CSV."""
-    from vfl.net.config import read_party_csv
+@click.option("--id", "id_column", default=None,
+              help="Pass this column (e.g. row IDs, any text) through as the first output column.")
+@click.option("--output-column", default=None,
+              help="Header of the prediction column (default: LABEL_predicted, or LABEL_probability with --proba).")
+@click.option("--out-of-bounds", type=click.Choice(["refuse", "flag", "clip"]), default="refuse", show_default=True,
+              help="Rows outside the model's public bounds: refuse the file, flag them (score as they are and add "
+                   "an out_of_bounds column naming the columns), or clip them to the bounds.")
+def predict(model_path: str, data: str, out: str | None, proba: bool, force: bool, id_column: str | None,
+            output_column: str | None, out_of_bounds: str) -> None:
+    """Predict with a released model on a joined table of raw rows."""
     from vfl.net.modelio import atomic_write_text, load_model
+    from vfl.net.predict import predict_file
 
     if out:
         check_writable(out, force=force)
-
     m = load_model(model_path)
-    table = read_party_csv(data, m.feature_names_)
-    values = m.predict_proba(table.X) if proba else m.predict(table.X)
-    text = "prediction\n" + "".join(f"{v:.10g}\n" for v in values)
+    result = predict_file(m, data, id_column=id_column, column=output_column, proba=proba,
+                          out_of_bounds=out_of_bounds)
+    if result.unchecked:
+        click.echo(f"vfl: note: the model records no public bounds for the columns of {', '.join(result.unchecked)} "
+                   "((DP-)BCD uses the data as given): those columns are not checked", err=True)
+    if result.n_outside:
+        click.echo(f"vfl: warning: {result.n_outside} of {result.n_rows} rows lie outside the model's public bounds "
+                   f"({'flagged in the out_of_bounds column' if out_of_bounds == 'flag' else 'clipped to them'})",
+                   err=True)
     if out:
-        atomic_write_text(out, text)
-        _echo(f"{len(values)} predictions written to {out}")
+        atomic_write_text(out, result.text)
+        _echo(f"{result.n_rows} predictions written to {out}")
     else:
-        click.echo(text, nl=False)
+        click.echo(result.text, nl=False)
 
 
 # ---------------------------------------------------------------------------------------------- keys

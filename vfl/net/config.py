@@ -19,9 +19,14 @@ Sources of a party's data, in the order the CLI resolves them:
       id = "row_id"                    # optional
       bounds = "bounds.toml"           # optional, relative to the config file
 
+      [bounds]                         # ... or the declarations inline, in the config file itself
+      age = [18, 90]
+
 * a bounds file (TOML) ``[bounds] col = [lo, hi]`` declaring the public domain of each column (and of
-  the label). Without bounds they are taken from the data with a loud
-  :class:`vfl.exceptions.DataBoundsWarning` (spec pitfall 2).
+  the label), with optional ``[categories]`` (0/1 dummies of declared categories) and ``[impute]`` (public
+  constants for missing cells) tables (:mod:`vfl.data.preprocessing`, docs/data_preparation.md). The same
+  tables may stand inline in the party config instead; declaring them in both places is refused. Without
+  bounds they are taken from the data with a loud :class:`vfl.exceptions.DataBoundsWarning`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.preprocessing import Preprocessing
 from vfl.exceptions import ConfigurationError, DataValidationError
 
 if sys.version_info >= (3, 11):
@@ -42,8 +48,41 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["PartyConfig", "LocalTable", "load_party_config", "load_bounds_file", "select_columns",
-           "read_party_csv", "open_party_table", "load_dataset_table"]
+__all__ = ["PartyConfig", "LocalTable", "Declarations", "load_party_config", "load_bounds_file",
+           "load_declarations", "party_declarations", "select_columns", "read_party_csv", "open_party_table",
+           "load_dataset_table"]
+
+#: the tables of public declarations a bounds file (or a party config, inline) may hold
+DECLARATION_TABLES = ("bounds", "categories", "impute")
+
+
+@dataclass
+class Declarations:
+    """A party's public declarations: column (and label) bounds and the preprocessing of its raw columns, from a
+    bounds file or from the inline tables of its config file (``source`` names which)."""
+
+    bounds: dict[str, tuple[float, float]] | None
+    preprocessing: Preprocessing
+    source: str
+
+    def for_columns(self, inputs: list[str]) -> tuple[dict[str, tuple[float, float]] | None, dict | None]:
+        """(bounds of the prepared columns, preprocessing record) for a party whose raw columns are ``inputs``:
+        dummies get [0, 1]; a bound on a categorical column or an imputation constant outside its bounds is
+        refused (naming ``source``)."""
+        own = self.preprocessing.restrict(inputs)
+        try:
+            bounds = own.bounds(inputs, self.bounds)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.source}: {exc}") from None
+        return bounds, (own.to_record(inputs) if own else None)
+
+    def resolve(self, inputs: list[str], label: str | None
+                ) -> tuple[dict[str, tuple[float, float]] | None, tuple[float, float] | None, dict | None]:
+        """(bounds of the prepared columns, the label's bounds, preprocessing record): :meth:`for_columns` plus the
+        label's declared bounds (None if it has none)."""
+        bounds, record = self.for_columns(inputs)
+        label_bounds = self.bounds.get(label) if (label and self.bounds) else None
+        return bounds, label_bounds, record
 
 
 @dataclass
@@ -60,6 +99,8 @@ class PartyConfig:
     bounds: str | None = None
     curve_dir: str | None = None
     identity_dir: str | None = None   # NAME.sign.secret and the pinned *.sign.pub (vfl.secure.identity)
+    #: inline ``[bounds]``/``[categories]``/``[impute]`` tables of the config file (None: none there)
+    declarations: Declarations | None = None
 
 
 @dataclass
@@ -77,6 +118,8 @@ class LocalTable:
     #: FM release, is the same for (z, z-bounds) and (raw, raw bounds).
     fm_columns: np.ndarray | None = None
     fm_bounds: dict[str, tuple[float, float]] | None = None
+    #: the raw columns read (``feature_names`` are the prepared ones: declared dummies, vfl.data.preprocessing)
+    inputs: list[str] | None = None
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -97,6 +140,10 @@ def load_party_config(path: str | Path) -> PartyConfig:
     section = doc.get("party")
     if not isinstance(section, dict):
         raise ConfigurationError(f"{p}: missing [party] section")
+    stray = sorted(set(doc) - {"party", *DECLARATION_TABLES})
+    if stray:
+        raise ConfigurationError(f"{p}: unknown table(s) {', '.join(stray)}; a party config holds [party] and, "
+                                 f"optionally, inline {', '.join(f'[{t}]' for t in DECLARATION_TABLES)}")
     allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir", "identity_dir"}
     unknown = set(section) - allowed
     if unknown:
@@ -118,16 +165,64 @@ def load_party_config(path: str | Path) -> PartyConfig:
             setattr(cfg, key, str((p.parent / value).resolve()))
     if cfg.data and cfg.dataset:
         raise ConfigurationError(f"{p}: give either data or dataset, not both")
+    if any(t in doc for t in DECLARATION_TABLES):
+        if cfg.bounds:
+            raise ConfigurationError(f"{p}: public bounds are declared twice, inline ([bounds]/[categories]/[impute] "
+                                     f"tables) and in the bounds file {cfg.bounds}; keep one of them")
+        cfg.declarations = _declarations(doc, f"{p}")
     return cfg
 
 
+def _declarations(doc: dict[str, Any], source: str) -> Declarations:
+    """The ``[bounds]``, ``[categories]`` and ``[impute]`` tables of a TOML document (bounds checked as in
+    :func:`load_bounds_file`)."""
+    bounds = _bounds_table(doc["bounds"], source) if "bounds" in doc else None
+    pp = Preprocessing.from_tables(doc.get("categories"), doc.get("impute"), source=source)
+    return Declarations(bounds, pp, source)
+
+
+def load_declarations(path: str | Path) -> Declarations:
+    """A party's bounds file: ``[bounds]`` and, optionally, ``[categories]`` and ``[impute]`` (module docstring)."""
+    p = Path(path)
+    doc = _read_toml(p, "bounds file")
+    if not any(t in doc for t in DECLARATION_TABLES):
+        raise ConfigurationError(f"{p}: missing [bounds] section")
+    stray = sorted(set(doc) - set(DECLARATION_TABLES))
+    if stray:
+        raise ConfigurationError(f"{p}: unknown table(s) {', '.join(stray)}; a bounds file holds "
+                                 f"{', '.join(f'[{t}]' for t in DECLARATION_TABLES)}")
+    return _declarations(doc, str(p))
+
+
+def party_declarations(cfg: PartyConfig, config_path: str | None = None) -> Declarations | None:
+    """The declarations a party runs with: its bounds file (``--bounds`` or ``bounds = ...``) or its config's
+    inline tables; both at once is one clear error."""
+    if cfg.declarations is not None and cfg.bounds:
+        raise ConfigurationError(f"public bounds are declared twice, inline in {config_path or 'the config file'} "
+                                 f"and in --bounds {cfg.bounds}; keep one of them")
+    if cfg.bounds:
+        return load_declarations(cfg.bounds)
+    return cfg.declarations
+
+
 def load_bounds_file(path: str | Path) -> dict[str, tuple[float, float]]:
-    """``[bounds] column = [lo, hi]`` -> {column: (lo, hi)}; every pair finite with lo < hi."""
+    """``[bounds] column = [lo, hi]`` -> {column: (lo, hi)}; every pair finite with lo < hi. For a file without
+    preprocessing (capeFM sites): ``[categories]``/``[impute]`` tables are refused, not ignored."""
     p = Path(path)
     doc = _read_toml(p, "bounds file")
     section = doc.get("bounds")
     if not isinstance(section, dict):
         raise ConfigurationError(f"{p}: missing [bounds] section")
+    declared = [f"[{t}]" for t in DECLARATION_TABLES[1:] if t in doc]
+    if declared:
+        raise ConfigurationError(f"{p}: {' and '.join(declared)} (declared preprocessing) are read by `vfl party` "
+                                 "only")
+    return _bounds_table(section, str(p))
+
+
+def _bounds_table(section: Any, p: str) -> dict[str, tuple[float, float]]:
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{p}: [bounds] must be a table: column = [lo, hi]")
     out: dict[str, tuple[float, float]] = {}
     for col, pair in section.items():
         if (not isinstance(pair, list) or len(pair) != 2
@@ -179,22 +274,23 @@ def select_columns(spec: list[str] | str, header: list[str], *, source: str = "d
 
 
 def read_party_csv(path: str | Path, features: list[str] | str, *, label: str | None = None,
-                   id_column: str | None = None) -> LocalTable:
+                   id_column: str | None = None, preprocessing: Preprocessing | None = None) -> LocalTable:
     """Read a CSV (or Parquet: ``.parquet``/``.pq``) table with a header; select features (names/ranges/indices),
     label and ID columns.
 
     Only the selected columns must be numeric (the ID column may hold any text). A label owner may
     select no features (empty ``features``). The file is validated and read in chunks
-    (:class:`vfl.data.tables.TableFile`), so only the selected columns' float arrays are ever held whole.
+    (:class:`vfl.data.tables.TableFile`), so only the selected columns' float arrays are ever held whole. A
+    declared ``preprocessing`` maps the selected raw columns (dummies, imputation) as they are read.
     """
     p = Path(path)
-    table = open_party_table(p, features, label=label, id_column=id_column)
+    table = open_party_table(p, features, label=label, id_column=id_column, preprocessing=preprocessing)
     X, y = table.load()
-    return LocalTable(X, table.feature_names, y, label, table.read_ids())
+    return LocalTable(X, table.feature_names, y, label, table.read_ids(), inputs=list(table.inputs))
 
 
 def open_party_table(path: str | Path, features: list[str] | str, *, label: str | None = None,
-                     id_column: str | None = None) -> Any:
+                     id_column: str | None = None, preprocessing: Preprocessing | None = None) -> Any:
     """The :class:`vfl.data.tables.TableFile` of a party's CSV/Parquet file with its selection resolved (see
     :func:`read_party_csv`): validated in one chunked pass, columns left on disk."""
     from vfl.data.tables import TableFile, table_columns
@@ -213,7 +309,7 @@ def open_party_table(path: str | Path, features: list[str] | str, *, label: str 
         names: list[str] = []  # a label owner without features
     else:
         names = select_columns(features, candidates, source=str(p))
-    return TableFile(p, names, label=label, id_column=id_column)
+    return TableFile(p, names, label=label, id_column=id_column, preprocessing=preprocessing)
 
 
 def load_dataset_table(dataset: str, features: list[str] | str, *, label: str | None = None) -> LocalTable:

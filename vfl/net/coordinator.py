@@ -372,16 +372,20 @@ def complete_and_ordered(parties: list[Registration]) -> list[Registration]:
 def fm_model(s: RunSettings, regs: list[Registration], release: FMRelease, run_id: str) -> FittedModel:
     """The model file of an FM release: coefficients with each party's public column bounds and scaling."""
     columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
-                            intercept=(i == release.intercept_party)) for i, r in enumerate(regs)]
+                            intercept=(i == release.intercept_party), preprocessing=r.preprocessing)
+               for i, r in enumerate(regs)]
     return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
                        regs[0].n_rows, run_id,
                        {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
-                        "domain": release.domain, "precision_bits": release.precision_bits, "key_bits": s.key_bits})
+                        "domain": release.domain, "precision_bits": release.precision_bits, "key_bits": s.key_bits},
+                       label_name=next((r.label for r in regs if r.label_owner), None))
 
 
 def bcd_model(s: RunSettings, regs: list[Registration], release: BCDRelease, run_id: str) -> FittedModel:
     """The model file of a (DP-)BCD run (the parties' columns as given, no bounds)."""
-    columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner) for r in regs]
+    columns = [PartyColumns(r.name, r.features, None, 1.0, r.label_owner, preprocessing=r.preprocessing)
+               for r in regs]
     return FittedModel("linear", s.mechanism, columns, release.w, None, release.report, regs[0].n_rows, run_id,
                        {"rounds": s.rounds, "gamma": s.gamma, "tol": s.tol, "rounds_run": release.rounds_run,
-                        "converged": release.converged})
+                        "converged": release.converged}, label_name=next((r.label for r in regs if r.label_owner),
+                                                                          None))

@@ -234,6 +234,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "role": (False, _is_opt(_is_str(16))),
         "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
         "dims": (False, _is_int(1, MAX_ICA_DIMS)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
+        "label": (False, _is_opt(_FEATURE)),        # the label owner's label column name (for the model file)
+        "preprocessing": (False, _is_opt(_is_dict)),  # declared dummies/imputation (vfl.data.preprocessing record)
         "identity": (False, _KEY),   # the party's Ed25519 public key and its signature over this registration
         "auth": (False, _AUTH),
     },

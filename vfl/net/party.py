@@ -108,6 +108,10 @@ class LocalData:
     ids: list[str] | None
     #: optional FM view of the same features (raw units and bounds; see vfl.net.config.LocalTable.fm_columns)
     fm_view: tuple[np.ndarray, ColumnBounds] | None = None
+    #: public: the label column's name (label owner; recorded in the model file) and the declared preprocessing
+    #: that made ``feature_names`` from raw columns (vfl.data.preprocessing record; recorded for `vfl predict`)
+    label_name: str | None = None
+    preprocessing: dict | None = None
 
     @classmethod
     def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
@@ -216,7 +220,7 @@ class LocalData:
         fm_view = None if self.fm_view is None else (self.fm_view[0][rows], self.fm_view[1])
         ids = None if self.ids is None else [self.ids[int(i)] for i in rows]
         return LocalData(self.name, self.X[rows], self.feature_names, None if self.y is None else self.y[rows],
-                         self.bounds, self.label_bounds, ids, fm_view)
+                         self.bounds, self.label_bounds, ids, fm_view, self.label_name, self.preprocessing)
 
 
 def send_error(t: ClientTransport, exc: BaseException, name: str) -> None:
@@ -315,7 +319,8 @@ class PartyNode:
     def _register_body(self) -> dict:
         d = self.data
         body = RegisterBody(name=d.name, n_rows=d.n_rows, features=d.feature_names, label_owner=d.y is not None,
-                            row_ids=d.ids is not None, order=self.order).to_body()
+                            row_ids=d.ids is not None, order=self.order,
+                            label=d.label_name if d.y is not None else None, preprocessing=d.preprocessing).to_body()
         return body if self.identity is None else sign_registration(self.identity, body)
 
     def _run(self, t: ClientTransport) -> FittedModel:

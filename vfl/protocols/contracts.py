@@ -62,21 +62,37 @@ class RegisterBody:
     label_owner: bool
     row_ids: bool = False    # aligns its rows by PSI of row IDs (vfl.protocols.alignment); n_rows counts its IDs
     order: int | None = None
+    label: str | None = None            # the label owner's label column name (recorded in the model file)
+    #: the declared preprocessing of its columns (vfl.data.preprocessing.Preprocessing.to_record; public)
+    preprocessing: dict | None = None
 
     def to_body(self) -> dict:
         body: dict[str, Any] = {"name": self.name, "n_rows": self.n_rows, "features": list(self.features),
                                 "label_owner": self.label_owner, "row_ids": self.row_ids}
         if self.order is not None:
             body["order"] = int(self.order)
+        if self.label is not None:
+            body["label"] = self.label
+        if self.preprocessing is not None:
+            body["preprocessing"] = self.preprocessing
         return body
 
     @classmethod
     def from_body(cls, body: dict, sender: str) -> RegisterBody:
         if body["name"] != sender:
             raise ProtocolError(f"registration name {body['name']!r} differs from the sender {sender!r}")
+        preprocessing = body.get("preprocessing")
+        if preprocessing is not None:
+            from vfl.data.preprocessing import Preprocessing
+
+            try:
+                Preprocessing.from_record(preprocessing, body["features"])
+            except ValueError as exc:   # ConfigurationError or a malformed value
+                raise ProtocolError(f"party {sender}: invalid preprocessing in its registration: {exc}") from None
+        label = body.get("label") if body["label_owner"] else None
         return cls(name=body["name"], n_rows=body["n_rows"], features=list(body["features"]),
                    label_owner=body["label_owner"], row_ids=bool(body.get("row_ids", False)),
-                   order=body.get("order"))
+                   order=body.get("order"), label=label, preprocessing=preprocessing)
 
 
 @dataclass(kw_only=True)
@@ -94,11 +110,14 @@ class Registration:
     bounds: list[list[float]] | None = None
     label_bounds: list[float] | None = None
     bounds_from_data: bool = False
+    label: str | None = None
+    preprocessing: dict | None = None
 
     @classmethod
     def of(cls, peer: bytes, reg: RegisterBody) -> Registration:
         return cls(peer=peer, name=reg.name, n_rows=reg.n_rows, features=list(reg.features),
-                   label_owner=reg.label_owner, row_ids=reg.row_ids, order=reg.order)
+                   label_owner=reg.label_owner, row_ids=reg.row_ids, order=reg.order, label=reg.label,
+                   preprocessing=reg.preprocessing)
 
 
 @dataclass(frozen=True, kw_only=True)
