@@ -23,8 +23,9 @@ command line (``python -m vfl.cli``). Inputs are written once by this process, s
   processes including their pool workers (``os.wait4``), wall seconds from launch until all have exited. When the
   current tree has both ``--identity-dir`` and ``--insecure-no-identity``, one more pair isolates the signatures:
   the current tree's ``--id`` run without and with identities.
-* **Start-up**: one ``python -c "import vfl.cli, vfl.net.party, vfl.net.coordinator"`` per tree. A second table
-  subtracts three of them from each CLI row, since start-up time also changed for reasons other than trust.
+* **Start-up**: per tree, one ``python -c`` importing what a coordinator process of the CLI run imports, and one
+  for a party (:data:`STARTUP_IMPORTS`). A second table subtracts a coordinator's and two parties' start-ups from
+  each CLI row, since start-up time also changed for reasons other than trust (lazy imports).
 
 Runs of the two trees alternate (baseline, current, baseline, ...) so that load from other users of the machine
 falls on both. Prints a Markdown table with the ratios current / baseline and writes everything to ``--out``
@@ -236,20 +237,23 @@ def _party_cmd(name: str, cli: dict, url: str, with_id: bool) -> list[str]:
             "--timeout", "300", "--allow-mechanisms", "gaussian-fm"]
 
 
-STARTUP_IMPORTS = "import vfl.cli, vfl.net.party, vfl.net.coordinator"
+# What a coordinator / party process of the CLI run imports in either tree (checked with python -X importtime on
+# 9ac3130 and on the trust work: 9ac3130 imports all of scipy with vfl.cli; the later tree imports lazily, the
+# coordinator scipy.special at its calibration, a party scipy.special and pandas). Re-importing is free, so each
+# probe costs a tree what that role's process spends starting up.
+STARTUP_IMPORTS = {"coordinator": "import vfl.cli, vfl.net.coordinator, scipy.special",
+                   "party": "import vfl.cli, vfl.net.party, scipy.special, pandas"}
 
 
-def run_startup(tree: Path, work: Path) -> dict:
-    """One ``python -c STARTUP_IMPORTS`` of ``tree``: interpreter start-up and the imports of the command line, the
-    party and the coordinator (each process of the end-to-end run pays about this once; the current tree imports
-    lazily, so its ``vfl --help`` alone would leave most of the run's imports inside the run)."""
+def run_startup(tree: Path, work: Path, role: str) -> dict:
+    """One ``python -c STARTUP_IMPORTS[role]`` of ``tree``: interpreter start-up and the imports of that role."""
     start = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", STARTUP_IMPORTS], cwd=work, env=tree_env(tree),
+    p = subprocess.Popen([sys.executable, "-c", STARTUP_IMPORTS[role]], cwd=work, env=tree_env(tree),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
-        raise SystemExit(f"{tree}: python -c {STARTUP_IMPORTS!r} exited with {p.returncode}")
+        raise SystemExit(f"{tree}: python -c {STARTUP_IMPORTS[role]!r} exited with {p.returncode}")
     return {"cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - start}
 
 
@@ -328,18 +332,19 @@ def markdown(rows: list[dict]) -> str:
 
 
 def net_of_startup(rows: list[dict]) -> list[dict]:
-    """CPU of the baseline-vs-current CLI rows minus three start-ups (coordinator + 2 parties) of the same tree:
-    what the run itself costs, without the interpreter and import time that changed for other reasons."""
+    """CPU of the baseline-vs-current CLI rows minus the start-ups of their processes (a coordinator and two
+    parties) of the same tree: what the run itself costs, without the interpreter and import time that changed for
+    other reasons (lazy imports)."""
     by_key = {r["key"]: r for r in rows}
-    if "startup" not in by_key:
+    if "startup_coordinator" not in by_key or "startup_party" not in by_key:
         return []
-    start = by_key["startup"]
+    coord, party = by_key["startup_coordinator"], by_key["startup_party"]
     out = []
     for r in rows:
         if r["key"].startswith("cli_") and r["before_is"] == "baseline":
-            old = r["before"]["cpu_s"] - 3 * start["before"]["cpu_s"]
-            new = r["after"]["cpu_s"] - 3 * start["after"]["cpu_s"]
-            out.append({"key": r["key"], "label": f"{r['label']}, CPU minus 3 start-ups", "before_cpu_s": old,
+            old = r["before"]["cpu_s"] - coord["before"]["cpu_s"] - 2 * party["before"]["cpu_s"]
+            new = r["after"]["cpu_s"] - coord["after"]["cpu_s"] - 2 * party["after"]["cpu_s"]
+            out.append({"key": r["key"], "label": f"{r['label']}, CPU minus start-ups", "before_cpu_s": old,
                         "after_cpu_s": new, "cpu_ratio": new / old})
     return out
 
@@ -378,10 +383,13 @@ def measure(args: argparse.Namespace, trees: dict[str, Path], infos: dict[str, d
         result = run_products(tree, files[shape], key_file, 1, args.workers, work, tag)
         return {**result["runs"][0], "warmup_cpu_s": result["warmup_cpu_s"]}
 
-    plan = [("startup", (f"start-up: python -c '{STARTUP_IMPORTS}', one process", "baseline", "current"), args.repeats,
-             lambda tag: run_startup(old, work), lambda tag: run_startup(new, work)),
-            ("products_forest", ("secure product 517 x 13 by 517 x 14 (forest-fires shape)", "baseline", "current"),
-             args.repeats, lambda tag: products("forest", old, tag), lambda tag: products("forest", new, tag))]
+    plan = [(f"startup_{role}", (f"start-up of a {role} process: python -c '{STARTUP_IMPORTS[role]}'", "baseline",
+                                 "current"), args.repeats,
+             lambda tag, r=role: run_startup(old, work, r), lambda tag, r=role: run_startup(new, work, r))
+            for role in STARTUP_IMPORTS]
+    plan.append(("products_forest", ("secure product 517 x 13 by 517 x 14 (forest-fires shape)", "baseline",
+                                     "current"),
+                 args.repeats, lambda tag: products("forest", old, tag), lambda tag: products("forest", new, tag)))
     if not args.quick:
         plan.append(("products_1e5", ("secure product 10^5 x 10 by 10^5 x 10", "baseline", "current"),
                      args.repeats_large, lambda tag: products("1e5", old, tag), lambda tag: products("1e5", new, tag)))
