@@ -29,8 +29,9 @@ then every frame's declared size (at most :data:`MAX_INTS` integers), then the c
 
 The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
 
-    party        -> coordinator  REGISTER        name, rows, feature names, label owner?, row IDs given?, its
-                                                 Ed25519 identity and signature over all of it
+    party        -> coordinator  REGISTER        name, rows, feature names, label owner? (label name), row IDs
+                                                 given?, declared preprocessing, its Ed25519 identity and
+                                                 signature over all of it
     coordinator  -> party        WELCOME         run id (all later messages carry it)
     coordinator  -> party        PSI_START       (--id runs) index and K of the row alignment, every party's signed
                                                  REGISTER (its ID count: the length of the lists it may send)

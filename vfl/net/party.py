@@ -2,8 +2,9 @@
 
 A party never sends a raw row. What leaves it (see docs/threat_model.md):
 
-* REGISTER: its name, row count, column names, whether it holds the label, and whether it aligns rows by ID,
-  signed with its Ed25519 identity (:mod:`vfl.secure.identity`);
+* REGISTER: its name, row count, column names, whether it holds the label (and the label's name), whether it aligns
+  rows by ID and its declared preprocessing (categories, imputation constants: public declarations,
+  docs/data_preparation.md), signed with its Ed25519 identity (:mod:`vfl.secure.identity`);
 * ROSTER_ENTRY (after the PLAN and its policy check): its signed registration, the plan's digest and the fingerprint
   of the Paillier key it encrypts under; it then checks the ROSTER (every co-party pinned and signed,
   :mod:`vfl.protocols.roster`) before anything data-dependent, signs every message it sends to a co-party and checks
