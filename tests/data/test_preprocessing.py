@@ -127,3 +127,17 @@ def test_a_missing_cell_of_an_undeclared_column_names_the_fix(tmp_path):
     with pytest.raises(DataValidationError, match=r"column 'income', data row 2: '' is not a number \(a missing value: "
                                                   r"declare a public constant"):
         TableFile(path, ["age", "income"])
+
+
+def test_parquet_nulls_and_integer_categories(tmp_path):
+    """Parquet: a null is a missing cell; integer categories (read back as floats next to a null) match "1", "3"."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"age": [30.0, None, 50.0], "level": pa.array([1, 3, None], type=pa.int64()),
+                             "y": [1.0, 2.0, 3.0]}), path)
+    pp = Preprocessing.from_tables({"level": [1, 2, 3]}, {"age": 40, "level": 2}, source="b.toml")
+    X, y = TableFile(path, ["age", "level"], label="y", preprocessing=pp).load()
+    np.testing.assert_array_equal(X, [[30, 1, 0, 0], [40, 0, 0, 1], [50, 0, 1, 0]])
+    np.testing.assert_array_equal(y, [1, 2, 3])
