@@ -5,7 +5,8 @@ Public entry points (see ``docs/secure_products.md``):
 * keys -- :func:`generate_keypair`, :func:`public_key_to_bytes`, :func:`public_key_from_bytes`,
   :func:`validate_ciphertext`;
 * protocol roles -- :class:`ProductEncryptor`, :class:`ProductResponder`, messages
-  :class:`EncryptedBlock`, :class:`MaskedResponse`, :func:`combine_shares`, :func:`choose_encryptor`;
+  :class:`EncryptedBlock`, :class:`MaskedResponse`, :func:`combine_packed_shares` (the coordinator's range-checked
+  combination of the packed shares), :func:`add_packed`, :func:`combine_shares`, :func:`choose_encryptor`;
 * in-process runs -- :func:`secure_gram`, :func:`secure_label_products`, :func:`run_secure_product`;
 * integer DP noise -- :func:`discrete_gaussian_array`, :func:`discrete_laplace_array`;
 * secure aggregation (capeFM's zero-sum noise) -- :class:`SecAggSite`, :class:`SecAggAggregator`,
@@ -28,8 +29,9 @@ _LAZY = {
                      "public_key_to_bytes", "validate_ciphertext"), "vfl.secure.keys"),
     "SlotLayout": "vfl.secure.packing",
     **dict.fromkeys(("EncryptedBlock", "MaskedResponse", "ProductEncryptor", "ProductResponder", "ProductRun",
-                     "choose_encryptor", "combine_shares", "product_cost", "run_secure_product", "secure_gram",
-                     "secure_label_products"), "vfl.secure.products"),
+                     "add_packed", "centring_constant", "choose_encryptor", "combine_packed_shares", "combine_shares",
+                     "pack_slots", "product_cost", "run_secure_product", "secure_gram", "secure_label_products"),
+                    "vfl.secure.products"),
 }
 
 __all__ = sorted(_LAZY)
