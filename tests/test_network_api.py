@@ -105,7 +105,7 @@ def test_bounds_from_data_warn_and_are_reported():
     rep = model.privacy_report
     assert any("party a's feature bounds were taken from the private data" in n for n in rep["notes"])
     assert rep["formal_dp"] is False      # the one rule (issue 13): the reason is listed
-    assert rep["formal_dp_reasons"] == ["party a's feature bounds were taken from the private data (spec pitfall 2)"]
+    assert rep["formal_dp_reasons"] == ["party a's feature bounds were taken from the private data"]
 
 
 def test_api_errors_are_specific():

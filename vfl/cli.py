@@ -456,12 +456,14 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--clip", type=float, default=2.0, show_default=True,
               help="Whitened columns are clipped to the public radius min(r, clip sqrt(K)).")
 @click.option("--unit-size", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Columns per protected unit (1: one time point, as the seed; T: one subject's T time points).")
+              help="Columns per protected unit (1: one time point, as Imtiaz et al. 2021; T: one subject's T time "
+                   "points).")
 @click.option("--colluding", type=int, default=None,
               help="Sites S_C that may collude with the aggregator (default ceil(S/3) - 1); noise is calibrated "
                    "against them.")
 @click.option("--calibration", type=click.Choice(["analytic", "paper"]), default="analytic", show_default=True,
-              help="CAPE calibration: corrected with kappa(S, S_C), or the seed's Lemma 1 (true epsilon reported).")
+              help="CAPE calibration: corrected with kappa(S, S_C), or Imtiaz et al. 2021's Lemma 1 (true epsilon "
+                   "reported; docs/capedjica.md).")
 @click.option("--accountant", type=click.Choice(["gdp", "rdp", "moments", "strong"]), default="gdp",
               show_default=True, help="Accountant that calibrates the per-round noise (all are reported).")
 @click.option("--anneal-deg", type=float, default=60.0, show_default=True,

@@ -69,7 +69,9 @@ def test_centralized_estimators(seeded: bool, declared: bool) -> None:
         assert any(FEAT in r for r in rep.formal_dp_reasons) is (not declared)
         assert ("ChaCha20" in rep.randomness) is (not seeded) and ("PCG64" in rep.randomness) is seeded
         assert json.loads(rep.to_json())["formal_dp"] is rep.formal_dp
-        assert ("formal DP guarantee: NO" in rep.to_text()) is (not rep.formal_dp)
+        text = rep.to_text()   # formal DP is always stated, yes or no (issue 21, item 8)
+        assert ("formal DP guarantee: no (" in text) is (not rep.formal_dp)
+        assert ("formal DP guarantee: yes" in text) is rep.formal_dp
     assert any(LABEL in r for r in reps[0].formal_dp_reasons) is (not declared)
     none = vfl.LinearRegression(mechanism="none", bounds=(-1.0, 1.0), y_bounds=(-1.0, 1.0)).fit(X, y)
     assert not none.privacy_report_.formal_dp

@@ -35,7 +35,8 @@ def _symmetric(M: np.ndarray) -> np.ndarray:
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ConfigurationError(f"M must be square, got {M.shape}")
     if not np.allclose(M, M.T, rtol=0, atol=1e-12 * max(1.0, float(np.abs(M).max(initial=0.0)))):
-        raise ConfigurationError("M must be symmetric: never solve with an unsymmetrized noise matrix (spec §2.4)")
+        raise ConfigurationError("M must be symmetric: never solve with an unsymmetrized noise matrix "
+                                 "(docs/privacy.md)")
     return (M + M.T) / 2.0
 
 

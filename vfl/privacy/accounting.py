@@ -4,6 +4,18 @@ A :class:`PrivacyReport` states the guarantee of one whole release: global (eps,
 neighbouring relation, per-party eps^(k), the paper-claimed epsilon next to the true one, and notes.
 Noisy gradient descent gets exact (Gaussian-DP composition) and RDP accounting.
 
+**Against whom** (``epsilon_against``; per party ``PartyPrivacy.epsilon_against``). A vertical FM release is
+seen by the coordinator (every released block) and by every party (the model, its own data and the noise it drew
+itself). With the distributed noise of Xu, Yuan & Wu 2021's dissection made two-sided (``noise_sharing=
+"two-sided"``: both parties of a cross block add an independent draw of the block's full calibrated noise; m = 2
+contributors, t = 1 tolerated), the noise a single party (alone or with the coordinator) does not know has the
+calibrated variance tau^2 on every block, so the calibrated epsilon holds against it; the coordinator alone faces
+2 tau^2 on the cross blocks, hence a smaller epsilon. ``"one-sided"`` is the earlier release (the responder of a
+cross block draws its whole noise, so it sees that block noise-free: no guarantee against a party);
+``"central"`` is an in-process release (one process draws everything: the guarantee is against anyone who sees
+the model). Keys: :data:`AGAINST_COORDINATOR`, :data:`AGAINST_PARTY`, :data:`AGAINST_PARTY_AND_COORDINATOR`,
+:data:`AGAINST_ANYONE`. Terms are defined for users in docs/privacy.md.
+
 **The one formal_dp rule** (:func:`formal_dp_status`; every report path calls it): a report says
 ``formal_dp: true`` only when (1) the mechanism has a formal (eps, delta)-DP proof and added its noise,
 (2) no bound (feature or label clipping bounds) was taken from the private data (spec pitfall 2), and
@@ -31,6 +43,12 @@ __all__ = [
     "PartyPrivacy",
     "PrivacyReport",
     "NEIGHBOURING",
+    "NOISE_SHARING",
+    "AGAINST_COORDINATOR",
+    "AGAINST_PARTY",
+    "AGAINST_PARTY_AND_COORDINATOR",
+    "AGAINST_ANYONE",
+    "epsilon_against",
     "gaussian_mu_of_blocks",
     "noisy_gd_mu",
     "noisy_gd_epsilon_exact",
@@ -42,6 +60,44 @@ __all__ = [
 
 NEIGHBOURING = "bounded DP: replace one row (features of every party and the label); N and the row alignment are public"
 
+NOISE_SHARING = ("central", "one-sided", "two-sided")   # who draws a cross block's noise (module docstring)
+AGAINST_COORDINATOR = "coordinator"
+AGAINST_PARTY = "each party"
+AGAINST_PARTY_AND_COORDINATOR = "party + coordinator"
+AGAINST_ANYONE = "anyone who sees the model"
+AGAINST_TEXT = {
+    AGAINST_COORDINATOR: "the coordinator alone",
+    AGAINST_PARTY: "any single party (about the other parties' data)",
+    AGAINST_PARTY_AND_COORDINATOR: "a party together with the coordinator",
+    AGAINST_ANYONE: "anyone who sees the model or the released coefficients",
+}
+NOISE_SHARING_TEXT = {
+    "two-sided": "both parties of every cross-party block add an independent draw of the block's full noise, so "
+                 "no single participant knows a block's total noise",
+    "one-sided": "one party of every cross-party block draws the block's whole noise and so sees the block "
+                 "without noise",
+    "central": "one process draws all the noise (in-process release)",
+}
+
+
+def epsilon_against(noise_sharing: str, *, calibrated: float | None, coordinator: float | None,
+                    party_sees_noise_free: bool) -> dict[str, float | None]:
+    """epsilon against each kind of observer (module docstring, "Against whom").
+
+    ``calibrated``: the epsilon of the release with one calibrated draw of unknown noise on every block;
+    ``coordinator``: the coordinator's epsilon when cross blocks carry two draws; ``party_sees_noise_free``: under
+    one-sided noise, some party responds to a cross block that depends on data it does not hold (it then sees
+    that block without noise, so no epsilon bounds what it learns: inf).
+    """
+    if noise_sharing not in NOISE_SHARING:
+        raise ValueError(f"noise_sharing must be one of {NOISE_SHARING}, got {noise_sharing!r}")
+    if noise_sharing == "central":
+        return {AGAINST_ANYONE: calibrated}
+    if noise_sharing == "one-sided":
+        party = math.inf if (party_sees_noise_free and calibrated is not None) else calibrated
+        return {AGAINST_COORDINATOR: calibrated, AGAINST_PARTY: party, AGAINST_PARTY_AND_COORDINATOR: party}
+    return {AGAINST_COORDINATOR: coordinator, AGAINST_PARTY: calibrated, AGAINST_PARTY_AND_COORDINATOR: calibrated}
+
 
 FORMAL_DP_RULE = (
     "formal_dp is true only when the mechanism has a formal (eps, delta)-DP proof and added its noise, every "
@@ -49,7 +105,8 @@ FORMAL_DP_RULE = (
 )
 DP_BCD_REASON = (
     "DP-BCD is locally-sensitive DP over a tiny universe with data-dependent noise, and the receiving "
-    "party learns X*beta~ = v_in - v_out exactly (spec 4.5), so no formal (eps, delta)-DP guarantee holds"
+    "party learns X*beta~ = v_in - v_out exactly (de Jong et al. 2022; docs/dp_bcd.md), so no formal "
+    "(eps, delta)-DP guarantee holds"
 )
 SEEDED_REASON = "the noise was drawn from a fixed seed (random_state): anyone with the seed can remove it"
 NO_FORMAL_GUARANTEE: dict[str, str] = {
@@ -73,7 +130,7 @@ def formal_dp_status(mechanism: str, *, noise: bool = True, data_dependent: Sequ
         reasons.append(NO_FORMAL_GUARANTEE[mechanism])
     elif not noise:
         reasons.append(f"{mechanism} was run without noise")
-    reasons += [f"{what} were taken from the private data (spec pitfall 2)" for what in data_dependent]
+    reasons += [f"{what} were taken from the private data" for what in data_dependent]
     if seeded:
         reasons.append(SEEDED_REASON)
     reasons += [r for r in other_reasons if r not in reasons]
@@ -100,6 +157,7 @@ class PartyPrivacy:
     epsilon_bottom_up: float | None = None
     epsilon_paper: float | None = None
     sensitivity: dict[str, float] | float | None = None
+    epsilon_against: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,6 +187,9 @@ class PrivacyReport:
     data_dependent: list[str] = field(default_factory=list)
     formal_dp_reasons: list[str] = field(default_factory=list)
     randomness: str | None = None
+    noise_sharing: str | None = None
+    epsilon_against: dict[str, float | None] = field(default_factory=dict)
+    epsilon_against_notes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.formal_dp and not self.formal_dp_reasons:  # a stored report that said no, without reasons
@@ -161,43 +222,95 @@ class PrivacyReport:
         return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), **kwargs)
 
     def to_text(self) -> str:
-        def fmt(x: float | None) -> str:
-            return "-" if x is None else (f"{x:.4g}" if math.isfinite(x) else "inf")
-
-        lines = [f"Privacy report: {self.mechanism} ({self.model} regression)"]
-        if not self.formal_dp:
-            lines.append("  formal DP guarantee: NO (" + "; ".join(self.formal_dp_reasons) + ")")
+        """The report in plain words; every term is explained in docs/privacy.md."""
+        name = MECHANISM_TEXT.get(self.mechanism)
+        lines = [f"Privacy report: {self.mechanism}" + (f", {name}" if name else "") + f" ({self.model} regression)"]
+        if self.formal_dp:
+            lines.append("  formal DP guarantee: yes")
+        else:
+            lines.append("  formal DP guarantee: no (" + "; ".join(self.formal_dp_reasons) + ")")
+        lines.append(f"  protected (neighbouring datasets): {self.neighbouring}")
         if self.epsilon is None:
             lines.append("  no noise: no differential privacy")
         else:
-            d = "" if self.delta is None else f", delta = {self.delta:.3g}"
-            lines.append(f"  global: epsilon = {fmt(self.epsilon)}{d}")
-            if self.epsilon_claimed is not None and not math.isclose(self.epsilon_claimed, self.epsilon,
-                                                                     rel_tol=1e-6):
-                lines.append(f"  claimed epsilon = {fmt(self.epsilon_claimed)}, true epsilon = {fmt(self.epsilon)}")
-        lines.append(f"  neighbouring: {self.neighbouring}")
-        if self.domain:
-            lines.append(f"  data domain: {self.domain}")
-        if self.calibration:
-            lines.append(f"  calibration: {self.calibration}")
-        if self.sensitivities:
-            lines.append("  sensitivities: " + ", ".join(f"{k} = {v:.4g}" for k, v in self.sensitivities.items()))
-        if self.noise_scales:
-            lines.append("  noise scales: " + ", ".join(f"{k} = {v:.4g}" for k, v in self.noise_scales.items()))
-        for p in self.parties:
-            extra = ""
-            if p.epsilon_paper is not None:
-                extra = f" (paper closed form {fmt(p.epsilon_paper)})"
-            lines.append(f"  party {p.party} ({p.name}): epsilon^(k) = {fmt(p.epsilon)}{extra}")
+            lines += self._epsilon_lines()
+        lines += self._detail_lines()
         if self.seeded:
             lines.append("  WARNING: noise drawn from a fixed seed (reproducible experiment, not for release)")
         if self.randomness:
             lines.append(f"  randomness: {self.randomness}")
         lines += [f"  note: {n}" for n in self.notes]
+        lines.append("  (terms: docs/privacy.md)")
         return "\n".join(lines)
+
+    def _epsilon_lines(self) -> list[str]:
+        d = "" if self.delta is None else f", delta = {self.delta:.3g}"
+        lines = [f"  overall: epsilon = {_fmt(self.epsilon)}{d}"]
+        if self.epsilon_claimed is not None and self.epsilon is not None and not math.isclose(
+                self.epsilon_claimed, self.epsilon, rel_tol=1e-6):
+            lines.append(f"  claimed epsilon = {_fmt(self.epsilon_claimed)}, true epsilon = {_fmt(self.epsilon)}")
+        if self.epsilon_against:
+            lines.append("  epsilon against whom (what each can learn from everything it sees, the model included):")
+            for who, eps in self.epsilon_against.items():
+                note = self.epsilon_against_notes.get(who)
+                tail = f" ({note})" if note else ""
+                lines.append(f"    {AGAINST_TEXT.get(who, who)}: epsilon = {_fmt(eps)}{tail}")
+        if self.parties:
+            lines.append("  per party (only that party's part of one row changes):")
+        for p in self.parties:
+            extra = "" if p.epsilon_paper is None else f"; Xu et al. 2021's closed form {_fmt(p.epsilon_paper)}"
+            against, eps = p.epsilon_against, p.epsilon
+            if AGAINST_COORDINATOR in against:
+                eps = against.get(AGAINST_PARTY, eps)
+                extra = (f" against any other party, alone or with the coordinator; "
+                         f"{_fmt(against[AGAINST_COORDINATOR])} against the coordinator alone") + extra
+            lines.append(f"    party {p.party} ({p.name}): epsilon = {_fmt(eps)}{extra}")
+        return lines
+
+    def _detail_lines(self) -> list[str]:
+        lines = []
+        if self.noise_sharing:
+            lines.append(f"  noise sharing: {NOISE_SHARING_TEXT.get(self.noise_sharing, self.noise_sharing)}")
+        if self.domain:
+            lines.append(f"  data domain: {self.domain}")
+        if self.calibration:
+            lines.append(f"  calibration: {self.calibration}")
+        if self.sensitivities:
+            lines.append("  sensitivity (the largest change one row can make): "
+                         + ", ".join(f"{_term(k)} {v:.4g}" for k, v in self.sensitivities.items()))
+        if self.noise_scales:
+            lines.append("  noise per coefficient: "
+                         + ", ".join(f"{_term(k)} {v:.4g}" for k, v in self.noise_scales.items()))
+        return lines
 
     def __str__(self) -> str:
         return self.to_text()
+
+
+MECHANISM_TEXT = {
+    "none": "no noise",
+    "gaussian-fm": "Gaussian functional mechanism",
+    "laplace-fm": "Laplace functional mechanism",
+    "relaxed-fm": "relaxed functional mechanism",
+    "noisy-gd": "noisy gradient descent",
+    "objective-perturbation": "objective perturbation",
+}
+TERMS = {   # names in sensitivities / noise_scales -> plain words (docs/privacy.md, "Reading a privacy report")
+    "beta": "constant term (beta):", "alpha": "linear terms (alpha):", "M": "quadratic terms (M):",
+    "tau_beta": "constant term (beta): std", "tau_alpha": "linear terms (alpha): std",
+    "tau_M": "quadratic terms (M): std", "tau": "every coefficient: std",
+    "laplace_b": "every coefficient: Laplace scale",
+    "L1 (noise)": "all coefficients, L1, used for the noise:", "L1 (tight block table)": "all coefficients, L1, tight:",
+    "L2 (whole vector)": "all coefficients, L2:",
+}
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.4g}" if math.isfinite(x) else "unbounded (no guarantee)")
+
+
+def _term(key: str) -> str:
+    return TERMS.get(key, f"{key} =")
 
 
 def gaussian_mu_of_blocks(sensitivities: dict[str, float], taus: dict[str, float]) -> float:

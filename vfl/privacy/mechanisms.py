@@ -29,11 +29,20 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, PrivacyLeakWarning, PrivacyParameterError
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import party_radii
-from vfl.privacy.accounting import PartyPrivacy, PrivacyReport, gaussian_mu_of_blocks
+from vfl.privacy.accounting import (
+    AGAINST_COORDINATOR,
+    NOISE_SHARING,
+    PartyPrivacy,
+    PrivacyReport,
+    epsilon_against,
+    gaussian_mu_of_blocks,
+)
 from vfl.privacy.calibration import calibrate_mu, classical_sigma, epsilon_of, validate_delta, validate_epsilon
 from vfl.privacy.sensitivity import (
     gaussian_party_sensitivities,
+    gaussian_party_view_sensitivities,
     gaussian_sensitivities,
+    gaussian_view_sensitivities,
     laplace_block_table_sum,
     laplace_party_sensitivity_sum,
     laplace_sensitivity_sum,
@@ -68,15 +77,19 @@ class Mechanism:
     name = "none"
 
     def __init__(self, plan: DissectionPlan, n_samples: int, *, domain: str | None = None,
-                 party_names: Sequence[str] | None = None, seeded: bool = False) -> None:
+                 party_names: Sequence[str] | None = None, seeded: bool = False,
+                 noise_sharing: str = "central") -> None:
         if int(n_samples) < 1:
             raise ConfigurationError(f"n_samples must be >= 1, got {n_samples}")
+        if noise_sharing not in NOISE_SHARING:
+            raise ConfigurationError(f"noise_sharing must be one of {', '.join(NOISE_SHARING)}, got {noise_sharing!r}")
         self.plan = plan
         self.model = plan.model
         self.n_samples = int(n_samples)
         self.domain = domain or DEFAULT_DOMAIN[self.name]
         self.party_names = list(party_names) if party_names else [f"party{k}" for k in range(plan.n_parties)]
         self.seeded = seeded
+        self.noise_sharing = noise_sharing
 
     # ---- noise ---------------------------------------------------------------------------------
     def entry_noise(self, block: Block) -> NoiseSpec:
@@ -111,6 +124,34 @@ class Mechanism:
     def lambda_floor(self) -> float:
         """Default public eigenvalue floor sigma_M sqrt(d) (spec §2.5); 0 without noise."""
         return self.diagonal_std * math.sqrt(self.plan.n_features)
+
+    @property
+    def cross_block_draws(self) -> int:
+        """Independent draws of a cross block's full calibrated noise: 2 when both of its parties add one
+        (``noise_sharing="two-sided"``, the networked release), else 1 (docs/privacy.md, "Noise shared by both
+        parties of a cross block")."""
+        return 2 if self.noise_sharing == "two-sided" else 1
+
+    def _against(self, calibrated: float | None, coordinator: float | None,
+                 depends_on: int | None = None) -> dict[str, float | None]:
+        """:func:`vfl.privacy.accounting.epsilon_against` for the whole release (``depends_on=None``) or for a change
+        of party k's part only: under one-sided noise a party sees a cross block noise-free when it responds to a
+        block that depends on data it does not hold."""
+        if self.plan.n_parties < 2:
+            return epsilon_against("central", calibrated=calibrated, coordinator=calibrated,
+                                   party_sees_noise_free=False)
+        exposed = any(b.cross and (depends_on is None or (depends_on in b.depends_on and b.responder != depends_on))
+                      for b in self.plan.blocks)
+        return epsilon_against(self.noise_sharing, calibrated=calibrated, coordinator=coordinator,
+                               party_sees_noise_free=exposed)
+
+    def _finish_against(self, report: PrivacyReport, coordinator_note: str | None = None) -> PrivacyReport:
+        """Record the noise sharing and the against-whom figures on a report (two-sided runs only note the
+        coordinator's kind of bound)."""
+        report.noise_sharing = self.noise_sharing if self.plan.n_parties > 1 else None
+        if coordinator_note and AGAINST_COORDINATOR in report.epsilon_against and self.noise_sharing == "two-sided":
+            report.epsilon_against_notes[AGAINST_COORDINATOR] = coordinator_note
+        return report
 
     def privacy_report(self) -> PrivacyReport:
         return PrivacyReport(self.name, self.model, None, None, None, domain=self.domain,
@@ -154,6 +195,12 @@ def symmetric_noise(layout: str, d: int, draw: Callable[[tuple[int, ...]], np.nd
     return U + np.swapaxes(np.triu(U, 1), -1, -2), 1
 
 
+LAPLACE_SENSITIVITY_TEXT = {
+    "paper": "Zhang et al. 2012 / Xu et al. 2021", "xu": "Xu et al. 2021", "zhang": "Zhang et al. 2012",
+    "tight": "the tight per-block table of docs/privacy.md",
+}
+
+
 class LaplaceFM(Mechanism):
     """Laplace functional mechanism (Zhang et al. 2012, Alg. 1; Xu et al. 2021, Alg. 1; spec §1)."""
 
@@ -195,20 +242,26 @@ class LaplaceFM(Mechanism):
             top = laplace_party_sensitivity_sum(self.plan, k) / noise_sum * self.epsilon
             bottom = sum(eps_block[b.name] for b in self.plan.blocks if k in b.depends_on)
             paper = xu_party_sensitivity_sum(self.plan, k) / noise_sum * self.epsilon
-            parties.append(PartyPrivacy(k, self.party_names[k], min(top, eps_true), bottom, paper,
-                                        laplace_party_sensitivity_sum(self.plan, k) / self.n_samples))
+            eps_k = min(top, eps_true)
+            parties.append(PartyPrivacy(k, self.party_names[k], eps_k, bottom, paper,
+                                        laplace_party_sensitivity_sum(self.plan, k) / self.n_samples,
+                                        epsilon_against=self._against(eps_k, eps_k, k)))
         n_blocks = len(self.plan.blocks)
-        return PrivacyReport(
+        report = PrivacyReport(
             self.name, self.model, self.epsilon, eps_true, None, domain=self.domain,
-            calibration=f"Laplace, fm_sensitivity={self.fm_sensitivity}",
+            calibration=(f"Laplace noise scaled to the L1 sensitivity of all coefficients together "
+                         f"(fm_sensitivity={self.fm_sensitivity!r}: {LAPLACE_SENSITIVITY_TEXT[self.fm_sensitivity]})"),
             sensitivities={"L1 (noise)": noise_sum / self.n_samples,
                            "L1 (tight block table)": sum(blocks.values()) / self.n_samples},
             noise_scales={"laplace_b": self.scale}, parties=parties, seeded=self.seeded,
-            notes=["per-party epsilon by Xu et al. 2021 Thm. 2 (top-down) from the block table; bottom-up "
-                   "composition over blocks gives the same values"],
+            notes=["per-party epsilon: Xu et al. 2021, Theorem 2, from the sensitivity of every released block "
+                   "that depends on the party's data (adding up the blocks gives the same values)"],
             extra={"epsilon_per_block": eps_block,
                    "xu_corollary1_epsilon": n_blocks * sum(eps_block.values()) if n_blocks else 0.0},
+            epsilon_against=self._against(eps_true, eps_true),
         )
+        return self._finish_against(report, "an upper bound: the coordinator sees the sum of two Laplace draws on "
+                                            "each cross-party block, which is at least as private as one")
 
 
 class GaussianFM(Mechanism):
@@ -269,25 +322,60 @@ class GaussianFM(Mechanism):
     def true_mu(self) -> float:
         return gaussian_mu_of_blocks(self.sens, self.taus)
 
+    def view_mu(self, draws: int, party: int | None = None) -> float:
+        """mu of the view in which every cross block carries ``draws`` independent calibrated draws of unknown noise
+        (single-party blocks one): sqrt(sum_j (Delta_j^view / tau_j)^2) with the view sensitivities of
+        :func:`vfl.privacy.sensitivity.gaussian_view_sensitivities` (whole rows) or
+        :func:`~vfl.privacy.sensitivity.gaussian_party_view_sensitivities` (only ``party``'s part of a row).
+        ``draws=1`` is the calibrated release; ``draws=2`` the coordinator's view of a two-sided release."""
+        beta = self.plan.release_beta
+        if party is None:
+            sens = gaussian_view_sensitivities(self.plan, self.n_samples, self.radii, draws=draws, release_beta=beta)
+        else:
+            sens = gaussian_party_view_sensitivities(self.plan, party, self.n_samples, self.radii, draws=draws,
+                                                     release_beta=beta)
+        return gaussian_mu_of_blocks({k: v for k, v in sens.items() if k in self.taus}, self.taus)
+
     def privacy_report(self) -> PrivacyReport:
         mu = self.true_mu()
         eps_true = epsilon_of(mu, self.delta)
+        mu_coord = min(self.view_mu(self.cross_block_draws), mu)
         parties = []
         for k in range(self.plan.n_parties):
             s_k = gaussian_party_sensitivities(self.plan, k, self.n_samples, self.radii,
                                                release_beta=self.plan.release_beta)
-            parties.append(PartyPrivacy(k, self.party_names[k], epsilon_of(gaussian_mu_of_blocks(s_k, self.taus),
-                                                                           self.delta), sensitivity=s_k))
-        notes = ["joint calibration: sqrt(sum_j (Delta_j/tau_j)^2) = mu*(eps, delta) (spec §2.3)",
-                 "Delta_2 = sqrt(2)/N (Frobenius; Tasnim et al.'s spectral bound is too small by sqrt(2))"]
+            eps_k = epsilon_of(gaussian_mu_of_blocks(s_k, self.taus), self.delta)
+            eps_k_coord = epsilon_of(self.view_mu(self.cross_block_draws, k), self.delta)
+            parties.append(PartyPrivacy(k, self.party_names[k], eps_k, sensitivity=s_k,
+                                        epsilon_against=self._against(eps_k, min(eps_k_coord, eps_k), k)))
+        notes = ["all released coefficients share one budget: their noise is calibrated together so that the whole "
+                 "release spends the requested epsilon (joint calibration, docs/privacy.md)",
+                 "the quadratic terms' sensitivity is sqrt(2)/N (Tasnim et al. 2023 state 1/N, too small by sqrt(2))"]
         if self.calibration == "paper":
             notes.append(f"paper calibration: claimed epsilon {self.epsilon:g} is really {eps_true:.4g}")
-        return PrivacyReport(
+        report = PrivacyReport(
             self.name, self.model, self.epsilon, eps_true, self.delta, domain="l2 (||x||_2 <= 1)",
-            calibration=f"{self.calibration}, sym={self.sym}", sensitivities=dict(self.sens),
+            calibration=f"{GAUSSIAN_CALIBRATION_TEXT[self.calibration]}; {SYM_TEXT[self.sym]}",
+            sensitivities=dict(self.sens),
             noise_scales={f"tau_{k}": v for k, v in self.taus.items()}, parties=parties, seeded=self.seeded,
-            notes=notes, extra={"mu": mu, "radii": self.radii.tolist()},
+            notes=notes, extra={"mu": mu, "mu_coordinator": mu_coord, "radii": self.radii.tolist(),
+                                "calibration_name": self.calibration, "sym": self.sym},
+            epsilon_against=self._against(eps_true, epsilon_of(mu_coord, self.delta)),
         )
+        return self._finish_against(report, "every cross-party block carries two independent noise draws the "
+                                            "coordinator does not know: twice the calibrated variance")
+
+
+GAUSSIAN_CALIBRATION_TEXT = {
+    "analytic": "analytic Gaussian calibration (Balle & Wang 2018), joint over all released coefficients",
+    "classical": "classical Gaussian calibration sqrt(2 ln(1.25/delta))/epsilon (Dwork & Roth 2014), joint over all "
+                 "released coefficients",
+    "paper": "Tasnim et al. 2023's per-block classical calibration (reproduction only: its true epsilon is larger)",
+}
+SYM_TEXT = {
+    "iso": "symmetric noise on the quadratic terms: (E + E^T)/2 ('iso')",
+    "mirror": "symmetric noise on the quadratic terms: one draw per upper-triangle entry, mirrored ('mirror')",
+}
 
 
 class RelaxedFM(Mechanism):
@@ -320,13 +408,19 @@ class RelaxedFM(Mechanism):
         return "iso"
 
     def privacy_report(self) -> PrivacyReport:
-        return PrivacyReport(
-            self.name, self.model, self.epsilon, self.epsilon, self.delta, domain=self.domain,
-            calibration="analytic Gaussian (calibrate_mu) instead of the Extended Gaussian mechanism",
+        eps = self.epsilon
+        report = PrivacyReport(
+            self.name, self.model, eps, eps, self.delta, domain=self.domain,
+            calibration=("one noise std for all coefficients, analytic Gaussian calibration (Balle & Wang 2018) "
+                         "instead of Ding et al. 2020's Extended Gaussian mechanism"),
             sensitivities={"L2 (whole vector)": self.sensitivity}, noise_scales={"tau": self.tau},
-            parties=[PartyPrivacy(k, self.party_names[k], self.epsilon) for k in range(self.plan.n_parties)],
+            parties=[PartyPrivacy(k, self.party_names[k], eps, epsilon_against=self._against(eps, eps, k))
+                     for k in range(self.plan.n_parties)],
             seeded=self.seeded, notes=["per-party epsilon reported as the global one (no per-party analysis)"],
+            epsilon_against=self._against(eps, eps),
         )
+        return self._finish_against(report, "an upper bound: the coordinator sees two independent noise draws on "
+                                            "each cross-party block, which is at least as private as one")
 
 
 def make_mechanism(name: str, *, plan: DissectionPlan, n_samples: int, epsilon: float | None = None,
@@ -334,7 +428,7 @@ def make_mechanism(name: str, *, plan: DissectionPlan, n_samples: int, epsilon: 
     """Build a mechanism by name (``none``, ``laplace-fm``, ``gaussian-fm``, ``relaxed-fm``)."""
     if name not in MECHANISMS:
         raise ConfigurationError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
-    common = {k: options.pop(k) for k in ("domain", "party_names", "seeded") if k in options}
+    common = {k: options.pop(k) for k in ("domain", "party_names", "seeded", "noise_sharing") if k in options}
     if name == "none":
         return NoMechanism(plan, n_samples, **common)
     if epsilon is None:

@@ -21,6 +21,10 @@ __all__ = [
     "gaussian_sensitivities",
     "gaussian_party_sensitivities",
     "partial_block_frobenius",
+    "partial_block_frobenius_shared",
+    "gaussian_block_sensitivities",
+    "gaussian_view_sensitivities",
+    "gaussian_party_view_sensitivities",
     "relaxed_sensitivity",
 ]
 
@@ -145,6 +149,117 @@ def gaussian_party_sensitivities(plan: DissectionPlan, party: int, n_samples: in
         out["alpha"] = (4.0 if lin else 1.0) * r / n
     out["M"] = m_scale * partial_block_frobenius(r) / n
     return out
+
+
+def partial_block_frobenius_shared(radius: float, weight: float) -> float:
+    """g_w(r): the largest change when only a block of norm <= r changes inside ||x|| <= 1, measured in a view
+    where the cross-party entries (the block against the rest of x) carry 1/weight times the noise variance.
+
+    With a = ||x_k||^2, b = ||x'_k||^2, c = x_k . x'_k and S = ||rest of x||^2 <= 1 - max(a, b), the squared change
+    is ||x_k x_k^T - x'_k x'_k^T||_F^2 + 2 w ||(x_k - x'_k) rest^T||_F^2 = a^2 + b^2 - 2c^2 + 2w(a + b - 2c) S,
+    largest at a = b = r^2, S = 1 - r^2 and c = -w S (or c = -r^2 when -w S is out of reach):
+
+        g_w(r)^2 = 2 (r^2 + w (1 - r^2))^2   if r^2 >= w (1 - r^2),   else 8 w r^2 (1 - r^2).
+
+    w = 1 gives :func:`partial_block_frobenius` (one noise draw everywhere); w = 1/2 is the coordinator's view
+    when both parties of every cross block add a calibrated draw (Xu, Yuan & Wu 2021's dissection with the
+    distributed noise of docs/privacy.md, "Noise shared by both parties of a cross block").
+    """
+    r2, w = min(float(radius) ** 2, 1.0), float(weight)
+    if not 0.0 < w <= 1.0:
+        raise ConfigurationError(f"the view weight must lie in (0, 1], got {weight}")
+    rest = 1.0 - r2
+    if r2 >= w * rest:
+        return math.sqrt(2.0) * (r2 + w * rest)
+    return math.sqrt(8.0 * w * r2 * rest)
+
+
+def gaussian_block_sensitivities(plan: DissectionPlan, n_samples: int, radii: Sequence[float], *,
+                                 release_beta: bool = False) -> dict[str, float]:
+    """Each released block's share Delta_b of the per-order L2 sensitivity (average form, l2 domain, radii r_k).
+
+    beta: 1/N; alpha[k]: 4 r_k/N (logistic r_k/N); M[k,k]: sqrt(2) r_k^2/N; M[k,l] (k < l, counted with its mirror
+    M[l,k]): 2 r_k r_l/N (logistic: M values / 8). For one row replaced, alpha changes by u = x y - x' y' with
+    ||u_k|| <= 2 r_k, and M by D = x x^T - x' x'^T, whose weighted norm sum_k ||D_kk||^2 + w sum_{k != l} ||D_kl||^2
+    is at most 2 [(1 - w) sum_k r_k^4 + w (sum_k r_k^2)^2] (expand in a_k = ||x_k||^2, b_k, c_k = x_k . x'_k: the
+    c-terms form -2 c^T W c <= 0 with W = (1 - w) I + w 1 1^T positive semi-definite). Hence for any view in which
+    block b carries noise std sigma_b = tau_j / sqrt(w_b), the release is a Gaussian mechanism with
+
+        mu^2 <= sum_b (Delta_b / sigma_b)^2,
+
+    and with one draw everywhere (and the default radii, sum r_k^2 = 1) the shares add up to the calibrated
+    sensitivities exactly: sum_{b in order j} Delta_b^2 = Delta_j^2.
+    """
+    n = float(n_samples)
+    lin = plan.model == "linear"
+    r = [float(v) for v in radii]
+    out: dict[str, float] = {}
+    for b in plan.blocks:
+        if b.kind == "beta":
+            if release_beta:
+                out[b.name] = 1.0 / n
+        elif b.kind == "alpha":
+            out[b.name] = (4.0 if lin else 1.0) * r[b.parties[0]] / n
+        else:
+            k, l = b.parties
+            value = math.sqrt(2.0) * r[k] ** 2 if k == l else 2.0 * r[k] * r[l]
+            out[b.name] = value / n if lin else value / (8.0 * n)
+    return out
+
+
+def _cross_weights(plan: DissectionPlan, draws: int) -> dict[str, float]:
+    w = 1.0 / _check_draws(draws)
+    return {b.name: (w if b.cross else 1.0) for b in plan.blocks}
+
+
+def gaussian_view_sensitivities(plan: DissectionPlan, n_samples: int, radii: Sequence[float], *, draws: int,
+                                release_beta: bool = False) -> dict[str, float]:
+    """Per-order sensitivities Delta_j^view of a view in which every cross block carries ``draws`` independent
+    calibrated draws (single-party blocks one), so mu_view = sqrt(sum_j (Delta_j^view / tau_j)^2).
+
+    From :func:`gaussian_block_sensitivities`: (Delta_j^view)^2 = sum_{b in order j} w_b Delta_b^2, w_b = 1/draws for
+    cross blocks; never above the calibrated Delta_j (adding independent noise is post-processing).
+    """
+    shares = gaussian_block_sensitivities(plan, n_samples, radii, release_beta=release_beta)
+    weights = _cross_weights(plan, draws)
+    full = gaussian_sensitivities(plan.model, n_samples, release_beta=release_beta)
+    out: dict[str, float] = {}
+    for kind, cap in full.items():
+        total = sum(weights[b.name] * shares[b.name] ** 2 for b in plan.blocks if b.kind == kind and b.name in shares)
+        out[kind] = min(math.sqrt(total), cap)
+    return out
+
+
+def gaussian_party_view_sensitivities(plan: DissectionPlan, party: int, n_samples: int, radii: Sequence[float], *,
+                                      draws: int, release_beta: bool = False) -> dict[str, float]:
+    """:func:`gaussian_party_sensitivities` in the view of :func:`gaussian_view_sensitivities` (cross blocks with
+    ``draws`` draws): only party k's part of one row changes.
+
+    k != L: Delta_1 = 4 r_k/N / sqrt(draws) (alpha[k] is a cross block; logistic r_k/N), Delta_2 = g_w(r_k)/N
+    (:func:`partial_block_frobenius_shared`, w = 1/draws; logistic /8). k = L: y changes too, so alpha[L] moves by up
+    to 2 r_L and the other alpha blocks by 2 ||rest|| <= 2 sqrt(1 - r_L^2): Delta_1^2 = (4/N)^2 (r_L^2 + w (1 - r_L^2))
+    (logistic 1/N); Delta_0 = 1/N; Delta_2 = g_w(r_L)/N. Each value is capped by the one-draw value.
+    """
+    n = float(n_samples)
+    w = 1.0 / _check_draws(draws)
+    r = min(float(radii[party]), 1.0)
+    lin = plan.model == "linear"
+    one = gaussian_party_sensitivities(plan, party, n_samples, radii, release_beta=release_beta)
+    a1 = 4.0 if lin else 1.0
+    if party == plan.label_owner:
+        alpha = a1 / n * math.sqrt(r * r + w * (1.0 - r * r))
+    else:
+        alpha = a1 * r / n * math.sqrt(w)
+    out = {k: v for k, v in one.items() if k == "beta"}
+    out["alpha"] = min(alpha, one["alpha"])
+    out["M"] = min((1.0 if lin else 1.0 / 8.0) * partial_block_frobenius_shared(r, w) / n, one["M"])
+    return out
+
+
+def _check_draws(draws: int) -> int:
+    if int(draws) < 1:
+        raise ConfigurationError(f"a cross block's noise needs at least one draw, got {draws}")
+    return int(draws)
 
 
 def relaxed_sensitivity(model: str, d: int, n_samples: int, *, domain: str = "l2") -> float:

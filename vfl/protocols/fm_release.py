@@ -168,7 +168,8 @@ class FMCoordinator:
         self.plan = DissectionPlan(counts, self.label_owner, model=s.model)  # type: ignore[arg-type]  # validated
         opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
         self.mech = make_mechanism(s.mechanism, plan=self.plan, n_samples=self.n, epsilon=s.epsilon, delta=s.delta,
-                                   domain=s.domain, party_names=[r.name for r in regs], **opts)
+                                   domain=s.domain, party_names=[r.name for r in regs], noise_sharing="two-sided",
+                                   **opts)   # both parties of a cross block draw its noise: the report's "against whom"
         self.precision_bits = s.precision_bits or DEFAULT_PRECISION_BITS
         if self.mech.domain == "l2":
             fixed_point_shrink(self.plan.n_features, self.precision_bits)   # refuses a grid too coarse for d now
@@ -405,7 +406,7 @@ class FMParty:
                                    model=plan.model)  # type: ignore[arg-type]   # DissectionPlan checks it
         self.mech = make_mechanism(plan.mechanism, plan=self.plan, n_samples=self.n, epsilon=p.epsilon,
                                    delta=p.delta, domain=p.domain, party_names=self.names, seeded=seeded,
-                                   **p.mechanism_options)
+                                   noise_sharing="two-sided", **p.mechanism_options)
         # one independent generator per block (in plan order): the noise does not depend on the order in which
         # requests from different parties arrive, and no draw is ever reused across blocks
         self.block_rngs = block_generators(rng, self.plan)
