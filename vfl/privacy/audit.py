@@ -1,4 +1,4 @@
-"""Statistical privacy audit of an FM coefficient release: a sanity check, not a proof (spec §2, test (vii)).
+"""Statistical privacy audit of an FM coefficient release: a sanity check, not a proof (docs/audit.md).
 
 An (eps, delta)-DP mechanism A satisfies, for neighbouring D0 ~ D1 and every output set S,
 P[A(D1) in S] <= e^eps P[A(D0) in S] + delta and the same with D0, D1 swapped. A distinguishing test
@@ -25,6 +25,15 @@ sampling (Mironov 2012, spec §6.1): it audits the declared distribution of the 
 The observed release is the vector of *independent* released coordinates: every block's entries,
 with diagonal M blocks reduced to their upper triangle (the lower one is a copy). The solver's w is
 post-processing of this vector, so auditing the coefficients is the strongest attack on FM.
+
+**A participant's own view** (:func:`audit_view`, issue 20). A party of a vertical release sees the released blocks
+(and the model, post-processing of them) and knows its own data and every noise draw it made itself; it subtracts
+those, so per released coordinate the noise it does not know is 0, one calibrated draw or two
+(:func:`view_noise_specs`, from the mechanism's ``noise_sharing``). Neighbours then differ only in the data the
+observer does not hold (:func:`party_neighbouring_pair`: one row of one party's part, attaining the per-party
+sensitivity). With one-sided noise the responder of a cross block knows its whole noise, so a block about a
+co-party's data is exact in its view (likelihood ratio +-inf) and the lower bound is limited only by the number
+of runs; with two-sided noise it stays within the epsilon the report states against a party.
 """
 
 from __future__ import annotations
@@ -69,6 +78,11 @@ __all__ = [
     "pair_epsilon",
     "audit_statistics",
     "audit_mechanism",
+    "view_noise_specs",
+    "sample_view_noise",
+    "party_neighbouring_pair",
+    "observer_epsilon",
+    "audit_view",
 ]
 
 
@@ -168,17 +182,56 @@ def release_mean(plan: DissectionPlan, X: np.ndarray, y: np.ndarray) -> np.ndarr
     return np.concatenate([np.atleast_1d(_independent(b, np.asarray(values[b.name]))) for b in plan.blocks])
 
 
+def _block_noise_specs(mechanism: Mechanism, b: Block) -> list[NoiseSpec]:
+    if b.diagonal:
+        iu = np.triu_indices(b.shape[0])
+        diag, off = mechanism.diagonal_noise(b), mechanism.entry_noise(b)
+        return [diag if i == j else off for i, j in zip(*iu, strict=True)]
+    return [mechanism.entry_noise(b)] * int(np.prod(b.shape, dtype=int))
+
+
 def release_noise_specs(mechanism: Mechanism) -> list[NoiseSpec]:
     """Declared noise distribution of every released coordinate, in the order of :func:`release_mean`."""
+    return [spec for b in mechanism.plan.blocks for spec in _block_noise_specs(mechanism, b)]
+
+
+def _unknown_draws(block: Block, observer: int | str, noise_sharing: str) -> int:
+    """How many calibrated draws of ``block``'s noise ``observer`` (a party index or ``"coordinator"``) does not
+    know: its own single-party blocks 0; a cross block under one-sided noise 0 for its responder; under two-sided
+    noise 1 for either of its parties (the other's draw) and 2 for everyone else."""
+    if not block.cross:
+        return 0 if observer == block.noised_by else 1
+    if noise_sharing == "one-sided":
+        return 0 if observer == block.responder else 1
+    if noise_sharing == "two-sided":
+        return 1 if observer in block.depends_on else 2
+    return 1
+
+
+def view_noise_specs(mechanism: Mechanism, observer: int | str) -> list[NoiseSpec]:
+    """Per released coordinate (order of :func:`release_mean`), the noise ``observer`` does not know, given the
+    mechanism's ``noise_sharing``: none, the block's calibrated entry noise, or two independent draws of it
+    (Gaussian: std sqrt(2) tau; the sum of two Laplace draws is not Laplace, so that view is refused)."""
     specs: list[NoiseSpec] = []
     for b in mechanism.plan.blocks:
-        if b.diagonal:
-            iu = np.triu_indices(b.shape[0])
-            diag, off = mechanism.diagonal_noise(b), mechanism.entry_noise(b)
-            specs += [diag if i == j else off for i, j in zip(*iu, strict=True)]
-        else:
-            specs += [mechanism.entry_noise(b)] * int(np.prod(b.shape, dtype=int))
+        draws = _unknown_draws(b, observer, mechanism.noise_sharing)
+        for spec in _block_noise_specs(mechanism, b):
+            if draws == 0 or spec.kind == "none":
+                specs.append(NoiseSpec("none", 0.0))
+            elif draws == 1:
+                specs.append(spec)
+            elif spec.kind == "gaussian":
+                specs.append(NoiseSpec("gaussian", spec.scale * math.sqrt(draws)))
+            else:
+                raise ConfigurationError("the sum of two Laplace draws is not Laplace: audit that view with a "
+                                         "Gaussian mechanism")
     return specs
+
+
+def sample_view_noise(specs: Sequence[NoiseSpec], n_runs: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_runs, p) independent draws of each coordinate's unknown noise. For a diagonal M block the upper-triangle
+    coordinates of the iso (E + E^T)/2 and of the vech layout are independent, so this equals drawing the blocks."""
+    return np.stack([draw_noise(s, (n_runs,), rng) for s in specs], axis=1) if specs else np.zeros((n_runs, 0))
 
 
 def batched_block_noise(mechanism: Mechanism, block: Block, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -324,6 +377,81 @@ def audit_mechanism(mechanism: Mechanism, n_runs: int = 100_000, *, pair: Neighb
     report = mechanism.privacy_report()
     return AuditResult(**{**res.to_dict(), "epsilon_claimed": report.epsilon_claimed,
                           "epsilon_true": report.epsilon, "epsilon_pair": pair_epsilon(m0, m1, specs, delta)})
+
+
+# --------------------------------------------------------------------------- a participant's own view
+def party_neighbouring_pair(plan: DissectionPlan, party: int, n_samples: int, *,
+                            random_state: RandomState = 0) -> NeighbouringPair:
+    """D0, D1 differ only in ``party``'s columns of row 0 (bounded DP restricted to one party's part of a row).
+
+    Row 0: every column at the corner 1/sqrt(d) of the l2 domain's box (||x|| = 1), label 1 (linear) or 0
+    (logistic); D1 negates ``party``'s columns. This attains the per-party sensitivities of
+    :func:`vfl.privacy.sensitivity.gaussian_party_sensitivities` for a party without the label when r_k^2 <= 1/2
+    (alpha: 4 r_k/N, M: sqrt(8 r_k^2 (1 - r_k^2))/N), so the pair's exact epsilon is the reported epsilon^(k).
+    Background rows: columns uniform in [-1, 1]/sqrt(d), labels uniform in [-1, 1] or Bernoulli(1/2).
+    """
+    if not 0 <= party < plan.n_parties or party == plan.label_owner:
+        raise ConfigurationError(f"party must be a party without the label, got {party}")
+    d = plan.n_features
+    rng = make_rng(random_state)
+    X = rng.uniform(-1.0, 1.0, (n_samples, d)) / math.sqrt(d)
+    y = rng.uniform(-1.0, 1.0, n_samples) if plan.model == "linear" else rng.integers(0, 2, n_samples).astype(float)
+    X[0] = 1.0 / math.sqrt(d)
+    y[0] = 1.0 if plan.model == "linear" else 0.0
+    X1 = X.copy()
+    X1[0, plan.feature_slices[party]] *= -1.0
+    return NeighbouringPair(X, y, X1, y.copy())
+
+
+def observer_epsilon(mechanism: Mechanism, observer: int | str, pair: NeighbouringPair) -> float | None:
+    """The epsilon the privacy report states against ``observer`` for ``pair``: the per-party value of the one party
+    whose data the pair changes (the global value if several or the label change)."""
+    from vfl.privacy.accounting import AGAINST_ANYONE, AGAINST_COORDINATOR, AGAINST_PARTY
+
+    report = mechanism.privacy_report()
+    plan = mechanism.plan
+    changed = {k for k, sl in enumerate(plan.feature_slices) if not np.array_equal(pair.X0[:, sl], pair.X1[:, sl])}
+    if not np.array_equal(pair.y0, pair.y1):
+        changed.add(plan.label_owner)
+    key = AGAINST_COORDINATOR if observer == "coordinator" else AGAINST_PARTY
+    if mechanism.noise_sharing == "central" or plan.n_parties < 2:
+        key = AGAINST_ANYONE
+    against = report.parties[changed.pop()].epsilon_against if len(changed) == 1 else report.epsilon_against
+    return against.get(key)
+
+
+def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000, *,
+               pair: NeighbouringPair | None = None, delta: float | None = None, alpha: float = 0.05,
+               random_state: RandomState = 0) -> AuditResult:
+    """Lower-bound the epsilon of ``observer``'s own view (module docstring) on ``pair`` and return it with the
+    epsilon the report states against that observer (``epsilon_true``) and the pair's exact epsilon under the
+    view's noise (``epsilon_pair``; inf when the view holds a changed coordinate without noise).
+
+    ``pair`` defaults to :func:`party_neighbouring_pair` for the first party other than ``observer`` without the
+    label. The observer's own single-party blocks must not change (it holds that data): ConfigurationError.
+    """
+    plan = mechanism.plan
+    if pair is None:
+        others = [k for k in range(plan.n_parties) if k != observer and k != plan.label_owner]
+        if not others:
+            raise ConfigurationError("no party other than the observer and the label owner to protect")
+        pair = party_neighbouring_pair(plan, others[0], mechanism.n_samples, random_state=random_state)
+    delta = float(getattr(mechanism, "delta", 0.0)) if delta is None else float(delta)
+    m0, m1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)
+    specs = view_noise_specs(mechanism, observer)
+    own = np.array([s.kind == "none" for s in specs]) & (m0 != m1)
+    sizes = [len(_block_noise_specs(mechanism, b)) for b in plan.blocks]
+    owners = np.repeat([(not b.cross) and b.noised_by == observer for b in plan.blocks], sizes)
+    if np.any(own & owners):
+        raise ConfigurationError(f"the pair changes data the observer ({observer}) holds itself")
+    rng = make_rng(random_state)
+    s0 = likelihood_ratio_statistic(m0 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    s1 = likelihood_ratio_statistic(m1 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    res = audit_statistics(s0, s1, delta=delta, alpha=alpha)
+    keep = np.flatnonzero([s.kind != "none" for s in specs])
+    exact = math.inf if np.any(own) else pair_epsilon(m0[keep], m1[keep], [specs[i] for i in keep], delta)
+    return AuditResult(**{**res.to_dict(), "epsilon_claimed": mechanism.privacy_report().epsilon_claimed,
+                          "epsilon_true": observer_epsilon(mechanism, observer, pair), "epsilon_pair": exact})
 
 
 # --------------------------------------------------------------------------- command line
