@@ -283,3 +283,16 @@ def test_the_networked_release_reports_two_sided_noise() -> None:
         party = FMParty(datas[out.to], PlanBody.from_body(out.body), rng=np_.random.default_rng(1), seeded=True,
                         allow_insecure_keys=True)
         assert party.mech.noise_sharing == "two-sided"
+
+
+def test_one_line_summary_for_plan_printouts() -> None:
+    rep = gaussian([1, 4, 3], 0, "linear").privacy_report()
+    line = rep.against_summary()
+    assert line.startswith("formal DP: yes; epsilon 1 against any single party or a party with the coordinator, ")
+    assert f"{rep.epsilon_against[AGAINST_COORDINATOR]:.4g} against the coordinator alone (delta 1e-05)" in line
+    rep.mark_seeded()
+    assert rep.against_summary().startswith("formal DP: no;")
+    central = gaussian([2, 2], 0, "linear", sharing="central").privacy_report().against_summary()
+    assert "against anyone who sees the model" in central
+    assert make_mechanism("none", plan=DissectionPlan([2, 2], 0), n_samples=N).privacy_report().against_summary() \
+        == "formal DP: no; no noise"

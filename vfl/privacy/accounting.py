@@ -243,6 +243,21 @@ class PrivacyReport:
         lines.append("  (terms: docs/privacy.md)")
         return "\n".join(lines)
 
+    def against_summary(self) -> str:
+        """One line for a plan printout: formal DP yes/no and epsilon against whom (issue 21: every party prints it
+        for the plan it accepts), e.g. ``formal DP: yes; epsilon 1 against any single party or a party with the
+        coordinator, 0.778 against the coordinator alone (delta 1e-05)``."""
+        head = f"formal DP: {'yes' if self.formal_dp else 'no'}"
+        if self.epsilon is None:
+            return f"{head}; no noise"
+        a = self.epsilon_against
+        if AGAINST_COORDINATOR in a:
+            body = (f"epsilon {_fmt(a.get(AGAINST_PARTY))} against any single party or a party with the coordinator, "
+                    f"{_fmt(a[AGAINST_COORDINATOR])} against the coordinator alone")
+        else:
+            body = f"epsilon {_fmt(self.epsilon)} against anyone who sees the model"
+        return head + "; " + body + ("" if self.delta is None else f" (delta {self.delta:.3g})")
+
     def _epsilon_lines(self) -> list[str]:
         d = "" if self.delta is None else f", delta = {self.delta:.3g}"
         lines = [f"  overall: epsilon = {_fmt(self.epsilon)}{d}"]
