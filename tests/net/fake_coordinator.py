@@ -31,6 +31,9 @@ class FakeCoordinator:
         self.run_id = secrets.token_hex(16)
         self.seq = 0
         self.received: list[tuple[bytes, Message]] = []
+        self.plans: dict[bytes, dict] = {}
+        #: the co-parties the fake plays honestly in the roster step (name -> their Roster, checked like a party's)
+        self.players: dict[str, Any] = {}
 
     def send(self, peer: bytes, mtype: MessageType, body: dict | None = None, payload: list | None = None) -> None:
         self.seq += 1
@@ -64,9 +67,55 @@ class FakeCoordinator:
 
     def plan(self, peer: bytes, *, index: int, parties: list[dict], mechanism: str, params: dict[str, Any],
              n_samples: int, label_owner: int, model: str = "linear") -> None:
-        self.send(peer, MessageType.PLAN, {"index": index, "parties": parties, "model": model,
-                                           "mechanism": mechanism, "params": params, "n_samples": n_samples,
-                                           "label_owner": label_owner})
+        self.plans[peer] = {"index": index, "parties": parties, "model": model, "mechanism": mechanism,
+                            "params": params, "n_samples": n_samples, "label_owner": label_owner}
+        self.send(peer, MessageType.PLAN, self.plans[peer])
+
+    def roster(self, peer: bytes, identity_dir: Any, *, paillier: dict[str, str] | None = None,
+               cheat: Any = None, identities: dict[str, Any] | None = None, timeout: float = 30.0) -> Message | None:
+        """The roster step of the plan sent to ``peer``, with every other plan party played honestly: each signs its
+        registration (as the plan describes it) and its entry with its own identity from ``identity_dir``, or the
+        one given in ``identities`` (e.g. an invented party's fresh key; ``paillier``: Paillier key fingerprints by
+        name). ``cheat(entries)`` may alter the entries before the ROSTER is sent. Returns the real party's
+        ROSTER_ENTRY (None if it sent an ERROR or nothing)."""
+        from vfl.protocols.contracts import RegisterBody
+        from vfl.protocols.roster import Roster, sign_registration
+        from vfl.secure.identity import load_identity, load_pinned
+
+        got = self.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=timeout)
+        if got is None or got[1].type is MessageType.ERROR:
+            return None
+        plan, entries = self.plans[peer], []
+        for i, p in enumerate(plan["parties"]):
+            if i == plan["index"]:
+                entries.append(got[1].body)
+                continue
+            identity = (identities or {}).get(p["name"]) or load_identity(identity_dir, p["name"])
+            reg = sign_registration(identity, RegisterBody(
+                name=p["name"], n_rows=plan["n_samples"], features=p["features"],
+                label_owner=i == plan["label_owner"]).to_body())
+            self.players[p["name"]] = Roster(name=p["name"], run=self.run_id, plan_body={**plan, "index": i},
+                                             registration=reg, identity=identity, pinned=load_pinned(identity_dir),
+                                             paillier=(paillier or {}).get(p["name"]))
+            entries.append(self.players[p["name"]].entry().body)
+        if cheat is not None:
+            cheat(entries)
+        roster = Message(MessageType.ROSTER, {"entries": entries})
+        for player in self.players.values():
+            try:
+                player.verify(roster)
+            except Exception:  # noqa: BLE001 - a cheating roster: the played parties sign nothing later
+                pass
+        self.send(peer, MessageType.ROSTER, {"entries": entries})
+        return got[1]
+
+    def send_as(self, peer: bytes, sender: str, mtype: MessageType, body: dict, payload: list | None = None) -> None:
+        """Relay a message as the played co-party ``sender`` would send it: sealed with its identity, plus the
+        coordinator's ``origin``."""
+        from vfl.protocols.contracts import Out
+
+        sealed = self.players[sender].seal(Out(type=mtype.value, body=body, payload=payload or []))
+        self.send(peer, mtype, {**sealed.body, "origin": sender}, payload)
 
     def sent_by_party(self, mtype: MessageType) -> list[Message]:
         return [m for _, m in self.received if m.type is mtype]

@@ -33,17 +33,19 @@ def _bob() -> LocalData:
 
 
 def _parties(bob_columns: int = 3) -> list[dict]:
-    return [{"name": "alice", "n_features": 2, "features": ["a0", "intercept"], "label_owner": True,
-             "intercept": True},
-            {"name": "bob", "n_features": bob_columns, "features": ["b0", "b1", "b2"], "label_owner": False,
-             "intercept": False}]
+    # as the coordinator describes parties: their registered features, plus the label owner's public intercept
+    # column in n_features (the roster checks that the plan describes each party as it registered)
+    return [{"name": "alice", "n_features": 2, "features": ["a0"], "label_owner": True, "intercept": True},
+            {"name": "bob", "n_features": bob_columns, "features": ["bob_x0", "bob_x1", "bob_x2"],
+             "label_owner": False, "intercept": False}]
 
 
 class PartyThread(threading.Thread):
-    def __init__(self, data: LocalData, endpoint: str, **kw) -> None:
+    def __init__(self, data: LocalData, endpoint: str, identity_dir, **kw) -> None:  # noqa: ANN001
         super().__init__(daemon=True)
         self.lines: list[str] = []
-        self.node = PartyNode(data, endpoint, timeout=20, allow_insecure_keys=True, log=self.lines.append, **kw)
+        self.node = PartyNode(data, endpoint, timeout=20, allow_insecure_keys=True, log=self.lines.append,
+                              identity_dir=identity_dir, **kw)
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -60,27 +62,28 @@ def fake():
     f.close()
 
 
-def test_echoed_request_over_the_wire_is_refused_and_no_share_leaves_the_party(fake):
+def test_echoed_request_over_the_wire_is_refused_and_no_share_leaves_the_party(fake, identity_dir):
     """Item 1: the red team echoed bob's own ENC_REQUEST ciphertexts back as a MASKED_RESPONSE declaring
     n_resp_cols = N; bob decrypted them and his SHARE carried his whole table. Now bob refuses before decrypting
-    and reports an error; no SHARE is ever sent for the block."""
-    party = PartyThread(_bob(), fake.endpoint)
+    and reports an error; no SHARE is ever sent for the block -- even when the echo comes signed by alice herself
+    (a malicious responder; a relay alone cannot sign it: tests/net/test_roster_attacks.py)."""
+    party = PartyThread(_bob(), fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
     fake.plan(peer, index=1, parties=_parties(), mechanism="gaussian-fm", params=PARAMS, n_samples=N,
               label_owner=0)
+    assert fake.roster(peer, identity_dir) is not None
     got = fake.wait_for(MessageType.ENC_REQUEST)
     assert got is not None
     request = got[1]
     block, wire = request.body["block"], request.body["wire"]
     assert wire["n_rows"] == N and wire["n_chunks"] == 1
     # streamed request (issue 8): the ciphertexts follow in ENC_CHUNKs once the "responder" grants credit
-    fake.send(peer, MessageType.CREDIT, {"block": block, "to": "bob", "origin": "alice", "upto": 1})
+    fake.send_as(peer, "alice", MessageType.CREDIT, {"block": block, "to": "bob", "upto": 1})
     chunk = fake.wait_for(MessageType.ENC_CHUNK)
     assert chunk is not None
-    fake.send(peer, MessageType.MASKED_RESPONSE,
-              {"block": block, "to": "bob", "origin": "alice", "wire": echo_response_wire(wire, N)},
-              [chunk[1].blob(0)])
+    fake.send_as(peer, "alice", MessageType.MASKED_RESPONSE,
+                 {"block": block, "to": "bob", "wire": echo_response_wire(wire, N)}, [chunk[1].blob(0)])
     error = fake.wait_for(MessageType.ERROR, timeout=30)
     party.join(30)
     assert error is not None and "refused without decrypting" in error[1].body["reason"]
@@ -90,10 +93,10 @@ def test_echoed_request_over_the_wire_is_refused_and_no_share_leaves_the_party(f
 
 @pytest.mark.parametrize("mechanism,epsilon", [("gaussian-fm", 1e200), ("relaxed-fm", 1e155),
                                                ("laplace-fm", 1e-300)])
-def test_absurd_epsilon_in_a_plan_fails_fast_instead_of_freezing_the_party(fake, mechanism, epsilon):
+def test_absurd_epsilon_in_a_plan_fails_fast_instead_of_freezing_the_party(fake, mechanism, epsilon, identity_dir):
     """Item 5: a PLAN with epsilon = 1e200 froze the party's main thread in the Gaussian calibration past its own
     timeout; laplace-fm with 1e-300 crashed in the sampler. Now the party reports a one-line error at once."""
-    party = PartyThread(_bob(), fake.endpoint)
+    party = PartyThread(_bob(), fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
     t0 = time.monotonic()
@@ -108,10 +111,10 @@ def test_absurd_epsilon_in_a_plan_fails_fast_instead_of_freezing_the_party(fake,
     assert fake.sent_by_party(MessageType.BLOCK) == []
 
 
-def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(fake):
+def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(fake, identity_dir):
     """The same attack through the PLAN: the key holder's expected width comes from the plan, so a plan that
     claims alice has N columns must not be accepted (a column count >= N is refused before anything runs)."""
-    party = PartyThread(_bob(), fake.endpoint)
+    party = PartyThread(_bob(), fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
     parties = _parties()
@@ -124,30 +127,11 @@ def test_plan_declaring_n_columns_for_the_responder_cannot_widen_the_decryption(
     assert fake.sent_by_party(MessageType.ENC_REQUEST) == [] and fake.sent_by_party(MessageType.BLOCK) == []
 
 
-def test_a_plan_padded_with_invented_parties_is_refused_above_the_exposure_bound(fake):
-    """The residual of item 1: within the plan's shape a hostile relay can still make the key holder decrypt
-    ``response_cols`` of its rows per product, so invented parties multiply that. The party prints its exposure
-    and refuses a plan above its --max-exposed-rows before it touches its data or encrypts anything."""
-    party = PartyThread(_bob(), fake.endpoint, policy=PartyPolicy(max_exposed_rows=5))
-    party.start()
-    peer, _ = fake.register()
-    ghosts = [{"name": f"ghost{i}", "n_features": 3, "features": [f"g{i}_{j}" for j in range(3)],
-               "label_owner": False, "intercept": False} for i in range(4)]
-    # bob (3 cols) encrypts alpha[1] (1), M[0,1] against alice's 2 columns and M[1,g] against each ghost's 3
-    fake.plan(peer, index=1, parties=_parties() + ghosts, mechanism="gaussian-fm", params=PARAMS, n_samples=N,
-              label_owner=0)
-    error = fake.wait_for(MessageType.ERROR, timeout=30)
-    party.join(30)
-    assert error is not None and "exposes 15 of its rows" in error[1].body["reason"], error
-    assert "--max-exposed-rows" in error[1].body["reason"]
-    assert fake.sent_by_party(MessageType.READY) == [] and fake.sent_by_party(MessageType.ENC_REQUEST) == []
-
-
 @pytest.mark.parametrize("mechanism", ["none", "bcd"])
-def test_party_refuses_an_unprotected_plan_unless_its_operator_opts_in(fake, mechanism):
+def test_party_refuses_an_unprotected_plan_unless_its_operator_opts_in(fake, mechanism, identity_dir):
     """Item 1: a party ran whatever a PLAN named: 'none' sent its blocks un-noised, 'bcd' sent y - X beta exactly.
     By default it now refuses before touching its data; with --allow-mechanisms it runs and says so."""
-    party = PartyThread(_bob(), fake.endpoint)
+    party = PartyThread(_bob(), fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
     params = {**PARAMS, "epsilon": None, "rounds": 2, "gamma": 1.2} if mechanism == "bcd" else PARAMS
@@ -159,11 +143,12 @@ def test_party_refuses_an_unprotected_plan_unless_its_operator_opts_in(fake, mec
     assert fake.sent_by_party(MessageType.READY) == [] and fake.sent_by_party(MessageType.BLOCK) == []
 
 
-def test_an_opted_in_party_prints_the_plan_it_runs(fake):
-    party = PartyThread(_bob(), fake.endpoint, policy=PartyPolicy.from_options("gaussian-fm,none"))
+def test_an_opted_in_party_prints_the_plan_it_runs(fake, identity_dir):
+    party = PartyThread(_bob(), fake.endpoint, identity_dir, policy=PartyPolicy.from_options("gaussian-fm,none"))
     party.start()
     peer, _ = fake.register()
     fake.plan(peer, index=1, parties=_parties(), mechanism="none", params=PARAMS, n_samples=N, label_owner=0)
+    assert fake.roster(peer, identity_dir) is not None
     assert fake.wait_for(MessageType.READY, timeout=30) is not None
     fake.send(peer, MessageType.ABORT, {"reason": "test over", "error": "E"})
     party.join(30)
@@ -175,10 +160,10 @@ def test_an_opted_in_party_prints_the_plan_it_runs(fake):
                                          ({"delta": 0.4}, "refuses delta 0.4"),
                                          ({"epsilon": 8.0, "mechanism_options": {"calibration": "paper"}},
                                           "(true epsilon of the plan)")])
-def test_party_refuses_epsilon_above_its_maximum(fake, params, text):
+def test_party_refuses_epsilon_above_its_maximum(fake, params, text, identity_dir):
     """Also through calibration="paper", whose nominal epsilon 8 is really about 14: the policy applies to the
     true epsilon of the party's own privacy report."""
-    party = PartyThread(_bob(), fake.endpoint)
+    party = PartyThread(_bob(), fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
     fake.plan(peer, index=1, parties=_parties(), mechanism="gaussian-fm", params={**PARAMS, **params}, n_samples=N,
@@ -189,7 +174,7 @@ def test_party_refuses_epsilon_above_its_maximum(fake, params, text):
     assert fake.sent_by_party(MessageType.BLOCK) == []
 
 
-def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path):
+def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path, identity_dir):
     """The real CLI process against the fake coordinator: exit code 2, one line naming the option."""
     import os
     import subprocess
@@ -202,7 +187,8 @@ def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
                              "--data", str(data), "--features", "b0,b1,b2", "--no-progress", "--timeout", "30",
-                             "--insecure-test-keys"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--insecure-test-keys", "--identity-dir", str(identity_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
         peer, _ = fake.register(timeout=60)
