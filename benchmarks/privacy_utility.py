@@ -29,10 +29,11 @@ repetitions (``--iterative-repetitions``) and, above N = 10^4, run only at ``--f
 Reported per (model, N, method, eps): median test MSE (linear, original units of y) or test accuracy
 (logistic), 2.5/97.5 % quantiles over repetitions, the ratio median / non-private value, the true epsilon
 of the release, and how many fits needed the solver's ridge fallback (spec §2.5) or failed. Writes
-``results.json`` (all numbers, including every repetition), ``results.md`` and PNG figures to ``--out``.
+``results.json`` (all numbers, including every repetition), ``results.md`` and PNG figures to ``--out`` (default: a
+new folder in the system's temporary directory, printed at the end).
 
     python benchmarks/privacy_utility.py --quick            # seconds
-    python benchmarks/privacy_utility.py --out results/privacy_utility
+    python benchmarks/privacy_utility.py --out /tmp/pu_full
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import json
 import math
 import platform
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -460,7 +462,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="repetitions for noisy GD / objective perturbation (default 50)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: N in {1e3, 1e4}, 30 FM / 5 iterative repetitions, iterative full grid at 1e3")
-    parser.add_argument("--out", type=Path, default=Path("results/privacy_utility"), help="output folder")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: a new folder in the system's temporary directory, printed at "
+                             "the end; never inside the repository)")
     parser.add_argument("--seed", type=int, default=2024, help="master seed (data and noise)")
     parser.add_argument("--fixed-epsilon", type=float, default=0.5, help="epsilon of the error-vs-N figure")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
@@ -479,6 +483,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="vfl-privacy-utility-"))
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with warnings.catch_warnings():

@@ -621,12 +621,16 @@ def keys(out: str, names: tuple[str, ...]) -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the synthetic data (not the noise).")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Run timeout in seconds.")
-def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int, seed: int, timeout: float) -> None:
+@click.option("--out-dir", type=click.Path(file_okay=False), default=None,
+              help="Write the demo's data, keys and model to this new or empty folder and keep them (default: a "
+                   "temporary folder, removed at the end).")
+def demo(rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int, seed: int, timeout: float,
+         out_dir: str | None) -> None:
     """Coordinator + two parties as local processes on a built-in synthetic data set."""
     from vfl.demo import run_demo
 
     run_demo(rows=rows, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits, seed=seed,
-             timeout=timeout, echo=_echo)
+             timeout=timeout, echo=_echo, workdir=out_dir)
 
 
 # ---------------------------------------------------------------------------------------------- entry point

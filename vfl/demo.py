@@ -24,7 +24,7 @@ import numpy as np
 
 from vfl.exceptions import PartyFailure
 
-__all__ = ["make_demo_data", "run_demo", "free_port", "wait_all"]
+__all__ = ["make_demo_data", "run_demo", "check_demo", "free_port", "wait_all"]
 
 ALICE_BOUNDS = {"age": (18.0, 90.0), "income": (0.0, 200.0), "tenure": (0.0, 40.0)}
 BOB_BOUNDS = {"visits": (0.0, 50.0), "spend": (0.0, 10.0)}
@@ -81,6 +81,27 @@ def wait_all(procs: list[subprocess.Popen], timeout: float, poll: float = 0.1) -
     return [int(p.returncode) for p in procs]
 
 
+MIN_DEMO_ROWS = 10
+
+
+def check_demo(*, rows: int, mechanism: str, epsilon: float, delta: float, key_bits: int, timeout: float,
+               workdir: str | None) -> None:
+    """Refuse a demo the coordinator or the parties would refuse (the coordinator's own RunSettings checks), and
+    a ``workdir`` that holds files, before anything starts (issue 21: ``--epsilon 0`` started three processes)."""
+    from vfl.exceptions import ConfigurationError
+    from vfl.protocols.settings import RunSettings
+
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < MIN_DEMO_ROWS:
+        raise ConfigurationError(f"--rows must be an integer >= {MIN_DEMO_ROWS}, got {rows}")
+    RunSettings(n_parties=2, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits,
+                allow_insecure_keys=key_bits < 2048, timeout=timeout).validate()
+    if workdir is not None:
+        folder = Path(workdir)
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise ConfigurationError(f"--out-dir {workdir}: give a new or empty folder (it receives the demo's data, "
+                                     "keys and model)")
+
+
 def _vfl_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "vfl.cli", *args]
 
@@ -88,7 +109,14 @@ def _vfl_command(*args: str) -> list[str]:
 def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float = 1.0, delta: float = 1e-5,
              key_bits: int = 2048, seed: int = 0, timeout: float = 120.0,
              echo: Callable[[str], None] = print, workdir: str | None = None) -> dict:
-    """Run the demo; returns timings and the model path. Raises PartyFailure if any process fails."""
+    """Run the demo; returns timings and the model path. Raises PartyFailure if any process fails.
+
+    Every parameter is checked (:func:`check_demo`) before a file is written or a process started. ``workdir``:
+    write the data, keys and model there and keep them (a new or empty folder); default: a temporary folder
+    that is removed at the end (and not printed).
+    """
+    check_demo(rows=rows, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits, timeout=timeout,
+               workdir=workdir)
     tmp = tempfile.TemporaryDirectory(prefix="vfl-demo-") if workdir is None else None
     folder = Path(workdir or tmp.name)  # type: ignore[union-attr]
     try:
@@ -103,9 +131,10 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         echo(f"vfl demo: {rows} synthetic rows, alice = age, income, tenure + label score; bob = visits, spend")
         echo(f"          mechanism {mechanism}, epsilon {epsilon:g}, delta {delta:g}, {key_bits}-bit Paillier keys"
              + (" (INSECURE test size)" if insecure else ""))
-        echo(f"          data and model in {folder}")
+        echo(f"          data, keys and model in {folder} (kept)" if tmp is None else
+             "          data, keys and model in a temporary folder, removed at the end (--out-dir DIR keeps them)")
         coord_cmd = _vfl_command("coordinator", "--parties", "2", "--mechanism", mechanism, "--epsilon", str(epsilon),
-                                 "--delta", str(delta), "--bind", url, "--out", str(out), "--key-bits", str(key_bits),
+                                 "--delta", str(delta), "--bind", url, "--out", out.name, "--key-bits", str(key_bits),
                                  "--timeout", str(timeout), *insecure)
         party_cmds = [
             _vfl_command("party", "--connect", url, "--name", "alice", "--data", str(paths["alice"]), "--features",
@@ -124,7 +153,7 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         coord_cmd += ["--curve-dir", str(keys)]
         party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys)] for cmd in party_cmds]
         start = time.perf_counter()
-        procs = [subprocess.Popen(coord_cmd, env=env)]
+        procs = [subprocess.Popen(coord_cmd, env=env, cwd=folder)]   # it prints "model written to model.json"
         try:
             procs += [subprocess.Popen(cmd, env=env) for cmd in party_cmds]
             codes = wait_all(procs, timeout + 60)
@@ -140,8 +169,9 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
 
         model = load_model(out)
         _compare(model, paths, echo)
-        echo(f"vfl demo: finished in {wall:.1f} s (three processes over ZeroMQ on loopback)")
-        return {"wall_seconds": wall, "model": str(out)}
+        echo(f"vfl demo: finished in {wall:.1f} s (three processes over ZeroMQ on loopback)"
+             + (f"; model in {out}" if tmp is None else ""))
+        return {"wall_seconds": wall, "model": str(out) if tmp is None else None}
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -92,30 +92,78 @@ def plot_r2_vs_epsilon(
     y_limits: tuple[float, float] | None = None,
 ) -> Path:
     """Median R^2 per epsilon with a shaded (lower, upper) band per series; horizontal reference lines
-    (e.g. centralized OLS, 5-round BCD); log-scaled epsilon axis. NaN medians (all runs aborted) are gaps."""
+    (e.g. centralized OLS, 5-round BCD); log-scaled epsilon axis. NaN medians (all runs aborted) are gaps.
+
+    Nothing is silently off the chart (:func:`draw_r2_vs_epsilon`): a median outside ``y_limits`` is a triangle at
+    the axis edge with its value printed, reference lines have their own colours and their values in the legend,
+    and one that would hide another says so. The PNG's ``Description`` text states both in words.
+    """
     plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6.5, 5.0))
+    notes = draw_r2_vs_epsilon(ax, epsilons, series, references=references, y_limits=y_limits)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    description = f"{title}. " if title else ""
+    fig.savefig(path, dpi=130, bbox_inches="tight",
+                metadata={"Description": description + ("; ".join(notes) or "all medians shown")})
+    plt.close(fig)
+    return path
+
+
+REFERENCE_STYLES = (("black", "--", 1.6), ("tab:purple", ":", 2.2), ("tab:brown", "-.", 1.4))
+
+
+def draw_r2_vs_epsilon(ax, epsilons: Sequence[float], series: Mapping[str, Interval], *,  # noqa: ANN001
+                       references: Mapping[str, float] | None = None,
+                       y_limits: tuple[float, float] | None = None) -> list[str]:
+    """Draw the R^2-vs-epsilon chart on ``ax``; returns notes on what the limits or overlaps would hide.
+
+    A median outside ``y_limits`` is not drawn off the chart: the line breaks there and a triangle at the edge
+    (down: below, up: above) carries the median's value. Reference lines differ in colour and style, carry their
+    value in the legend, and one within 1 % of the axis span of an earlier one is labelled as overlapping it.
+    """
     eps = np.asarray(epsilons, dtype=float)
+    lo_lim, hi_lim = y_limits if y_limits is not None else (-np.inf, np.inf)
+    span = (hi_lim - lo_lim) if y_limits is not None else 1.0
+    notes: list[str] = []
     for label, (centre, lower, upper) in series.items():
         centre, lower, upper = (np.asarray(a, dtype=float) for a in (centre, lower, upper))
-        (line,) = ax.plot(eps, centre, marker="o", ms=4, label=label)
+        outside = np.isfinite(centre) & ((centre < lo_lim) | (centre > hi_lim))
+        shown = np.where(outside, np.nan, centre)
+        (line,) = ax.plot(eps, shown, marker="o", ms=4,
+                          label=label + (" (triangle: median off the axis, value printed)" if outside.any() else ""))
         ax.fill_between(eps, lower, upper, color=line.get_color(), alpha=0.18, lw=0)
-    for (label, value), style in zip((references or {}).items(), ("--", ":", "-."), strict=False):
-        ax.axhline(value, color="black", ls=style, lw=1, label=label)
+        for e, value in zip(eps[outside], centre[outside], strict=True):
+            below = value < lo_lim
+            edge = lo_lim + 0.03 * span if below else hi_lim - 0.03 * span
+            ax.plot([e], [edge], marker="v" if below else "^", ms=7, color=line.get_color(), ls="none")
+            ax.annotate(_r2_text(value), (e, edge), textcoords="offset points", xytext=(6, 4 if below else -10),
+                        fontsize=7, color=line.get_color())
+            notes.append(f"{label}: median R^2 {_r2_text(value)} at epsilon {e:g} is {'below' if below else 'above'} "
+                         "the axis (marked by a triangle with its value)")
+    drawn: list[tuple[str, float]] = []
+    for (label, value), (colour, style, width) in zip((references or {}).items(), REFERENCE_STYLES, strict=False):
+        hidden = [other for other, v in drawn if abs(v - value) <= 0.01 * (span if np.isfinite(span) else 1.0)]
+        text = f"{label} (R^2 {value:.3f}" + (f"; overlaps {', '.join(hidden)})" if hidden else ")")
+        ax.axhline(value, color=colour, ls=style, lw=width, label=text, zorder=3)
+        if hidden:
+            notes.append(f"{label} (R^2 {value:.4g}) overlaps {', '.join(hidden)}")
+        drawn.append((label, value))
     ax.set_xscale("log")
     ax.set_xticks(eps, labels=[f"{e:g}" for e in eps])
     ax.set_xlabel("nominal epsilon")
     ax.set_ylabel("R^2 (median, 2.5-97.5 % band)")
     if y_limits is not None:
         ax.set_ylim(*y_limits)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return notes
+
+
+def _r2_text(value: float) -> str:
+    """An R^2 value for a label: two decimals (so -1.003 reads -1.00, not -1), or 3 significant digits if large."""
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.3g}"
 
 
 # --------------------------------------------------------------------------- privacy-utility curves

@@ -34,6 +34,7 @@ from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.privacy.cape_accounting import colluders_note
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
@@ -321,7 +322,8 @@ class CapeAggregator:
             self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
                                                                         "fit_intercept": s.fit_intercept}))
         self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
-                 f"delta {s.delta:g}, S_C {agg.info['n_colluders']}")
+                 f"delta {s.delta:g}, S_C {agg.info['n_colluders']} "
+                 + colluders_note(agg.info["n_colluders"], len(self.sites), defaulted=s.n_colluders is None))
         self._drive(agg)
         w, report = agg.finish()
         scale = 1.0 / math.sqrt(n_features)
@@ -339,5 +341,6 @@ class CapeAggregator:
                             {"lambda_floor": report["lambda_floor"], "n_floored_eigenvalues":
                              report["n_floored_eigenvalues"], "domain": "l2", "n_sites": len(self.sites)})
         self.log(f"capeFM: per-site epsilon {s.epsilon:g}, delta {s.delta:g} (kappa {report['kappa']:.4g}, "
-                 f"S_C {report['n_colluders']}); noise: {report['noise']}")
+                 f"S_C {report['n_colluders']})"
+                 + ("" if report["noise"] is True else f"; TEST MODE noise {report['noise']}: not private"))
         return model

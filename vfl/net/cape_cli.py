@@ -20,6 +20,9 @@ def cape_report_text(r: dict) -> str:
     else:
         lines.append(f"  per site: epsilon {r['claimed_epsilon']:g}, delta {r['delta']:g} against the aggregator + "
                      f"{r['n_colluders']} colluding site(s); true epsilon {r['true_epsilon']:.4g}")
+        if r["n_colluders"] == 0:
+            lines.append("  no colluding site is tolerated: a site's noise does not protect it against the aggregator "
+                         "together with another site (--colluding S_C raises it, at the cost of more noise)")
     lines.append(f"  kappa {r['kappa']:.4g}, mu per site {r['mu_site']:.4g}; aggregate noise std alpha "
                  f"{r['aggregate_noise_std']['alpha']:.3g}, M {r['aggregate_noise_std']['M']:.3g}; floor "
                  f"{r['lambda_floor']:.3g} ({r['n_floored_eigenvalues']} eigenvalue(s) floored)")

@@ -32,6 +32,7 @@ from vfl.privacy.calibration import calibrate_mu, delta_gaussian, epsilon_of, va
 
 __all__ = [
     "default_colluders",
+    "colluders_note",
     "kappa",
     "cape_mu_z",
     "cape_mu_z_mean",
@@ -61,6 +62,16 @@ def _check_sites(n_sites: int, n_colluders: int) -> tuple[int, int]:
 def default_colluders(n_sites: int) -> int:
     """S_C = ceil(S/3) - 1: the collusion bound of SecureAgg with threshold floor(2S/3)+1 (Imtiaz et al. §3.1)."""
     return max(math.ceil(n_sites / 3) - 1, 0)
+
+
+def colluders_note(n_colluders: int, n_sites: int, *, defaulted: bool) -> str:
+    """Plain words for S_C in a plan or report line: whom the noise protects a site against, and where S_C came
+    from (the default ceil(S/3) - 1 is 0 for S <= 3: then no colluding site at all)."""
+    whom = ("the aggregator alone, no colluding site" if n_colluders == 0
+            else f"the aggregator together with up to {n_colluders} colluding site(s)")
+    source = (f"the default ceil(S/3) - 1 for {n_sites} sites; --colluding sets it" if defaulted
+              else "as requested")
+    return f"(each site's noise protects it against {whom}; {source})"
 
 
 def kappa(n_sites: int, n_colluders: int) -> float:
