@@ -67,7 +67,7 @@ from vfl.secure.products import (
 )
 
 __all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "product_shape", "operand_of",
-           "CREDIT_WINDOW", "MAX_CREDIT_WINDOW"]
+           "CREDIT_WINDOW", "MAX_CREDIT_WINDOW", "NOISE_TAIL_STDS", "check_product_magnitude"]
 
 #: chunks a responder lets its encryptor have in flight (credit-based flow control, as in the ZeroMQ guide's file
 #: transfer pattern): the coordinator and the responder never hold more than this many ciphertext chunks of a product
@@ -150,6 +150,29 @@ class FMRelease:
     n_floored: int
     domain: str
     precision_bits: int
+
+
+#: a combined entry may exceed its noise-free bound by this many standard deviations of the two noise draws: for
+#: Gaussian noise the chance is < exp(-800) per entry, for Laplace (two draws, std sqrt(2) b each) < exp(-50)
+NOISE_TAIL_STDS = 40.0
+
+
+def check_product_magnitude(total: np.ndarray, layout: Any, noise_std_raw: float, *, block: str,
+                            encryptor: str) -> None:
+    """Refuse a combined cross block whose entries exceed what honest operands can produce (issue 20, item 4).
+
+    Honest prepared values satisfy ``|a_int|, |b_int| <= O`` (the public encoding bound, ``O = ceil(V 2^p)``), so
+    ``|sum_i a_int_ij b_int_ik| <= n O^2``; a party's local offset (logistic alpha: ``|sum_i x_int| 2^(p-1)``) adds
+    at most ``n O^2 / 2``; the two noise draws (each of std ``sigma``) exceed ``NOISE_TAIL_STDS sqrt(2) sigma`` with
+    negligible probability. An encryptor that amplifies its operand inside its declared slots (``lambda e_i``) is
+    thereby limited to ``|lambda| <= 1.5 n O``, i.e. an amplification of at most ``1.5 n`` over an honest operand,
+    instead of the ~``2^noise_bits`` the slot check alone allows (docs/threat_model.md, "Residual").
+    """
+    bound = 3 * layout.n_rows * layout.offset ** 2 // 2 + math.ceil(NOISE_TAIL_STDS * math.sqrt(2.0) * noise_std_raw)
+    if any(abs(int(u)) > bound for u in np.asarray(total, dtype=object).flat):
+        raise ProtocolError(f"secure product refused: the combined block {block} exceeds what operands inside the "
+                            f"public bounds can produce ({encryptor}'s operand is amplified, or a share is "
+                            "corrupted); the run stops")
 
 
 # ------------------------------------------------------------------ coordinator side
@@ -306,11 +329,19 @@ class FMCoordinator:
             return
         # Z = S^enc + S^resp mod n, unpacked with the public layout: every slot inside its declared range and
         # nothing above the last slot, or the encryptor's operand was not what its request declared
+        encryptor = f"party {self.regs[block.encryptor].name}"  # type: ignore[index]
         total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
-                                      encryptor=f"party {self.regs[block.encryptor].name}")  # type: ignore[index]
+                                      encryptor=encryptor)
+        check_product_magnitude(total, stream.layout, self._noise_std_raw(block), block=block.name,
+                                encryptor=encryptor)
         raw = decode_products(total, self.precision_bits)
         self.values[block.name] = self.plan.scale(block, self.n) * orient(block, raw)
         self.log(f"  block {block.name} complete")
+
+    def _noise_std_raw(self, block: Block) -> float:
+        """Std of one party's noise draw on an entry of a cross block, in the product's raw units 2^-2p."""
+        spec = self.mech.entry_noise(block)
+        return spec.std / abs(self.plan.scale(block, self.n)) * 2.0 ** (2 * self.precision_bits)
 
     def finish(self) -> FMRelease:
         """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""
