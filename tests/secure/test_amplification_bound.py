@@ -59,7 +59,8 @@ def test_an_operand_amplified_inside_its_slots_passes_the_slot_check_but_not_the
     # the slot check alone lets it through: the combined block is lam b_3 + noise (the leak this test stops)
     assert all(abs(int(total[0, k]) - lam * int(B_int[3, k])) < 60 * sigma for k in range(2))
     with pytest.raises(ProtocolError, match="party mallory's operand is amplified"):
-        check_product_magnitude(total, lay, sigma, block="M[0,1]", encryptor="party mallory")
+        check_product_magnitude(total, n_rows=ROWS, enc_bound=lay.offset, resp_bound=lay.offset, noise_std_raw=sigma,
+                                block="M[0,1]", encryptor="party mallory")
 
 
 def test_the_largest_honest_operand_and_a_noise_tail_pass(keypair):
@@ -68,9 +69,51 @@ def test_the_largest_honest_operand_and_a_noise_tail_pass(keypair):
     pk, sk = keypair
     sigma = 2.0 * 2**P
     lay = ProductEncryptor(sk, np.zeros((ROWS, 1)), response_cols=1, precision_bits=P).layout
-    extreme = np.array([[lay.n_rows * lay.offset**2 + int(8 * sigma)]], dtype=object)
-    check_product_magnitude(extreme, lay, sigma, block="M[0,1]", encryptor="party alice")
-    check_product_magnitude(-extreme, lay, sigma, block="M[0,1]", encryptor="party alice")
-    beyond = np.array([[2 * lay.n_rows * lay.offset**2 + int(60 * sigma)]], dtype=object)
+    bounds = {"n_rows": ROWS, "enc_bound": lay.offset, "resp_bound": lay.offset // 3, "noise_std_raw": sigma}
+    extreme = np.array([[ROWS * lay.offset * (lay.offset // 3) + int(8 * sigma)]], dtype=object)
+    check_product_magnitude(extreme, **bounds, block="M[0,1]", encryptor="party alice")
+    check_product_magnitude(-extreme, **bounds, block="M[0,1]", encryptor="party alice")
+    beyond = np.array([[2 * ROWS * lay.offset * (lay.offset // 3) + int(60 * sigma)]], dtype=object)
     with pytest.raises(ProtocolError, match="party alice"):
-        check_product_magnitude(beyond, lay, sigma, block="M[0,1]", encryptor="party alice")
+        check_product_magnitude(beyond, **bounds, block="M[0,1]", encryptor="party alice")
+
+
+@pytest.mark.parametrize("model, domain, mechanism", [("linear", "l2", "gaussian-fm"),
+                                                      ("logistic", "l2", "gaussian-fm"),
+                                                      ("linear", "linf", "laplace-fm")])
+def test_honest_fm_releases_at_the_domain_bound_pass_the_coordinators_magnitude_check(model, domain, mechanism):
+    """Every prepared value at its public bound (the worst case for the check) through the socket-free FM release:
+    the coordinator's per-operand bounds (label / linf: 2^p, l2 features: c 2^p / sqrt(d)) never refuse an honest
+    run, intercept and logistic offsets included."""
+    from vfl.protocols.contracts import Registration
+    from vfl.protocols.fm_release import FMCoordinator
+
+    rows = 40
+    regs = [Registration(peer=b"A", name="alice", n_rows=rows, features=["a0", "a1"], label_owner=True),
+            Registration(peer=b"B", name="bob", n_rows=rows, features=["b0", "b1", "b2"], label_owner=False)]
+    from vfl.protocols.settings import RunSettings
+
+    coordinator = FMCoordinator(RunSettings(n_parties=2, model=model, mechanism=mechanism, epsilon=1.0,
+                                            delta=1e-5, key_bits=1024, allow_insecure_keys=True,
+                                            mechanism_options={"domain": domain},
+                                            precision_bits=P), regs)
+    d = coordinator.plan.n_features
+    for block in coordinator.plan.cross_blocks():
+        enc_b = coordinator._operand_bound(block, block.encryptor)
+        resp_b = coordinator._operand_bound(block, block.responder)
+        worst = np.array([[rows * enc_b * resp_b]], dtype=object)       # every row at both bounds, same sign
+        offset = rows * max(enc_b, resp_b) * 2 ** (P - 1) if model == "logistic" and block.kind == "alpha" else 0
+        check_product_magnitude(worst + offset, n_rows=rows, enc_bound=enc_b, resp_bound=resp_b,
+                                noise_std_raw=coordinator._noise_std_raw(block), block=block.name, encryptor="x")
+        if domain == "l2" and not coordinator.plan.label_operand(block, block.encryptor):
+            assert enc_b < 2**P / np.sqrt(d) + 2          # the l2 bound is the tight one
+    # the bound holds for the parties' real preparation of values at their public bounds (not only by definition)
+    from vfl.fm.domain import ColumnBounds, prepare_party_block
+    from vfl.privacy.fixed_point import prepare_fixed_point
+
+    extreme = np.array([[-5.0, 5.0, 5.0]] * 3)
+    U, _ = prepare_party_block(extreme, bounds=ColumnBounds(np.full(3, -5.0), np.full(3, 5.0)), domain=domain,
+                               n_features_total=d)
+    ints = np.rint(prepare_fixed_point(U, precision_bits=P, domain=domain, n_features_total=d) * 2**P)
+    feature = next(b for b in coordinator.plan.cross_blocks() if b.kind == "M")
+    assert np.max(np.abs(ints)) <= coordinator._operand_bound(feature, 1)

@@ -67,7 +67,8 @@ from vfl.secure.products import (
 )
 
 __all__ = ["FMCoordinator", "FMParty", "FMRelease", "FMParams", "product_shape", "operand_of",
-           "CREDIT_WINDOW", "MAX_CREDIT_WINDOW", "NOISE_TAIL_STDS", "check_product_magnitude"]
+           "CREDIT_WINDOW", "MAX_CREDIT_WINDOW", "NOISE_TAIL_STDS", "check_product_magnitude",
+           "product_magnitude_bound"]
 
 #: chunks a responder lets its encryptor have in flight (credit-based flow control, as in the ZeroMQ guide's file
 #: transfer pattern): the coordinator and the responder never hold more than this many ciphertext chunks of a product
@@ -157,18 +158,25 @@ class FMRelease:
 NOISE_TAIL_STDS = 40.0
 
 
-def check_product_magnitude(total: np.ndarray, layout: Any, noise_std_raw: float, *, block: str,
-                            encryptor: str) -> None:
+def product_magnitude_bound(n_rows: int, enc_bound: int, resp_bound: int, noise_std_raw: float) -> int:
+    """``1.5 n A B + ceil(NOISE_TAIL_STDS sqrt(2) sigma)``: the largest |entry| of an honest combined cross block
+    (raw units 2^-2p; see :func:`check_product_magnitude`)."""
+    return 3 * n_rows * enc_bound * resp_bound // 2 + math.ceil(NOISE_TAIL_STDS * math.sqrt(2.0) * noise_std_raw)
+
+
+def check_product_magnitude(total: np.ndarray, *, n_rows: int, enc_bound: int, resp_bound: int,
+                            noise_std_raw: float, block: str, encryptor: str) -> None:
     """Refuse a combined cross block whose entries exceed what honest operands can produce (issue 20, item 4).
 
-    Honest prepared values satisfy ``|a_int|, |b_int| <= O`` (the public encoding bound, ``O = ceil(V 2^p)``), so
-    ``|sum_i a_int_ij b_int_ik| <= n O^2``; a party's local offset (logistic alpha: ``|sum_i x_int| 2^(p-1)``) adds
-    at most ``n O^2 / 2``; the two noise draws (each of std ``sigma``) exceed ``NOISE_TAIL_STDS sqrt(2) sigma`` with
+    Honest prepared operands satisfy ``|a_int| <= enc_bound`` and ``|b_int| <= resp_bound`` (public: ``2^p`` for the
+    label and in the linf domain, ``ceil(c 2^p / sqrt(d)) + 1`` for features in the l2 domain), so
+    ``|sum_i a_int_ij b_int_ik| <= n A B``; a party's local offset (logistic alpha: ``|sum_i x_int| 2^(p-1)``) adds at
+    most half of that; the two noise draws (each of std ``sigma``) exceed ``NOISE_TAIL_STDS sqrt(2) sigma`` with
     negligible probability. An encryptor that amplifies its operand inside its declared slots (``lambda e_i``) is
-    thereby limited to ``|lambda| <= 1.5 n O``, i.e. an amplification of at most ``1.5 n`` over an honest operand,
-    instead of the ~``2^noise_bits`` the slot check alone allows (docs/threat_model.md, "Residual").
+    thereby limited to ``|lambda| <= 1.5 n A``, i.e. at most ``1.5 n`` times its largest honest value, instead of the
+    ~``2^noise_bits`` the slot check alone allows (docs/threat_model.md, "Residual").
     """
-    bound = 3 * layout.n_rows * layout.offset ** 2 // 2 + math.ceil(NOISE_TAIL_STDS * math.sqrt(2.0) * noise_std_raw)
+    bound = product_magnitude_bound(n_rows, enc_bound, resp_bound, noise_std_raw)
     if any(abs(int(u)) > bound for u in np.asarray(total, dtype=object).flat):
         raise ProtocolError(f"secure product refused: the combined block {block} exceeds what operands inside the "
                             f"public bounds can produce ({encryptor}'s operand is amplified, or a share is "
@@ -332,11 +340,21 @@ class FMCoordinator:
         encryptor = f"party {self.regs[block.encryptor].name}"  # type: ignore[index]
         total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
                                       encryptor=encryptor)
-        check_product_magnitude(total, stream.layout, self._noise_std_raw(block), block=block.name,
-                                encryptor=encryptor)
+        check_product_magnitude(total, n_rows=self.n, enc_bound=self._operand_bound(block, block.encryptor),
+                                resp_bound=self._operand_bound(block, block.responder),
+                                noise_std_raw=self._noise_std_raw(block), block=block.name, encryptor=encryptor)
         raw = decode_products(total, self.precision_bits)
         self.values[block.name] = self.plan.scale(block, self.n) * orient(block, raw)
         self.log(f"  block {block.name} complete")
+
+    def _operand_bound(self, block: Block, party: int | None) -> int:
+        """Largest |value| of a party's prepared operand on the 2^-p grid (public): the label and the linf domain
+        are in [-1, 1]; l2 features are scaled by c/sqrt(d) (:func:`vfl.fm.domain.prepare_party_block`)."""
+        p = self.precision_bits
+        if self.mech.domain != "l2" or self.plan.label_operand(block, party):
+            return 1 << p
+        d = self.plan.n_features
+        return math.ceil(fixed_point_shrink(d, p) / math.sqrt(d) * 2.0**p) + 1
 
     def _noise_std_raw(self, block: Block) -> float:
         """Std of one party's noise draw on an entry of a cross block, in the product's raw units 2^-2p."""
