@@ -71,6 +71,7 @@ from vfl.fm.domain import ColumnBounds, fixed_point_shrink, prepare_party_block
 from vfl.privacy.calibration import epsilon_of
 from vfl.privacy.fixed_point import cross_block_noise, exact_integer_gram, prepare_fixed_point
 from vfl.privacy.mechanisms import make_mechanism
+from vfl.protocols.fm_release import check_product_magnitude, product_magnitude_bound
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products
 from vfl.secure.keys import generate_keypair
 from vfl.secure.packing import SlotLayout, default_noise_bits
@@ -135,19 +136,23 @@ def block_setting(n: int, d_enc: int, d_resp: int) -> dict[str, Any]:
     layout = SlotLayout(key_bits=2048, n_rows=n, precision_bits=P, value_bound=1.0, noise_bits=default_noise_bits(P))
     return {"plan": plan, "mech": mech, "block": block, "scale": scale, "tau_raw": tau_raw,
             "tau_int": tau_raw * 2.0 ** (2 * P), "B": round(c * 2**P / math.sqrt(d)),
+            "B_public": math.ceil(c / math.sqrt(d) * 2.0**P) + 1,   # the coordinator's operand bound (l2 features)
             "r_resp": c * math.sqrt(d_resp / d), "layout": layout, "n": n, "d_enc": d_enc, "d_resp": d_resp}
 
 
 def check_bounds(s: dict[str, Any]) -> dict[str, int]:
     """The bound on |u| (u = slot value minus the centring constant) under each check, raw units 2^-2p.
 
-    (a) the implemented check |u| < 2^v (:func:`combine_packed_shares`); (b) the same with N = the smallest power of
-    two >= 2 x 10 tau (both noise shares); (c) the tightest aggregate check n B^2 + 10 tau.
+    (a) the slot check alone |u| < 2^v (:func:`combine_packed_shares`); (m) as implemented: the slot check and the
+    coordinator's magnitude check (:func:`vfl.protocols.fm_release.check_product_magnitude`); (b) the slot check with
+    N = the smallest power of two >= 2 x 10 tau (both noise shares); (c) the tightest aggregate check n B^2 + 10 tau.
     """
     lay, n, B, tail = s["layout"], s["n"], s["B"], int(TAIL_SDS * s["tau_int"])
     tight_n = 1 << (2 * tail).bit_length()
     v_tight = (lay.max_accumulation + 2 * tight_n).bit_length()
-    return {"a": 1 << lay.value_bits, "b": 1 << v_tight, "c": n * B * B + tail}
+    Bp = s["B_public"]
+    magnitude = min(1 << lay.value_bits, product_magnitude_bound(n, Bp, Bp, s["tau_int"]) + 1)
+    return {"a": 1 << lay.value_bits, "m": magnitude, "b": 1 << v_tight, "c": n * B * B + tail}
 
 
 def largest_lambda(bound: int, B: int, tau_int: float) -> int:
@@ -185,7 +190,7 @@ def coordinator_view(u: np.ndarray, s: dict[str, Any], modulus: int) -> np.ndarr
 
 
 def simulate(s: dict[str, Any], B_int: np.ndarray, lam: int, trials: int, rng: np.random.Generator,
-             modulus: int | None) -> dict[str, Any]:
+             modulus: int | None, magnitude: bool = False) -> dict[str, Any]:
     """``trials`` releases of the attacked block at amplification lambda; the attacker's estimates of b_t.
 
     Each release: u = lambda b_int_t + noise^B (noise: :func:`cross_block_noise`), checked by the coordinator's
@@ -204,6 +209,9 @@ def simulate(s: dict[str, Any], B_int: np.ndarray, lam: int, trials: int, rng: n
         if modulus is not None:
             try:
                 u = coordinator_view(u, s, modulus)
+                if magnitude:
+                    check_product_magnitude(u, n_rows=n, enc_bound=s["B_public"], resp_bound=s["B_public"],
+                                            noise_std_raw=s["tau_int"], block="M[0,1]", encryptor="the attacker")
             except ProtocolError:
                 refused += 1
                 continue
@@ -217,7 +225,8 @@ def simulate(s: dict[str, Any], B_int: np.ndarray, lam: int, trials: int, rng: n
 
 
 TIERS = {
-    "a": "implemented check |u| < 2^v (v = bitlen(n (2O)^2 + 2N), N = 2^(2p+32))",
+    "a": "slot check alone |u| < 2^v (v = bitlen(n (2O)^2 + 2N), N = 2^(2p+32)), before the magnitude check",
+    "m": "as implemented: the slot check and the magnitude check |u| <= 1.5 n A B + 12 sqrt(2) tau",
     "b": "same slot check, noise headroom N shrunk to the calibrated noise (2^ceil(log2(2 x 10 tau)))",
     "c": "tightest check on the combined block |u| <= n B^2 + 10 tau (one row takes the n-row budget)",
     "d": "exact per-value range proofs of the encoding bound |a| <= V = 1",
@@ -233,7 +242,7 @@ def measure_shape(name: str, A_q: np.ndarray, B_q: np.ndarray, source: str, tria
     s = block_setting(n, d_enc, d_resp)
     B_int = np.rint(B_q * 2.0**P).astype(np.int64).astype(object)
     bounds = check_bounds(s)
-    lambdas = {k: largest_lambda(bounds[k], s["B"], s["tau_int"]) for k in ("a", "b", "c")}
+    lambdas = {k: largest_lambda(bounds[k], s["B"], s["tau_int"]) for k in ("a", "m", "b", "c")}
     lambdas.update(d=2**P, e=s["B"])
     out: dict[str, Any] = {
         "shape": {"n": n, "d_enc": d_enc, "d_resp": d_resp}, "data": source,
@@ -244,7 +253,7 @@ def measure_shape(name: str, A_q: np.ndarray, B_q: np.ndarray, source: str, tria
     }
     for key, lam in lambdas.items():
         t0 = time.process_time()
-        sim = simulate(s, B_int, lam, trials, rng, modulus if key == "a" else None)
+        sim = simulate(s, B_int, lam, trials, rng, modulus if key in ("a", "m") else None, magnitude=key == "m")
         mu, eps, asym = effective_epsilon(lam * 2.0**-P, s)
         out["tiers"][key] = {
             "what": TIERS[key], "check_bound_raw": bounds.get(key), "lambda_int": lam, "lambda": lam * 2.0**-P,
@@ -293,6 +302,12 @@ def confirm_with_real_product(A_q: np.ndarray, B_q: np.ndarray, lam: int, keypai
     t0 = time.perf_counter()
     combined = real_product(a_int, B_q, noise, keypair)
     seconds = time.perf_counter() - t0
+    try:
+        check_product_magnitude(combined, n_rows=n, enc_bound=s["B_public"], resp_bound=s["B_public"],
+                                noise_std_raw=s["tau_int"], block="M[0,1]", encryptor="the attacker")
+        magnitude_refuses = False
+    except ProtocolError:
+        magnitude_refuses = True
     expected = exact_integer_gram(a_int, B_int) + noise
     b_hat = np.array([[int(combined[j, k]) / lam * 2.0**-P for k in range(d_resp)] for j in range(d_enc)])
     truth = np.array([[int(B_int[t, k]) * 2.0**-P for k in range(d_resp)] for t in targets])
@@ -308,6 +323,7 @@ def confirm_with_real_product(A_q: np.ndarray, B_q: np.ndarray, lam: int, keypai
         over_refused, message = True, str(exc)
     return {"key_bits": int(keypair[0].n).bit_length(), "lambda_int": lam,
             "combined_equals_lambda_b_plus_noise": bool(np.all(combined == expected)),
+            "magnitude_check_refuses_it": magnitude_refuses,
             "median_abs_error": float(np.median(np.abs(b_hat - truth))), "product_wall_seconds": seconds,
             "lambda_over_int": lam_over, "lambda_over_refused": over_refused, "refusal_message": message}
 
@@ -332,7 +348,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"real product ({conf['key_bits']}-bit keys, forest shape, lambda = {conf['lambda_int']}): combined = "
               f"lambda b + noise exactly: {conf['combined_equals_lambda_b_plus_noise']}; median |err| "
               f"{conf['median_abs_error']:.3g}; lambda {conf['lambda_over_int']} refused: "
-              f"{conf['lambda_over_refused']}")
+              f"{conf['lambda_over_refused']}; the magnitude check refuses lambda: "
+              f"{conf['magnitude_check_refuses_it']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,13 +19,16 @@ from typing import Any
 
 import pytest
 
+from vfl.protocols.fm_release import NOISE_TAIL_STDS
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "threat_model.md"
 AMP = ROOT / "docs" / "data" / "amplification_attack.json"
 PROOFS = ROOT / "docs" / "data" / "range_proofs.json"
 HEADING = "## Residual: an active encryptor inside its declared range"
-#: numbers of the text that are not measurements: citation years and the issue's "at most 3 times the product"
-CONSTANTS = {1994.0, 2000.0, 2001.0, 2017.0, 2020.0, 3.0}
+#: numbers of the text that are not measurements: citation years, the issue's "at most 3 times the product" and the
+#: magnitude check's noise tail (vfl.protocols.fm_release.NOISE_TAIL_STDS)
+CONSTANTS = {1994.0, 2000.0, 2001.0, 2017.0, 2020.0, 3.0, NOISE_TAIL_STDS}
 NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\^(\d+)|e(-?\d+))?(?![\w.])")
 
 
@@ -132,6 +135,8 @@ def test_the_docs_state_the_verdict_the_measurement_gives() -> None:
     conf = amp["real_product"]
     assert conf["combined_equals_lambda_b_plus_noise"] and conf["lambda_over_refused"]
     assert conf["lambda_int"] == amp["shapes"][0]["tiers"]["a"]["lambda_int"]
+    assert conf["magnitude_check_refuses_it"]          # what the docs say of the magnitude check
+    assert all(s["tiers"]["m"]["exact_fraction"] == 0.0 for s in amp["shapes"])
 
 
 def _load(name: str) -> Any:

@@ -3,7 +3,7 @@
 Attacker: a malicious encryptor that sends ``lambda e_t`` (one row, offset-encoded, every other row 0) as its operand,
 inside its declared slots, so that the slot range check of :func:`combine_packed_shares` passes and the released
 block would be ``lambda b_t + noise``: the responder's row ``t`` with the DP noise divided by ``lambda``.
-Invariant: a combined entry beyond ``1.5 n O^2 + 40 sqrt(2) sigma`` (what operands inside the public encoding bound
+Invariant: a combined entry beyond ``1.5 n A B + 12 sqrt(2) sigma`` (what operands inside the public encoding bound
 can produce, plus a negligible noise tail) stops the run naming the encryptor, so ``lambda <= 1.5 n O``.
 """
 

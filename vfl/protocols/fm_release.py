@@ -153,9 +153,10 @@ class FMRelease:
     precision_bits: int
 
 
-#: a combined entry may exceed its noise-free bound by this many standard deviations of the two noise draws: for
-#: Gaussian noise the chance is < exp(-800) per entry, for Laplace (two draws, std sqrt(2) b each) < exp(-50)
-NOISE_TAIL_STDS = 40.0
+#: a combined entry may exceed its noise-free bound by this many standard deviations of the sum of the two noise
+#: draws: an honest run is refused with probability < 4e-33 per entry (Gaussian) or < 1e-9 (two Laplace draws,
+#: tail exp(-24)(1 + 12)); a larger margin would let an amplified operand through by as much
+NOISE_TAIL_STDS = 12.0
 
 
 def product_magnitude_bound(n_rows: int, enc_bound: int, resp_bound: int, noise_std_raw: float) -> int:
@@ -171,8 +172,8 @@ def check_product_magnitude(total: np.ndarray, *, n_rows: int, enc_bound: int, r
     Honest prepared operands satisfy ``|a_int| <= enc_bound`` and ``|b_int| <= resp_bound`` (public: ``2^p`` for the
     label and in the linf domain, ``ceil(c 2^p / sqrt(d)) + 1`` for features in the l2 domain), so
     ``|sum_i a_int_ij b_int_ik| <= n A B``; a party's local offset (logistic alpha: ``|sum_i x_int| 2^(p-1)``) adds at
-    most half of that; the two noise draws (each of std ``sigma``) exceed ``NOISE_TAIL_STDS sqrt(2) sigma`` with
-    negligible probability. An encryptor that amplifies its operand inside its declared slots (``lambda e_i``) is
+    most half of that; the sum of the two noise draws (each of std ``sigma``) exceeds ``NOISE_TAIL_STDS sqrt(2) sigma``
+    with negligible probability. An encryptor that amplifies its operand inside its declared slots (``lambda e_i``) is
     thereby limited to ``|lambda| <= 1.5 n A``, i.e. at most ``1.5 n`` times its largest honest value, instead of the
     ~``2^noise_bits`` the slot check alone allows (docs/threat_model.md, "Residual").
     """
