@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ class Procs:
     def __init__(self, identity_dir: Path | None = None) -> None:
         self.items: list[subprocess.Popen] = []
         self.identity_dir = identity_dir
+        self._readers: dict[subprocess.Popen, tuple[list[str], list[str], list[threading.Thread]]] = {}
 
     def start(self, *args: str) -> subprocess.Popen:
         p = subprocess.Popen([*VFL, *with_identity(args, self.identity_dir)], stdout=subprocess.PIPE,
@@ -35,16 +38,64 @@ class Procs:
         self.items.append(p)
         return p
 
-    @staticmethod
-    def finish(p: subprocess.Popen, timeout: float = 90) -> tuple[int, str, str]:
-        out, err = p.communicate(timeout=timeout)
-        return p.returncode, out, err
+    def wait_for_line(self, p: subprocess.Popen, text: str, timeout: float = 180.0) -> str:
+        """Block until ``p`` prints a stdout line containing ``text`` and return it: a test waits for the event it
+        needs (a party's interpreter is up and its data loaded, a registration happened) instead of guessing a
+        number of seconds, so it passes on a loaded machine. Fails if ``p`` exits or ``timeout`` (a generous outer
+        limit) passes first. Both streams are read by threads from then on; :meth:`finish` returns all of it."""
+        out, err, _ = self._read(p)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for line in out[seen:]:
+                if text in line:
+                    return line
+            seen = len(out)
+            if p.poll() is not None and not any(t.is_alive() for t in self._readers[p][2]):
+                if not any(text in line for line in out):
+                    raise AssertionError(f"process exited ({p.returncode}) before printing {text!r}: "
+                                         f"{''.join(err)[-2000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line with {text!r} after {timeout:g} s; stdout so far: "
+                                     f"{''.join(out)[-2000:]}")
+            time.sleep(0.05)
+
+    def _read(self, p: subprocess.Popen) -> tuple[list[str], list[str], list[threading.Thread]]:
+        if p not in self._readers:
+            out: list[str] = []
+            err: list[str] = []
+            threads = [threading.Thread(target=_drain, args=(stream, sink), daemon=True)
+                       for stream, sink in ((p.stdout, out), (p.stderr, err))]
+            for t in threads:
+                t.start()
+            self._readers[p] = (out, err, threads)
+        return self._readers[p]
+
+    def finish(self, p: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+        """Wait for ``p`` (a generous outer limit) and return (exit code, stdout, stderr)."""
+        if p not in self._readers:
+            out, err = p.communicate(timeout=timeout)
+            return p.returncode, out, err
+        p.wait(timeout=timeout)
+        out_lines, err_lines, threads = self._readers[p]
+        for t in threads:
+            t.join(timeout)
+        return p.returncode, "".join(out_lines), "".join(err_lines)
 
     def kill_all(self) -> None:
         for p in self.items:
             if p.poll() is None:
                 p.kill()
-            p.communicate()
+            if p in self._readers:
+                p.wait()
+            else:
+                p.communicate()
+
+
+def _drain(stream, sink: list[str]) -> None:  # noqa: ANN001
+    for line in iter(stream.readline, ""):
+        sink.append(line)
+    stream.close()
 
 
 @pytest.fixture
