@@ -96,6 +96,42 @@ def child_products(spec_path: str) -> None:
     Path(spec["result"]).write_text(json.dumps(out))
 
 
+def child_signature_costs(spec_path: str) -> None:
+    """Run in a child on the current tree: what one signed relayed message costs, by its parts. The digest a party
+    signs hashes every payload frame (:func:`vfl.secure.identity.message_digest`; a ciphertext frame is an
+    ``IntArray`` of 4096-bit ints, each serialised then hashed), so its cost grows with the ciphertexts sent; the
+    Ed25519 signature and verification (PyNaCl) are per message."""
+    spec = json.loads(Path(spec_path).read_text())
+    from nacl.signing import SigningKey
+
+    from vfl.net.messages import IntArray
+    from vfl.secure.identity import message_digest
+    from vfl.secure.packing import SlotLayout, default_noise_bits
+
+    rng = np.random.default_rng(5)
+    count = 20_000
+    frame = IntArray.of([int.from_bytes(rng.bytes(512), "big") for _ in range(count)])
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        digest = message_digest("enc_chunk", {"block": 1, "chunk": 0}, [frame])
+        best = min(best, time.process_time() - t0)
+    key = SigningKey.generate()
+    t0 = time.process_time()
+    signed = [key.sign(digest) for _ in range(2000)]
+    sign = (time.process_time() - t0) / 2000
+    t0 = time.process_time()
+    for m in signed:
+        key.verify_key.verify(m)
+    verify = (time.process_time() - t0) / 2000
+    n, d = spec["rows_1e5"], spec["cols_1e5"]
+    ciphertexts = n * SlotLayout(2048, n, PRECISION_BITS, 1.0, default_noise_bits(PRECISION_BITS)).n_groups(d)
+    out = {"digest_us_per_ciphertext": 1e6 * best / count, "ed25519_sign_us": 1e6 * sign,
+           "ed25519_verify_us": 1e6 * verify, "ciphertexts_1e5": ciphertexts,
+           "digest_s_1e5_sender_and_receiver": 2 * ciphertexts * best / count}
+    Path(spec["result"]).write_text(json.dumps(out))
+
+
 # ----------------------------------------------------------------------------- parent: inputs
 def _free_port() -> int:
     with socket.socket() as s:
@@ -245,6 +281,19 @@ STARTUP_IMPORTS = {"coordinator": "import vfl.cli, vfl.net.coordinator, scipy.sp
                    "party": "import vfl.cli, vfl.net.party, scipy.special, pandas"}
 
 
+def run_signature_costs(tree: Path, work: Path) -> dict | None:
+    """:func:`child_signature_costs` on ``tree``; None (with the reason printed) when the tree has no identities."""
+    spec = {"rows_1e5": 100_000, "cols_1e5": 10, "result": str(work / "signature_costs.json")}
+    (work / "signature_costs.spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-signatures",
+                           str(work / "signature_costs.spec.json")], cwd=work, env=tree_env(tree),
+                          timeout=CHILD_TIMEOUT, capture_output=True, text=True)
+    if done.returncode:
+        print(f"# signature costs not measured: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return json.loads(Path(spec["result"]).read_text())
+
+
 def run_startup(tree: Path, work: Path, role: str) -> dict:
     """One ``python -c STARTUP_IMPORTS[role]`` of ``tree``: interpreter start-up and the imports of that role."""
     start = time.perf_counter()
@@ -298,7 +347,8 @@ def run_cli(tree: Path, identity_args: list[str], cli: dict, work: Path, tag: st
 
 # ----------------------------------------------------------------------------- parent: summary
 def _summary(runs: list[dict]) -> dict:
-    out = {"cpu_s": float(np.median([r["cpu_s"] for r in runs])),
+    cpu = [r["cpu_s"] for r in runs]
+    out = {"cpu_s": float(np.median(cpu)), "cpu_s_min": min(cpu), "cpu_s_max": max(cpu),
            "wall_s": float(np.median([r["wall_s"] for r in runs])), "runs": runs}
     if "max_abs_err" in runs[0]:
         out["max_abs_err"] = max(r["max_abs_err"] for r in runs)
@@ -320,14 +370,15 @@ def summary_rows(measured: dict[str, dict[str, list[dict]]], labels: dict[str, t
 def markdown(rows: list[dict]) -> str:
     """The table printed at the end (and pasted into docs/performance.md)."""
     lines = ["| measurement (before -> after) | CPU s before | CPU s after | CPU after/before | wall s before "
-             "| wall s after | wall after/before | max abs error before / after |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| wall s after | wall after/before | max abs error before / after | CPU s min-max before / after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         old, new = r["before"], r["after"]
         err = f"{old['max_abs_err']:.1e} / {new['max_abs_err']:.1e}" if "max_abs_err" in old else "-"
         lines.append(f"| {r['label']} ({r['before_is']} -> {r['after_is']}) | {old['cpu_s']:.2f} | {new['cpu_s']:.2f} "
                      f"| {r['cpu_ratio']:.2f} | {old['wall_s']:.2f} | {new['wall_s']:.2f} | {r['wall_ratio']:.2f} "
-                     f"| {err} |")
+                     f"| {err} | {old['cpu_s_min']:.2f}-{old['cpu_s_max']:.2f} / "
+                     f"{new['cpu_s_min']:.2f}-{new['cpu_s_max']:.2f} |")
     return "\n".join(lines)
 
 
@@ -355,6 +406,19 @@ def markdown_net(rows: list[dict]) -> str:
              "|---|---:|---:|---:|"]
     lines += [f"| {r['label']} | {r['before_cpu_s']:.2f} | {r['after_cpu_s']:.2f} | {r['cpu_ratio']:.2f} |"
               for r in rows]
+    return "\n".join(lines)
+
+
+def markdown_signatures(costs: dict) -> str:
+    """The per-message costs of a signed relayed message (current tree), as a third table."""
+    lines = ["| signed relayed message, current tree | value |", "|---|---:|",
+             f"| digest, µs per 2048-bit-key ciphertext in the frames | {costs['digest_us_per_ciphertext']:.2f} |",
+             f"| Ed25519 signature, µs per message | {costs['ed25519_sign_us']:.1f} |",
+             f"| Ed25519 verification, µs per message | {costs['ed25519_verify_us']:.1f} |",
+             f"| ciphertexts sent for a 10^5 x 10 by 10^5 x 10 product | {costs['ciphertexts_1e5']} |",
+             f"| digests of them, sender and receiver, s | {costs['digest_s_1e5_sender_and_receiver']:.3f} |"]
+    if "share_of_1e5_product_cpu" in costs:
+        lines.append(f"| that, as % of the product's CPU | {100 * costs['share_of_1e5_product_cpu']:.2f} |")
     return "\n".join(lines)
 
 
@@ -428,9 +492,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="secure_gram workers (default: the library's)")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: in a new temporary directory)")
     ap.add_argument("--child-products", metavar="SPEC", help=argparse.SUPPRESS)
+    ap.add_argument("--child-signatures", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child_products:
         child_products(args.child_products)
+        return 0
+    if args.child_signatures:
+        child_signature_costs(args.child_signatures)
         return 0
     work = Path(tempfile.mkdtemp(prefix="vfl-trust-cost-"))
     out = args.out or work / "trust_cost.json"
@@ -446,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{infos['current']['identity']}; data: {source}; work dir {work}", flush=True)
         load = os.getloadavg()[0]
         measured, labels = measure(args, trees, infos, work, forest)
+        signatures = run_signature_costs(trees["current"], work)
     finally:
         for tree in trees.values():
             if tree != ROOT and tree.exists():
@@ -456,13 +525,19 @@ def main(argv: list[str] | None = None) -> int:
            "load_1min_start_end": [load, os.getloadavg()[0]], "key_bits": 2048, "precision_bits": PRECISION_BITS,
            "noise_sigma": NOISE_SIGMA, "data": source, "baseline_ref": args.baseline_ref,
            "current_ref": args.current_ref or "working tree", "trees": infos,
-           "rows": rows, "net_of_startup": net_of_startup(rows)}
+           "rows": rows, "net_of_startup": net_of_startup(rows), "signature_costs": signatures}
+    big = [r for r in rows if r["key"] == "products_1e5"]
+    if signatures and big:
+        digests = signatures["digest_s_1e5_sender_and_receiver"]
+        signatures["share_of_1e5_product_cpu"] = digests / big[0]["after"]["cpu_s"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(markdown(rows))
     if doc["net_of_startup"]:
         print()
         print(markdown_net(doc["net_of_startup"]))
+    if signatures:
+        print("\n" + markdown_signatures(signatures))
     print(f"# JSON: {out}")
     return 0
 

@@ -35,12 +35,35 @@ def _table_rows(section: str) -> dict[str, list[str]]:
     return rows
 
 
+def _prose_decimals(section: str) -> list[str]:
+    """Decimal numbers written outside the tables and code blocks that no table cell shows (a measured number
+    quoted in the text must be one of the checked table numbers)."""
+    prose, cells, in_code = [], set(), False
+    for line in section.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif line.startswith("|"):
+            cells.update(re.findall(r"\d+\.\d+", line))
+        elif not in_code:
+            prose.append(line)
+    return [x for x in re.findall(r"\d+\.\d+", "\n".join(prose)) if x not in cells]
+
+
 def _same(cell: str, value: float) -> bool:
     """``cell`` is ``value`` rounded to the digits ``cell`` shows (fixed or exponent notation)."""
     mantissa, _, exponent = cell.lower().partition("e")
     decimals = len(mantissa.partition(".")[2])
     unit = 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
     return abs(float(cell) - value) <= 0.5 * unit * (1 + 1e-9)
+
+
+# the third table (benchmarks/trust_cost.py markdown_signatures): row label -> (JSON key, factor)
+SIGNATURE_ROWS = {"digest, µs per 2048-bit-key ciphertext in the frames": ("digest_us_per_ciphertext", 1.0),
+                  "Ed25519 signature, µs per message": ("ed25519_sign_us", 1.0),
+                  "Ed25519 verification, µs per message": ("ed25519_verify_us", 1.0),
+                  "ciphertexts sent for a 10^5 x 10 by 10^5 x 10 product": ("ciphertexts_1e5", 1.0),
+                  "digests of them, sender and receiver, s": ("digest_s_1e5_sender_and_receiver", 1.0),
+                  "that, as % of the product's CPU": ("share_of_1e5_product_cpu", 100.0)}
 
 
 def check_trust_section(section: str, doc: dict) -> list[str]:
@@ -57,6 +80,8 @@ def check_trust_section(section: str, doc: dict) -> list[str]:
         if "max_abs_err" in old:
             want += [old["max_abs_err"], new["max_abs_err"]]
             cells += [c.strip() for c in rows[label][6].split("/")]
+        want += [old["cpu_s_min"], old["cpu_s_max"], new["cpu_s_min"], new["cpu_s_max"]]
+        cells += [x.strip() for c in rows[label][7].split("/") for x in c.split("-")]
         problems += [f"{label}: cell {i + 1} is {c}, the JSON has {v!r}"
                      for i, (c, v) in enumerate(zip(cells, want, strict=True)) if not _same(c, v)]
     for r in doc.get("net_of_startup", []):
@@ -67,6 +92,11 @@ def check_trust_section(section: str, doc: dict) -> list[str]:
         want = [r["before_cpu_s"], r["after_cpu_s"], r["cpu_ratio"]]
         problems += [f"{r['label']}: cell {i + 1} is {c}, the JSON has {v!r}"
                      for i, (c, v) in enumerate(zip(cells, want, strict=True)) if not _same(c, v)]
+    for label, (key, factor) in SIGNATURE_ROWS.items():
+        value = (doc.get("signature_costs") or {}).get(key)
+        if value is not None and (label not in rows or not _same(rows[label][0], factor * value)):
+            problems.append(f"{label}: {rows.get(label)} in the docs, the JSON has {factor * value!r}")
+    problems += [f"the prose quotes {x}, which no table of the section shows" for x in _prose_decimals(section)]
     for tree in ("baseline", "current"):
         commit = doc["trees"][tree]["commit"][:7]
         if commit not in section:
@@ -91,6 +121,12 @@ def test_a_changed_trust_cost_number_is_noticed() -> None:
                      section, count=1)
     assert changed != section
     assert any("cell 1" in p for p in check_trust_section(changed, doc))
+
+
+def test_a_prose_number_must_be_a_table_number() -> None:
+    section = "CPU 1.25 s.\n\n| row | 1.25 | 0.30 |\n|---|---:|---:|\n```\npython x.py --sigma 0.5\n```\n"
+    assert _prose_decimals(section) == []
+    assert _prose_decimals(section + "the ratio is 0.92\n") == ["0.92"]
 
 
 def test_rounding_check_reads_fixed_and_exponent_cells() -> None:
