@@ -244,7 +244,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 # ---------------------------------------------------------------------------------------------- party
 @cli.command()
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
-              help="Party config TOML ([party] name, connect, data|dataset, features, label, id, bounds).")
+              help="Party config TOML ([party] name, connect, data|dataset, features, label, id, bounds, curve_dir, "
+                   "identity_dir).")
 @click.option("--connect", default=None, help="Coordinator endpoint, e.g. tcp://127.0.0.1:5555.")
 @click.option("--name", default=None, help="This party's unique name.")
 @click.option("--data", type=click.Path(dir_okay=False), default=None, help="CSV file with a header row.")

@@ -264,3 +264,57 @@ def test_party_without_identities_does_not_even_register(fake, tmp_path):
     code, err = _finish(_cli_bob(fake, tmp_path))
     assert code == 2 and "party bob has no signing identity: pass --identity-dir" in _one_line(err)
     assert fake.recv(0.5) is None and fake.received == []
+
+
+# ------------------------------------------------------------------------------- the opt-out, end to end
+def _real_run(identity_dirs: list, insecure: list[bool]):  # noqa: ANN201
+    """A real Coordinator and two PartyNode threads (alice: label + 1 column, bob: 3 columns)."""
+    from vfl.net.coordinator import Coordinator, RunSettings
+    from vfl.protocols.policy import PartyPolicy
+
+    rng = np.random.default_rng(8)
+    X = rng.uniform(-1, 1, (N, 4))
+    y = np.clip(X @ np.array([0.3, -0.2, 0.1, 0.2]), -1, 1)
+    datas = [LocalData.build("alice", X[:, :1], y, bounds=(-1, 1), label_bounds=(-1, 1)),
+             LocalData.build("bob", X[:, 1:], bounds=(-1, 1))]
+    coord = Coordinator(RunSettings(n_parties=2, mechanism="gaussian-fm", epsilon=1.0, key_bits=1024,
+                                    allow_insecure_keys=True, timeout=30), "tcp://127.0.0.1:0")
+    errors: dict[str, BaseException] = {}
+
+    def party(i: int) -> None:
+        try:
+            PartyNode(datas[i], coord.endpoint, timeout=30, order=i, allow_insecure_keys=True,
+                      policy=PartyPolicy.permissive(), identity_dir=identity_dirs[i],
+                      insecure_no_identity=insecure[i]).run()
+        except BaseException as exc:  # noqa: BLE001 - asserted by the tests
+            errors[datas[i].name] = exc
+
+    threads = [threading.Thread(target=party, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        return coord.run(), errors
+    except BaseException as exc:  # noqa: BLE001
+        return exc, errors
+    finally:
+        for t in threads:
+            t.join(30)
+
+
+def test_a_run_without_identities_is_recorded_in_the_model_report():
+    """--insecure-no-identity on every party: the run completes (loopback experiments), each party warns, and the
+    released model's privacy report says that identities were not checked."""
+    with pytest.warns(UserWarning, match="runs WITHOUT identities"):
+        model, errors = _real_run([None, None], [True, True])
+    assert errors == {} and not isinstance(model, BaseException), (model, errors)
+    assert any("identities NOT checked: alice, bob ran with --insecure-no-identity" in note
+               for note in model.privacy_report["notes"]), model.privacy_report["notes"]
+
+
+def test_a_party_with_identities_refuses_a_co_party_without(identity_dir):
+    """One party opts out: its registration is unsigned, so the party with identities refuses the run naming it
+    (the opt-out cannot be imposed on a co-party)."""
+    with pytest.warns(UserWarning, match="bob runs WITHOUT identities"):
+        result, errors = _real_run([identity_dir, None], [False, True])
+    assert isinstance(result, BaseException) and "alice" in str(result)
+    assert "party 'bob' registered without its pinned identity" in str(errors["alice"]), errors
