@@ -88,6 +88,9 @@ def cli_seconds(key_bits: int) -> float:
     vfl = [sys.executable, "-m", "vfl.cli"]
     insecure = ["--insecure-test-keys"] if key_bits < 2048 else []
     with tempfile.TemporaryDirectory() as tmp:
+        from vfl.secure.identity import write_identities
+
+        write_identities(tmp, ["alice", "bob"])   # throwaway signing identities, pinned by both parties
         start = time.perf_counter()
         procs = [subprocess.Popen([*vfl, "coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon",
                                    "1", "--bind", url, "--out", str(Path(tmp) / "m.json"), "--key-bits",
@@ -95,7 +98,7 @@ def cli_seconds(key_bits: int) -> float:
         for name in ("alice", "bob"):
             config = str(ROOT / "parties" / "forestfires" / f"{name}.toml")
             procs.append(subprocess.Popen([*vfl, "party", "--config", config, "--connect", url, "--no-progress",
-                                           *insecure], stdout=subprocess.DEVNULL))
+                                           "--identity-dir", tmp, *insecure], stdout=subprocess.DEVNULL))
         codes = [p.wait(timeout=600) for p in procs]
         elapsed = time.perf_counter() - start
     if any(codes):

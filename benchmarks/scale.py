@@ -119,7 +119,12 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
     eps = [] if mechanism == "none" else ["--epsilon", "1", "--delta", "1e-5"]
     # No --id: the rows are generated aligned, and --id would run the PSI alignment, which loads the table in
     # memory (it reorders rows); benchmarks/psi.py measures PSI on its own.
-    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--no-progress",
+    identities = workdir / "identities"   # throwaway signing identities, pinned by both parties
+    if not (identities / "alice.sign.secret").exists():
+        from vfl.secure.identity import write_identities
+
+        write_identities(identities, ["alice", "bob"])
+    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--no-progress", "--identity-dir", str(identities),
               "--timeout", str(timeout), "--allow-mechanisms", mechanism, *extra]   # parties opt in (issue 14)
     logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
     start = time.perf_counter()
