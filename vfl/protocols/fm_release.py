@@ -352,7 +352,7 @@ class FMCoordinator:
         """Largest |value| of a party's prepared operand on the 2^-p grid (public): the label and the linf domain
         are in [-1, 1]; l2 features are scaled by c/sqrt(d) (:func:`vfl.fm.domain.prepare_party_block`)."""
         p = self.precision_bits
-        if self.mech.domain != "l2" or self.plan.label_operand(block, party):
+        if self.mech.domain != "l2" or (party is not None and self.plan.label_operand(block, party)):
             return 1 << p
         d = self.plan.n_features
         return math.ceil(fixed_point_shrink(d, p) / math.sqrt(d) * 2.0**p) + 1
