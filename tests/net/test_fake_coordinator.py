@@ -20,7 +20,7 @@ from vfl.net.messages import MessageType
 from vfl.net.party import LocalData, PartyNode
 from vfl.protocols.policy import PartyPolicy
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
 N = 40
 PARAMS = {"epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,

@@ -22,7 +22,7 @@ from vfl.fm.domain import ColumnBounds, to_unit_interval
 from vfl.net.messages import Message, MessageType
 from vfl.net.transport import ClientTransport
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
 VFL = [sys.executable, "-m", "vfl.cli"]
 TEST_KEYS = ["--insecure-test-keys"]  # 1024-bit keys: fast tests only

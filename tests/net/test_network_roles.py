@@ -14,7 +14,7 @@ from vfl.net.coordinator import Coordinator, RunSettings
 from vfl.net.party import LocalData, PartyNode, wire_reason
 from vfl.protocols.policy import PartyPolicy
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
 
 def _split(n=120, seed=0):

@@ -12,11 +12,12 @@ import sys
 
 import numpy as np
 import pytest
+from waiting import read_until, start_up_seconds
 
 from vfl.demo import free_port, make_demo_data
 from vfl.fm.domain import ColumnBounds, to_unit_interval
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit
 
 VFL = [sys.executable, "-m", "vfl.cli"]
 
@@ -52,14 +53,17 @@ def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_pr
     """~n/16 chunks per product under credit (1500 rows: ~7 s; the slow 100 000-row run: 164 s, 6 250 chunks per
     product); the parties' --timeout (3 s) is far shorter than the run, the coordinator's (10 s, also the
     registration window on a loaded machine) too: heartbeats keep the run alive while the parties compute, and
-    mechanism none equals least squares on the joined data."""
+    mechanism none equals least squares on the joined data. The coordinator's window is derived from the start-up
+    time measured now, and the parties (whose 3 s silence limit runs from their start) start once it listens."""
     data = make_demo_data(tmp_path / "data", n_rows, seed=2)
     url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "model.json"
+    window = round(10 + 4 * start_up_seconds())
     run_procs.append(start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
-                           "--timeout", "10", "--insecure-test-keys", "--mechanism", "none", "--precision-bits", "32",
-                           "--no-fit-intercept"))
+                           "--timeout", str(window), "--insecure-test-keys", "--mechanism", "none",
+                           "--precision-bits", "32", "--no-fit-intercept"))
+    read_until(run_procs[0], "listening on")
     _parties(run_procs, url, data, identity_dir, "--max-frame-bytes", "4096", "--timeout", "3", "--workers", "1")
-    outs = [p.communicate(timeout=220 if n_rows <= 1500 else 1100) for p in run_procs]
+    outs = [p.communicate(timeout=500 if n_rows <= 1500 else 1100) for p in run_procs]
     assert run_procs[0].returncode == 0, outs[0][1]
     assert all(p.returncode == 0 for p in run_procs), [o[1][-2000:] for o in outs]
     from vfl.net.config import load_bounds_file, read_party_csv
@@ -82,10 +86,10 @@ def test_frames_above_the_coordinators_limit_are_refused_naming_limit_and_fix(tm
     data = make_demo_data(tmp_path / "data", 50, seed=3)
     url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "model.json"
     run_procs.append(start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
-                           "--timeout", "20", "--insecure-test-keys", "--mechanism", "none",
+                           "--timeout", "120", "--insecure-test-keys", "--mechanism", "none",
                            "--max-message-bytes", "1000000"))
-    _parties(run_procs, url, data, identity_dir, "--max-frame-bytes", "2000000", "--timeout", "20")
-    outs = [p.communicate(timeout=120) for p in run_procs]
+    _parties(run_procs, url, data, identity_dir, "--max-frame-bytes", "2000000", "--timeout", "120")
+    outs = [p.communicate(timeout=300) for p in run_procs]
     assert run_procs[0].returncode == 3 and not out.exists()
     line = [ln for ln in outs[0][1].splitlines() if ln.startswith("vfl: error:")][0]
     assert "message limit of 1000000 bytes" in line and "--max-frame-bytes" in line and "--max-message-bytes" in line

@@ -18,7 +18,7 @@ from vfl.net.transport import (
     write_certificates,
 )
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
 RUN = "00ff" * 4
 

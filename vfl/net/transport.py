@@ -220,7 +220,11 @@ class ServerTransport:
         self.peer_keys: dict[bytes, str] = {}
         self._seq = 0
         self._peer_seq: dict[bytes, int] = {}
-        self._ctx = context or zmq.Context.instance()
+        # A CURVE server's ZAP handler binds one fixed inproc address per context, and a stopped handler releases it
+        # asynchronously: a second CURVE server in the same process (tests, a restarted run) could find it still
+        # "in use" on a loaded machine. So a CURVE server without a given context gets a context of its own.
+        self._own_ctx = context is None and curve is not None
+        self._ctx = context or (zmq.Context() if self._own_ctx else zmq.Context.instance())
         self._auth: ThreadAuthenticator | None = None
         self.sock = self._ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, LINGER_MS)
@@ -319,6 +323,9 @@ class ServerTransport:
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
+        if self._own_ctx:
+            self._own_ctx = False
+            self._ctx.destroy(linger=linger_ms)   # closes any socket left on it (a monitor), then terminates
 
 
 class ClientTransport:
