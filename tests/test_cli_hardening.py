@@ -107,17 +107,32 @@ def _register(name: str, features: list[str], label: bool = False) -> Message:
 @pytest.mark.network
 @pytest.mark.timeout(60)
 def test_the_same_feature_name_at_two_parties_is_refused():
+    import threading
+
     lines: list[str] = []
     coord = Coordinator(_settings(timeout=3), "tcp://127.0.0.1:0", log=lines.append)
     a, b = ClientTransport(coord.endpoint, name="alice"), ClientTransport(coord.endpoint, name="bob")
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            coord.run()
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
     try:
         a.send(_register("alice", ["age", "income"], label=True))
-        time.sleep(0.3)
+        runner.start()
+        deadline = time.monotonic() + 60   # alice registers first (the event), so bob is the one refused
+        while not any("registered alice" in ln for ln in lines):
+            assert time.monotonic() < deadline and runner.is_alive(), lines
+            time.sleep(0.02)
         b.send(_register("bob", ["visits", "age"]))
-        with pytest.raises(ConfigurationError, match="feature name\\(s\\) 'age' of party bob are already used by "
-                                                     "party alice"):
-            coord.run()
-        refusal = b.recv(5)
+        runner.join(120)
+        assert len(outcome) == 1 and isinstance(outcome[0], ConfigurationError), outcome
+        assert "feature name(s) 'age' of party bob are already used by party alice" in str(outcome[0])
+        refusal = b.recv(60)
         assert refusal is not None and refusal.type is MessageType.ABORT and "'age'" in refusal.body["reason"]
         assert any("refused a registration" in ln for ln in lines)
     finally:
@@ -138,7 +153,7 @@ def test_a_vanished_party_is_named():
     alice.send(_register("alice", ["x"], label=True))
 
     def vanish_then_bob() -> None:
-        msg = alice.recv(10)
+        msg = alice.recv(60)
         assert msg is not None and msg.type is MessageType.WELCOME
         alice.sock.close(linger=0)
         time.sleep(0.5)

@@ -26,10 +26,10 @@ PLAN = DissectionPlan([2, 3], 0, model="linear")
     ("gaussian-fm", 1e-300, 1e-5),
 ])
 def test_absurd_epsilon_is_a_clear_error_at_construction(name, epsilon, delta):
-    start = time.monotonic()
+    start = time.process_time()   # CPU time: no loop ran (wall time would also count a busy machine's other work)
     with pytest.raises(PrivacyParameterError, match=r"epsilon must lie in \[1e-09, 1e\+09\]"):
         make_mechanism(name, plan=PLAN, n_samples=100, epsilon=epsilon, delta=delta)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 @pytest.mark.parametrize("epsilon", [EPSILON_MIN, 1e-3, 1.0, 1e6, EPSILON_MAX])

@@ -77,18 +77,18 @@ def test_workers_die_when_their_parent_is_sigkilled_mid_products():
     proc, workers = _start(SCRIPT)
     assert len(workers) == 2
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(10)
-    assert _all_gone(workers, within=5.0), "pool workers survived a SIGKILLed parent"
+    proc.wait(60)
+    assert _all_gone(workers, within=30.0), "pool workers survived a SIGKILLed parent"
 
 
 def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_worker():
     """The CLI turns SIGTERM into an interrupt: one line, exit code 130, no traceback, no worker left."""
     proc, workers = _start(CLI_LIKE)
     os.kill(proc.pid, signal.SIGTERM)
-    out, err = proc.communicate(timeout=20)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (proc.returncode, err)
     assert err.strip().splitlines()[-1] == "vfl: terminated" and "Traceback" not in err, err
-    assert _all_gone(workers, within=5.0), "pool workers survived a SIGTERMed parent"
+    assert _all_gone(workers, within=30.0), "pool workers survived a SIGTERMed parent"
 
 
 EXECUTOR_SCRIPT = """
@@ -104,8 +104,8 @@ def test_streamed_product_executor_workers_die_with_a_sigkilled_parent():
     """The streamed secure products run on vfl.secure.executors.open_executor's pool: same guarantee."""
     proc, workers = _start(EXECUTOR_SCRIPT)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(10)
-    assert _all_gone(workers, within=5.0), "executor workers survived a SIGKILLed parent"
+    proc.wait(60)
+    assert _all_gone(workers, within=30.0), "executor workers survived a SIGKILLed parent"
 
 
 def test_pool_workers_outlive_the_thread_that_forked_them():
