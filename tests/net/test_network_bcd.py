@@ -82,7 +82,7 @@ def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path, ident
     vfl = [sys.executable, "-m", "vfl.cli"]
     procs = [subprocess.Popen([*vfl, "coordinator", "--parties", "2", "--mechanism", "dp-bcd", "--epsilon", "10",
                                "--gamma", "1.2", "--rounds", "5", "--abort-rule", "ignore", "--bind", url,
-                               "--out", str(out), "--timeout", "30"], stdout=subprocess.PIPE,
+                               "--out", str(out), "--timeout", "120"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)]
     try:
         for name, seed in (("alice", 11), ("bob", 22)):
@@ -90,7 +90,7 @@ def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path, ident
                                            "--seed", str(seed), "--no-progress", "--identity-dir", str(identity_dir)],
                                           stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
-        results = [p.communicate(timeout=90) + (p.returncode,) for p in procs]
+        results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
