@@ -247,3 +247,21 @@ def test_without_identities_nothing_is_signed_and_the_coordinator_says_so(tmp_pa
     credit = Out(type="credit", body={"block": "M01", "to": "alice", "upto": 1})
     assert "auth" not in rosters[1].seal(credit).body
     rosters[0].check(_wire(rosters[1].seal(credit)), "bob")
+
+
+def test_a_roster_listing_a_party_twice_is_refused(tmp_path):
+    """A relay duplicates bob in the plan (bob's signed entry copied to a new index; its signature still verifies,
+    since it covers the run, the plan digest and bob's registration only): every party refuses the roster, bob
+    included, before anything data-dependent. Fails without the duplicate-name check (both accept)."""
+    run = Run(tmp_path)
+    plans = [copy.deepcopy(p) for p in run.plans]
+    for p in plans:
+        p["parties"].append(copy.deepcopy(p["parties"][1]))
+    rosters = [Roster(name=r.name, run=RUN, plan_body=plans[i], registration=run.bodies[i], identity=r.identity,
+                      pinned=r.pinned, paillier=r.paillier) for i, r in enumerate(run.rosters)]
+    entries = [r.entry().body for r in rosters]
+    entries.append(copy.deepcopy(entries[1]))
+    for r in rosters:
+        with pytest.raises(IdentityError, match="the plan lists party 'bob' twice"):
+            r.verify(_wire(Out(type="roster", body={"entries": entries})))
+        assert r.digest is None

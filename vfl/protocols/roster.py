@@ -13,9 +13,9 @@ Paillier key in a relayed request, invent parties, forge responses (issue 20). E
    signature over ``H(run id, plan digest, registration digest, Paillier fingerprint)``.
 3. **ROSTER** (coordinator -> every party, :class:`RosterCoordinator`): every entry in plan order, as received.
    The coordinator adds nothing a party trusts.
-4. **Check** (:meth:`Roster.verify`): every party the plan names is pinned, every registration and entry is signed
-   by that pinned key, every entry has this party's own plan digest, and every registration matches the plan
-   (name, feature names, widths, label owner, rows). The roster digest
+4. **Check** (:meth:`Roster.verify`): every party the plan names is pinned and named once, every registration and
+   entry is signed by that pinned key, every entry has this party's own plan digest, and every registration matches
+   the plan (name, feature names, widths, label owner, rows). The roster digest
    ``H(run id, plan digest, H(entry_1), ..., H(entry_K))`` binds everything that follows.
 5. **Party-to-party messages** relayed by the coordinator (ENC_REQUEST, ENC_CHUNK, CREDIT, MASKED_RESPONSE,
    BCD_REMAINDER) carry ``auth`` = the sender's signature over ``H(roster digest, message digest)``, the message
@@ -130,9 +130,13 @@ class Roster:
         if not isinstance(entries, list) or len(entries) != len(parties):
             raise ProtocolError(f"the roster has {len(entries) if isinstance(entries, list) else '?'} entries for "
                                 f"the plan's {len(parties)} parties")
+        names = [str(p.get("name")) for p in parties]
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:   # a copied entry still verifies: its signature does not cover its index
+            raise IdentityError(f"the plan lists party {twice!r} twice; refusing the run")
         if self.pinned is not None:
-            for p in parties:   # an invented party is named before anything else is looked at
-                self.pinned.public_hex(str(p.get("name")))
+            for name in names:   # an invented party is named before anything else is looked at
+                self.pinned.public_hex(name)
         for i, (party, entry) in enumerate(zip(parties, entries, strict=True)):
             self._check_entry(i, party, entry)
         if entries[self.plan_body["index"]] != self.entry().body:   # Ed25519 signatures are deterministic
