@@ -249,3 +249,32 @@ def test_extreme_honest_values_and_noise_at_its_bound_pass_the_range_check(keypa
                              noise=edge, key_holder_noise=edge)
     exact = to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0))
     assert run.combined().tolist() == (exact + 2 * edge).tolist()
+
+
+def test_a_refusal_does_not_say_which_slot_failed():
+    """The refusal reason travels to every party in the coordinator's ABORT, the encryptor included. An encryptor
+    probing with a different threshold per slot (``lambda_j e_t``: slot j overflows iff ``|b_t| > 2^v / lambda_j``)
+    would read from the first failing slot's position ~log2(slots) bits of a responder value instead of the one
+    abort bit; so every failing position gives the same message. Fails while the message names the slot/column."""
+    from vfl.secure.packing import SlotLayout
+    from vfl.secure.products import centring_constant, combine_packed_shares
+
+    lay = SlotLayout(key_bits=1024, n_rows=10, precision_bits=P, value_bound=1.0, noise_bits=2 * P + 32)
+    n_cols, n_resp = 3, 2
+    assert lay.n_groups(n_cols) == 1
+    modulus = (1 << 1023) + 1   # any n above the packed width: the check reads bits, not the key
+    C, w = centring_constant(lay), lay.slot_bits
+    honest = sum(C << (w * j) for j in range(n_cols))
+    reasons = set()
+    for k in range(n_resp):
+        for bad in [*range(n_cols), "above"]:
+            Z = np.array([[honest] for _ in range(n_resp)], dtype=object)
+            if bad == "above":
+                Z[k, 0] += 1 << (w * n_cols)
+            else:
+                Z[k, 0] += (1 << lay.value_bits) << (w * bad)   # u = 2^v: just outside the declared range
+            with pytest.raises(ProtocolError) as info:
+                combine_packed_shares(Z % modulus, np.zeros_like(Z), layout=lay, n_cols=n_cols, modulus=modulus,
+                                      encryptor="party alice")
+            reasons.add(str(info.value))
+    assert len(reasons) == 1 and "party alice" in reasons.pop()

@@ -893,9 +893,13 @@ def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus
     ``layout.group_columns``); each slot must satisfy ``|slot - C| < 2^v`` (:func:`centring_constant`) and every bit
     of ``Z_kg`` above its last slot must be 0. An honest run always passes; anything the encryptor packed outside
     its declared slots (or an operand entry outside ``[0, 2O]``) lands there with overwhelming probability, so a
-    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect).
+    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect). The message
+    never says which slot failed: it reaches every party (the coordinator's ABORT), and the position of the first
+    failing slot would give a probing encryptor more than the one bit of the abort itself.
     """
     G = layout.n_groups(n_cols)
+    refused = ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its request "
+                            "declared (the combined block lies outside its declared slots); the run stops")
     total = _packed_sum(shares, G, modulus)
     C, w = centring_constant(layout), layout.slot_bits
     bound, mask = 1 << layout.value_bits, (1 << w) - 1
@@ -906,15 +910,11 @@ def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus
             for j in layout.group_columns(n_cols, g):
                 u = (z & mask) - C
                 if not -bound < u < bound:
-                    raise ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its "
-                                        f"request declared (slot {j} of response column {k} is outside its "
-                                        "declared range); the run stops")
+                    raise refused
                 out[j, k] = u
                 z >>= w
             if z:
-                raise ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its "
-                                    f"request declared (bits above the last slot of response column {k}, group "
-                                    f"{g}); the run stops")
+                raise refused
     return out
 
 
