@@ -326,11 +326,14 @@ class ServerTransport:
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             why = ("its CURVE key is not among the authorised keys (NAME.key in --curve-dir): a party whose key is "
                    "missing here, a wrong --name, or a stranger")
+        elif self.key_names is not None:   # the peer named the mismatch, or hung up on our CURVE greeting
+            sure = "" if event["value"] == MECHANISM_MISMATCH else "most likely "
+            why = f"{sure}it does not use CURVE (it needs --curve-dir with coordinator.key and its NAME.key_secret)"
         elif event["value"] == MECHANISM_MISMATCH:
-            why = ("it does not use CURVE (it needs --curve-dir with coordinator.key and its NAME.key_secret)"
-                   if self.key_names is not None else "it uses CURVE and this side does not (--curve-dir)")
+            why = "it uses CURVE and this side does not (--curve-dir)"
         else:
-            why = f"the handshake failed (ZeroMQ event {int(event['event'])}, code {int(event['value'])})"
+            why = (f"the handshake failed (the peer left or is not a ZeroMQ peer; event {int(event['event'])}, code "
+                   f"{int(event['value'])})")
         self._limited("handshake", f"refused a connection on {self.endpoint}: {why}", self.on_reject)
 
     def _check_envelope(self, peer: bytes, msg: Message, *, user_id: str | None = None) -> None:
@@ -475,8 +478,8 @@ class ClientTransport:
             return (f"the {hub} at {where} does not use CURVE but {me} does (--curve-dir): give the {hub} --curve-dir "
                     "too, or run both without it on loopback")
         if self.curve:
-            return (f"the CURVE handshake with the {hub} at {where} failed: it may not use CURVE (give it --curve-dir "
-                    "too), or coordinator.key here is not its key, or that is not its port")
+            return (f"the CURVE handshake with the {hub} at {where} failed: it may not use CURVE (give the {hub} "
+                    "--curve-dir too), or coordinator.key here is not its key, or that is not its port")
         if mismatch:
             return f"the {hub} at {where} uses CURVE and {me} does not: {fix}"
         return (f"the handshake with the {hub} at {where} failed: it most likely uses CURVE and {me} does not "
