@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -318,17 +319,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
     roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid.
     """
-    from dataclasses import replace
-
-    from vfl.net.config import (
-        PartyConfig,
-        load_dataset_table,
-        load_party_config,
-        open_party_table,
-        party_declarations,
-        read_party_csv,
-    )
-    from vfl.net.party import LocalData, PartyNode
+    from vfl.net.config import PartyConfig, load_party_config
+    from vfl.net.party import PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
 
@@ -357,6 +349,26 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    local = _party_local_data(cfg, config)
+    curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
+    node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
+                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
+                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
+                     identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
+                     allow_data_derived_bounds=allow_data_derived_bounds)
+    _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
+          + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
+    model_ = node.run()
+    _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
+
+
+def _party_local_data(cfg: Any, config: str | None) -> Any:
+    """The party's table with its public declarations (vfl.net.party.LocalData), checked before connecting."""
+    from dataclasses import replace
+
+    from vfl.net.config import load_dataset_table, open_party_table, party_declarations, read_party_csv
+    from vfl.net.party import LocalData
+
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
     # public declarations: a bounds file (--bounds / bounds = ...) or the config's inline [bounds], [categories],
     # [impute] tables (both: refused); declared preprocessing maps raw columns before the bounds check
@@ -384,17 +396,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
                                 bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
     local = replace(local, label_name=cfg.label, preprocessing=record)
-    curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
-    node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
-                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
-                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
-                     identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
-                     allow_data_derived_bounds=allow_data_derived_bounds)
-    _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
-          + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
-    model_ = node.run()
-    _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
-
+    return local
 
 
 def _site_policy_options(command: Callable) -> Callable:
