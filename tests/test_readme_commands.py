@@ -1,7 +1,8 @@
 """Issue 21: every command in README.md is exercised by a smoke test at small size, or skipped for a stated reason.
 
 The commands are read from README.md itself (its ```bash blocks: continuation lines joined, comments dropped,
-``&&`` chains split), so a new or changed README command fails
+``&&`` chains split; and the commands with options quoted inline in its text), so a new or changed README command
+fails
 :func:`test_every_readme_command_is_run_or_skipped_with_a_reason` until it is listed in :data:`HOW` -- run here
 (as written, or at a small size given next to it), or skipped with the reason and, where one exists, the test that
 covers it. The deployment and capeFM blocks run as real processes on loopback with throwaway keys and small data;
@@ -10,6 +11,7 @@ benchmarks and examples run in a temporary folder with their smallest sizes. The
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -43,7 +45,10 @@ def _commands(block: str) -> list[str]:
 
 
 def readme_commands() -> list[str]:
-    return [cmd for block in _blocks("bash") for cmd in _commands(block)]
+    """The commands of the bash blocks, then those with an option quoted inline in the text (``vfl ... -x``)."""
+    prose = re.sub(r"^```.*?^```", "", README.read_text(encoding="utf-8"), flags=re.S | re.M)
+    inline = re.findall(r"`((?:vfl|\.venv/bin/\S+) [^`]*\s-[^`]*)`", prose)
+    return [cmd for block in _blocks("bash") for cmd in _commands(block)] + inline
 
 
 #: how each README command is exercised: ("run", small-size arguments or None for as written), ("block", the test
@@ -57,6 +62,13 @@ HOW: dict[str, tuple[str, ...]] = {
     ".venv/bin/vfl demo": ("skip", "2048-bit keys; the same demo at small size (200 rows, 1024-bit keys)",
                            "test_first_hour.py::test_demo_prints_only_a_folder_it_keeps"),
     ".venv/bin/python -m pytest -q": ("skip", "the whole default suite (minutes): the lead runs it", ""),
+    ".venv/bin/python -m pytest -m slow": ("skip", "the slow statistical and benchmark-sized tests (hours)", ""),
+    "vfl <command> --help": ("block", "test_every_command_has_help"),
+    "vfl party --config parties/forestfires/alice.toml --identity-dir certs": (
+        "block", "test_the_shipped_party_config_starts_with_its_documented_bounds"),
+    "vfl predict --id person_id": ("skip", "a fragment (--model and --data omitted) in the text",
+                                   "test_cli_data_files.py::test_predict_applies_the_recorded_preprocessing_and_"
+                                   "passes_ids_through"),
     "vfl keys --out certs --names alice,bob": DEPLOY,
     "vfl coordinator --parties 2 --model linear --mechanism gaussian-fm --epsilon 1 --delta 1e-5 --bind "
     "tcp://0.0.0.0:5555 --curve-dir certs --out model.json": DEPLOY,
@@ -108,6 +120,34 @@ def test_benchmarks_and_examples_run_at_small_size(command, tmp_path):
     assert run.returncode == 0, f"{' '.join(argv)}: {run.stderr[-3000:]}"
     assert "Traceback" not in run.stderr and " nan " not in run.stdout, run.stdout[-2000:]
     assert time.monotonic() - t0 < 540
+
+
+def test_every_command_has_help():
+    """`vfl <command> --help` for every command of the `vfl` group."""
+    from vfl.cli import cli
+
+    assert len(cli.commands) >= 8
+    for name in cli.commands:
+        run = subprocess.run([*VFL, name, "--help"], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and f"Usage: vfl {name} [OPTIONS]" in run.stdout, run.stderr
+
+
+FOREST = REPO.parent / "shared" / "data" / "forestfires.csv"
+
+
+@pytest.mark.skipif(not FOREST.exists(), reason="forest fires data not available")
+def test_the_shipped_party_config_starts_with_its_documented_bounds(tmp_path):
+    """The shipped config (built-in data set, its documented public bounds) passes the private-by-default check: the
+    party reads its table and connects (to nobody here, so it gives up after 1 s)."""
+    (command,) = [c for c in readme_commands() if c.startswith("vfl party --config parties/")]
+    keys = tmp_path / "certs"
+    assert subprocess.run([*VFL, "keys", "--out", str(keys), "--names", "alice"], capture_output=True).returncode == 0
+    words = [str(keys) if w == "certs" else w for w in shlex.split(command)[1:]]   # the throwaway identities
+    argv = [*VFL, *words, "--connect", f"tcp://127.0.0.1:{free_port()}", "--timeout", "1", "--no-progress"]
+    run = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "VFL_DATA_DIR": str(FOREST.parent)})
+    assert run.returncode == 3 and "[alice] 517 rows, 23 features, label log_area; connecting to" in run.stdout
+    assert "no answer from the coordinator" in run.stderr and "no public bounds" not in run.stderr
 
 
 # ------------------------------------------------------------------------------------------------- real processes
