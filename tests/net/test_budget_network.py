@@ -5,21 +5,18 @@ FAST TESTS: 1024-bit INSECURE Paillier test keys.
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_coordinator import FakeCoordinator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_coordinator import FakeCoordinator  # noqa: E402
-
-from vfl.demo import free_port, make_demo_data  # noqa: E402
-from vfl.net.messages import MessageType  # noqa: E402
-from vfl.net.party import LocalData, PartyNode  # noqa: E402
-from vfl.exceptions import BudgetError  # noqa: E402
-from vfl.privacy.ledger import Budget, DatasetKey, Ledger  # noqa: E402
+from vfl.demo import free_port, make_demo_data
+from vfl.exceptions import BudgetError
+from vfl.net.messages import MessageType
+from vfl.net.party import LocalData, PartyNode
+from vfl.privacy.ledger import Budget, DatasetKey, Ledger
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]
 
@@ -101,7 +98,8 @@ def data(tmp_path):
 
 def _run(procs, data, url, out, *, ledgers: dict[str, Path], budget: str | None):
     coord = procs.start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
-                        "--timeout", str(GENEROUS), "--mechanism", "laplace-fm", "--epsilon", "1", "--fm-sensitivity", "tight", *TEST_KEYS)
+                        "--timeout", str(GENEROUS), "--mechanism", "laplace-fm", "--epsilon", "1",
+                        "--fm-sensitivity", "tight", *TEST_KEYS)
     extra = ["--no-progress", "--timeout", str(GENEROUS), *TEST_KEYS]
     alice = procs.start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
                         "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]),
