@@ -243,3 +243,24 @@ def test_a_reservation_is_fast(tmp_path):
     t0 = time.perf_counter()
     ledger.reserve(KEY, "last", laplace(0.001), budget=Budget(10))
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_estimators_spend_from_the_persistent_ledger(tmp_path):
+    """accountant=LedgerAccountant: fits of a named dataset share its lifetime budget across processes."""
+    import numpy as np
+
+    from vfl import LinearRegression
+    from vfl.privacy.ledger import LedgerAccountant
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-0.5, 0.5, (200, 2)), rng.uniform(-1, 1, 200)
+    path = tmp_path / "l.sqlite"
+    acc = LedgerAccountant(path, "crm", "2.5,1e-4")
+    for _ in range(2):
+        LinearRegression(epsilon=1.0, bounds=(-0.5, 0.5), y_bounds=(-1, 1), accountant=acc).fit(X, y)
+    again = LedgerAccountant(path, "crm", "2.5,1e-4")   # a new process would see the same
+    assert again.total()[0] == pytest.approx(2.0, abs=1e-3)
+    with pytest.raises(BudgetError, match="fit refused before it touches the data"):
+        LinearRegression(epsilon=1.0, bounds=(-0.5, 0.5), y_bounds=(-1, 1), accountant=again).fit(X, y)
+    assert [r.state for r in Ledger(path).runs()] == ["completed", "completed"]
+    assert again.remaining()[0] == pytest.approx(0.5, abs=1e-3)

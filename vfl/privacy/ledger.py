@@ -44,8 +44,9 @@ from typing import Any
 
 from vfl.exceptions import BudgetError, PrivacyParameterError, VFLError
 
-__all__ = ["LedgerError", "Ledger", "Budget", "Spend", "Composition", "RunRecord", "DatasetKey", "compose",
-           "spend_of_report", "dataset_key", "default_ledger_path", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA"]
+__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "Budget", "Spend", "Composition", "RunRecord", "DatasetKey",
+           "compose", "spend_of_report", "dataset_key", "default_ledger_path", "SCHEMA_VERSION", "STATES",
+           "DEFAULT_DELTA"]
 
 SCHEMA_VERSION = 1
 STATES = ("reserved", "completed", "aborted")
@@ -443,14 +444,15 @@ def _num(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def refusal_line(dataset: DatasetKey, budget: Budget, before: Composition, after: Composition, spend: Spend) -> str:
+def refusal_line(dataset: DatasetKey, budget: Budget, before: Composition, after: Composition, spend: Spend, *,
+                 refused: str = "plan refused before any data-dependent message") -> str:
     """The one line of a refused plan: spent, requested, left."""
     left = max(0.0, budget.epsilon - before.epsilon)
     what = dataset.name or f"fingerprint {dataset.fingerprint[:12]}"
     return (f"privacy budget of dataset {what} exceeded: spent epsilon {before.epsilon:.4g} in {before.runs} run(s), "
             f"this plan requests {spend.epsilon:.4g} ({spend.mechanism}; {after.epsilon:.4g} composed), "
             f"left {left:.4g} of {budget.epsilon:g} at delta {budget.delta:g} (composition: {after.method}); "
-            "plan refused before any data-dependent message")
+            f"{refused}")
 
 
 def _records(rows: Iterable[tuple]) -> list[RunRecord]:
@@ -517,3 +519,53 @@ def export_document(ledger: Ledger, budget: Budget | None = None) -> dict[str, A
     return {"ledger": str(ledger.path), "schema_version": SCHEMA_VERSION, "party": meta.get("party") or None,
             "entries": int(meta["count"]), "head": meta["head"], "datasets": ledger.summary(budget),
             "runs": [r.to_dict() for r in ledger.runs()]}
+
+
+# ---------------------------------------------------------------------------------------------- estimators
+class LedgerAccountant:
+    """A diffprivlib-style accountant (``check``, ``spend``, ``remaining``, ``total``) backed by a persistent
+    :class:`Ledger`, for the in-process estimators' ``accountant=``: their fits of one dataset (``dataset``: the
+    name the budget is kept under) then share the lifetime budget of the party's networked runs of that name and
+    survive the process. A fit gives only its ``(epsilon, delta)``, so fits compose with basic composition; each
+    fit is one ``completed`` run in the ledger."""
+
+    def __init__(self, ledger: Ledger | str | Path, dataset: str, budget: Budget | str | float) -> None:
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), str(dataset))
+        self.budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
+
+    @staticmethod
+    def _spend(epsilon: float, delta: float) -> Spend:
+        epsilon, delta = float(epsilon), float(delta)
+        if delta == 0.0:
+            return Spend("fit", epsilon, 0.0, {"kind": "laplace", "epsilon": epsilon})
+        return Spend("fit", epsilon, delta, {"kind": "approx", "epsilon": epsilon, "delta": delta})
+
+    def total(self) -> tuple[float, float]:
+        """The composed ``(epsilon, delta)`` spent on this dataset so far."""
+        comp = compose([r.spend for r in self.ledger.runs(self.key.key)], self.budget.delta)
+        return comp.epsilon, comp.delta
+
+    def check(self, epsilon: float, delta: float) -> bool:
+        """True if one more spend of ``(epsilon, delta)`` fits; else :class:`BudgetError` (spent, requested, left)."""
+        history = [r.spend for r in self.ledger.runs(self.key.key)]
+        before = compose(history, self.budget.delta)
+        after = compose([*history, self._spend(epsilon, delta)], self.budget.delta)
+        if after.epsilon > self.budget.epsilon + _SLACK:
+            raise BudgetError(refusal_line(self.key, self.budget, before, after, self._spend(epsilon, delta),
+                                           refused="fit refused before it touches the data"))
+        return True
+
+    def spend(self, epsilon: float, delta: float) -> LedgerAccountant:
+        """Check and record one fit (one committed transaction), marked completed."""
+        run = "fit-" + hashlib.sha256(os.urandom(16)).hexdigest()[:24]
+        self.ledger.reserve(self.key, run, self._spend(epsilon, delta), budget=self.budget)
+        self.ledger.finish(run, "completed")
+        return self
+
+    def remaining(self, k: int = 1) -> tuple[float, float]:
+        """``(epsilon, delta)`` each of ``k`` further equal fits may use (basic composition of what is left)."""
+        if int(k) != k or k < 1:
+            raise PrivacyParameterError(f"k must be a positive integer, got {k!r}")
+        spent = self.total()[0]
+        return max(0.0, (self.budget.epsilon - spent) / k), self.budget.delta / k
