@@ -15,6 +15,22 @@ FAST_INSECURE_KEYS = {"key_bits": 1024, "allow_insecure_keys": True}
 TEST_PARTY_NAMES = ("alice", "bob", "carol", "dave", "a", "b", "c")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ledger_home(tmp_path_factory: pytest.TempPathFactory):
+    """Every party ledger of the session (``vfl party`` without --ledger, also in child processes) lives in a temp
+    directory ($VFL_LEDGER, vfl.privacy.ledger.default_ledger_path): tests never touch the user's data directory."""
+    import os
+
+    folder = tmp_path_factory.mktemp("ledgers")
+    previous = os.environ.get("VFL_LEDGER")
+    os.environ["VFL_LEDGER"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("VFL_LEDGER", None)
+    else:
+        os.environ["VFL_LEDGER"] = previous
+
+
 @pytest.fixture(scope="session")
 def identity_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``vfl party --identity-dir`` / ``PartyNode(identity_dir=...)`` for :data:`TEST_PARTY_NAMES`: every party's

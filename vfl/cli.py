@@ -1,4 +1,4 @@
-"""The ``vfl`` command: coordinator, party, predict, keys, demo.
+"""The ``vfl`` command: coordinator, party, budget, predict, keys, demo.
 
 Every user error ends with one line ``vfl: error: ...`` on stderr and a non-zero exit code, never a
 traceback:
@@ -307,17 +307,28 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 @click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
+@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+              help="This party's privacy ledger (SQLite): every run's spend per dataset. Default: "
+                   "ledger-NAME.sqlite in $VFL_LEDGER or the user's data directory (~/.local/share/vfl).")
+@click.option("--budget", default=None, metavar="EPSILON[,DELTA]",
+              help="Lifetime privacy budget of this dataset (delta default 1e-5): a plan whose spend, composed with "
+                   "the ledger's history, would exceed it is refused before anything data-dependent is sent.")
+@click.option("--dataset-name", default=None,
+              help="Name this dataset's budget is kept under (a refreshed table continues the same budget); default: "
+                   "the fingerprint of its declared columns, bounds and row count.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, allow_data_derived_bounds: bool,
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
-          workers: int | None, executor: str | None, max_frame_bytes: int | None) -> None:
+          workers: int | None, executor: str | None, max_frame_bytes: int | None, ledger_path: str | None,
+          budget: str | None, dataset_name: str | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
     --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
-    roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid.
+    roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid; then it
+    reserves the plan's spend in its privacy ledger (--ledger, --budget; docs/privacy.md) or refuses the plan.
     """
     from vfl.net.config import PartyConfig, load_party_config
     from vfl.net.party import PartyNode
@@ -338,6 +349,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
     cfg.identity_dir = identity_dir or cfg.identity_dir
+    cfg.ledger = ledger_path or cfg.ledger
+    cfg.budget = budget or cfg.budget
+    cfg.dataset_name = dataset_name or cfg.dataset_name
     if executor is not None and not executor.startswith(("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")):
         raise ConfigurationError(f"--executor must be a Dask scheduler address like tcp://HOST:8786, got {executor!r}")
     for what, value in (("--name", cfg.name), ("--connect", cfg.connect),
@@ -349,13 +363,15 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    ledger, lifetime = _open_ledger(cfg)       # checked before the table is read: a corrupted ledger costs nothing
     local = _party_local_data(cfg, config)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
                      policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
                      identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
-                     allow_data_derived_bounds=allow_data_derived_bounds)
+                     allow_data_derived_bounds=allow_data_derived_bounds,
+                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name)
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()
@@ -397,6 +413,88 @@ def _party_local_data(cfg: Any, config: str | None) -> Any:
                                 bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
     local = replace(local, label_name=cfg.label, preprocessing=record)
     return local
+
+
+def _open_ledger(cfg: Any) -> tuple[Any, Any]:
+    """The party's privacy ledger (checked: one line and exit 1 if unreadable or corrupted) and its budget."""
+    from vfl.privacy.ledger import Budget, Ledger, default_ledger_path
+
+    lifetime = Budget.parse(cfg.budget) if cfg.budget else None
+    ledger = Ledger(cfg.ledger or default_ledger_path(cfg.name), party=cfg.name)
+    return ledger, lifetime
+
+
+# ---------------------------------------------------------------------------------------------- budget
+@cli.group()
+def budget() -> None:
+    """A party's privacy ledger: what each dataset has spent, its runs (docs/privacy.md)."""
+
+
+def _ledger_options(command: Callable) -> Callable:
+    options = [
+        click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+                     help="The ledger file (default: that of --name in $VFL_LEDGER or the user's data directory)."),
+        click.option("--name", default=None, help="The party whose default ledger to read."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _read_ledger(ledger_path: str | None, name: str | None) -> Any:
+    from vfl.privacy.ledger import Ledger, default_ledger_path
+
+    if not ledger_path and not name:
+        raise ConfigurationError("give --ledger PATH or --name NAME (the party whose default ledger to read)")
+    return Ledger(ledger_path or default_ledger_path(name), create=False)  # type: ignore[arg-type]
+
+
+@budget.command("show")
+@_ledger_options
+@click.option("--budget", "lifetime", default=None, metavar="EPSILON[,DELTA]",
+              help="Show what is left of this budget (default: the one in force at each dataset's latest run).")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def budget_show(ledger_path: str | None, name: str | None, lifetime: str | None, as_json: bool) -> None:
+    """Per dataset: runs, composed spend, budget and what is left."""
+    import json
+
+    from vfl.privacy.ledger import Budget, summary_table
+
+    ledger = _read_ledger(ledger_path, name)
+    b = Budget.parse(lifetime) if lifetime else None
+    _echo(json.dumps(ledger.summary(b), indent=2) if as_json else summary_table(ledger, b))
+
+
+@budget.command("history")
+@_ledger_options
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def budget_history(ledger_path: str | None, name: str | None, as_json: bool) -> None:
+    """Every run, oldest first: when, dataset, mechanism, epsilon, delta, state, coordinator."""
+    import json
+
+    from vfl.privacy.ledger import history_table
+
+    ledger = _read_ledger(ledger_path, name)
+    _echo(json.dumps([r.to_dict() for r in ledger.runs()], indent=2) if as_json else history_table(ledger))
+
+
+@budget.command("export")
+@_ledger_options
+@click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write the JSON here (default: stdout).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out file.")
+def budget_export(ledger_path: str | None, name: str | None, out: str | None, force: bool) -> None:
+    """The whole ledger as JSON: per dataset spent/left, every run, the integrity chain's head."""
+    import json
+
+    from vfl.privacy.ledger import export_document
+
+    ledger = _read_ledger(ledger_path, name)
+    text = json.dumps(export_document(ledger), indent=2)
+    if out is None:
+        _echo(text)
+        return
+    check_writable(out, force=force)
+    Path(out).write_text(text + "\n", encoding="utf-8")
 
 
 def _site_policy_options(command: Callable) -> Callable:

@@ -101,6 +101,11 @@ class PartyConfig:
     bounds: str | None = None
     curve_dir: str | None = None
     identity_dir: str | None = None   # NAME.sign.secret and the pinned *.sign.pub (vfl.secure.identity)
+    #: the privacy ledger (vfl.privacy.ledger; None: the default file), the lifetime budget "EPSILON[,DELTA]" per
+    #: dataset (None: record only) and the declared dataset name (a refreshed table continues the same budget)
+    ledger: str | None = None
+    budget: str | None = None
+    dataset_name: str | None = None
     #: inline ``[bounds]``/``[categories]``/``[impute]`` tables of the config file (None: none there)
     declarations: Declarations | None = None
 
@@ -135,8 +140,8 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def load_party_config(path: str | Path) -> PartyConfig:
-    """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir``/``identity_dir`` paths resolve
-    against its folder."""
+    """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir``/``identity_dir``/``ledger`` paths
+    resolve against its folder."""
     p = Path(path)
     doc = _read_toml(p, "party config")
     section = doc.get("party")
@@ -146,7 +151,8 @@ def load_party_config(path: str | Path) -> PartyConfig:
     if stray:
         raise ConfigurationError(f"{p}: unknown table(s) {', '.join(stray)}; a party config holds [party] and, "
                                  f"optionally, inline {', '.join(f'[{t}]' for t in DECLARATION_TABLES)}")
-    allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir", "identity_dir"}
+    allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir", "identity_dir",
+               "ledger", "budget", "dataset_name"}
     unknown = set(section) - allowed
     if unknown:
         raise ConfigurationError(f"{p}: unknown key(s) in [party]: {', '.join(sorted(unknown))}")
@@ -161,7 +167,7 @@ def load_party_config(path: str | Path) -> PartyConfig:
     if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
         raise ConfigurationError(f"{p}: features must be a list of column names")
     cfg.features = feats
-    for key in ("data", "bounds", "curve_dir", "identity_dir"):
+    for key in ("data", "bounds", "curve_dir", "identity_dir", "ledger"):
         value = getattr(cfg, key)
         if value is not None and not Path(value).is_absolute():
             setattr(cfg, key, str((p.parent / value).resolve()))

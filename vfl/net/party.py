@@ -59,12 +59,13 @@ from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
+from vfl.privacy.ledger import Budget, Ledger, LedgerError, Spend, dataset_key, spend_of_report
 from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
 from vfl.protocols.policy import BOUNDED_MECHANISMS, PartyPolicy, check_plan, describe_plan
-from vfl.protocols.roster import RELAYED, Roster, sign_registration
+from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import load_party_identity
@@ -338,13 +339,24 @@ class PartyNode:
                  policy: PartyPolicy | None = None, executor: Any = None,
                  max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_data_derived_bounds: bool | None = False,
-                 model: str | None = None) -> None:
+                 model: str | None = None, ledger: Ledger | None = None, budget: Budget | None = None,
+                 dataset_name: str | None = None) -> None:
         """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
         (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns).
         ``allow_data_derived_bounds``: start without declared bounds (:func:`check_declared_bounds`; warns, not
         formally DP; None: the caller has checked already, as ``vfl.fit`` does); ``model``: the model, when the
-        caller knows it before the PLAN (a logistic label needs no bounds)."""
+        caller knows it before the PLAN (a logistic label needs no bounds).
+        ``ledger``: the party's privacy ledger (:mod:`vfl.privacy.ledger`; None: runs are not recorded), where
+        each accepted plan's spend is reserved before anything data-dependent is sent; ``budget``: the lifetime
+        budget of this dataset (None: record only); ``dataset_name``: the declared name its budget is kept under
+        (default: the fingerprint of its declared columns, bounds and row count)."""
         self.data = data
+        if budget is not None and ledger is None:
+            raise ConfigurationError("a privacy budget needs a ledger to keep it in (--ledger)")
+        self.ledger, self.budget = ledger, budget
+        self.dataset = dataset_key(data.feature_names, data.n_rows, bounds=data.bounds, label=data.label_name,
+                                   label_bounds=data.label_bounds, name=dataset_name)
+        self._reserved: str | None = None   # the run whose spend this party reserved in its ledger
         if identity_dir is None and not insecure_no_identity:
             raise ConfigurationError(f"party {data.name} has no signing identity: pass --identity-dir DIR (made by "
                                      "`vfl keys`), or --insecure-no-identity for loopback experiments only")
@@ -385,7 +397,13 @@ class PartyNode:
     def run(self) -> FittedModel:
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
         try:
-            return run_reporting_failures(t, self.data.name, "party", lambda: self._run(t))
+            try:
+                model = run_reporting_failures(t, self.data.name, "party", lambda: self._run(t))
+            except BaseException as exc:
+                self._end_reservation("aborted", f"{type(exc).__name__}: {exc}")
+                raise
+            self._end_reservation("completed")
+            return model
         finally:
             self._stop.set()
             t.close()
@@ -443,6 +461,7 @@ class PartyNode:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
             session = self._session(msg)
+            self._reserve(session, msg.body, t.run_id)   # committed before the ROSTER_ENTRY leaves
             self._submit(self._enter_roster, session, msg.body, t.run_id)
             return session
         if kind is MessageType.ROSTER:
@@ -470,6 +489,38 @@ class PartyNode:
                 self.roster.check_paillier(msg.blob(0), sender, str(msg.body["block"]))
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
+
+    def _reserve(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> None:
+        """Compose this plan's spend (this party's own privacy report: the true epsilon and its accounting object)
+        with the ledger's history of this dataset and reserve it in one committed transaction, or refuse the plan
+        with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`)."""
+        if self.ledger is None:
+            return
+        if isinstance(session, FMParty):
+            spend = spend_of_report(session.mech.privacy_report())
+        else:   # (DP-)BCD: no formal (epsilon, delta) guarantee, so no budget covers it
+            plan = PlanBody.from_body(plan_body)
+            spend = Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
+        coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
+        before, after = self.ledger.reserve(self.dataset, run, spend, budget=self.budget, coordinator=coordinator,
+                                            plan_digest=plan_digest(plan_body).hex())
+        self._reserved = run
+        left = "" if self.budget is None else f", left {max(0.0, self.budget.epsilon - after.epsilon):.4g} of " \
+                                              f"{self.budget.epsilon:g}"
+        self.log(f"[{self.data.name}] privacy ledger {self.ledger.path}: reserved epsilon {spend.epsilon:.4g} for run "
+                 f"{run[:8]}; this dataset has spent {after.epsilon:.4g} in {after.runs} run(s){left} "
+                 f"(composition: {after.method})")
+
+    def _end_reservation(self, state: str, reason: str | None = None) -> None:
+        """Mark the reserved run completed or aborted in the ledger (its spend stays counted either way)."""
+        if self.ledger is None or self._reserved is None:
+            return
+        run, self._reserved = self._reserved, None
+        try:
+            self.ledger.finish(run, state, reason)
+        except LedgerError as exc:   # never hides the run's own outcome; the spend stays reserved
+            warnings.warn(f"party {self.data.name}: could not mark run {run[:8]} {state} in the ledger: {exc}",
+                          PrivacyLeakWarning, stacklevel=2)
 
     def _enter_roster(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> list:
         """Worker: the Paillier key this party will encrypt under (FM), then its signed ROSTER_ENTRY."""

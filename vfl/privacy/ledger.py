@@ -1,0 +1,571 @@
+"""A party's lifetime privacy budget: a persistent ledger of what every run spent (issue 23; docs/privacy.md).
+
+Differential privacy composes: ``k`` releases over the same rows are together at most ``(sum eps_i, sum delta_i)``-DP
+(basic composition, Dwork & Roth 2014, *The Algorithmic Foundations of Differential Privacy*, Thm. 3.16), and
+nothing the party does afterwards gives the spend back. Averaging ``k`` independently noised releases divides the
+noise's standard deviation by ``sqrt(k)`` (the repeated-run averaging attack, ``benchmarks/budget_averaging.py``).
+A party therefore keeps a ledger of its runs per dataset and refuses a plan that would take the composed loss above
+its lifetime budget.
+
+Storage (stdlib :mod:`sqlite3`, one file per party, :func:`default_ledger_path`): an append-only table of entries
+(``reserve``, ``complete``, ``abort``) chained by sha256 (each entry's hash covers the previous hash and its own
+content; the head is kept in the ``meta`` table with the schema version). Every open and every reservation runs
+``PRAGMA integrity_check`` and re-computes the chain; a ledger that cannot be read or fails the check raises
+:class:`LedgerError` and is never reset (deleting it is the operator's explicit act). The chain detects corruption
+and naive edits, not a forger who recomputes it (no secret key: the ledger protects the party from others, and
+its operator is the party).
+
+A reservation runs in one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock): read the history, compose, check
+the budget, append, commit. Two processes of the same party serialise on the lock, so they cannot both pass the
+check. The reservation is committed before the party sends anything data-dependent and stays counted whatever
+happens to the run (completed, aborted, or the process killed: the entry stays ``reserved``).
+
+Composition (:func:`compose`): runs whose accounting object is a Gaussian mechanism (Gaussian DP ``mu``; Dong,
+Roth & Su 2022, *Gaussian differential privacy*) or a Laplace mechanism (pure ``epsilon``) are composed with
+dp-accounting's privacy-loss-distribution accountant (Google's ``dp_accounting.pld``; Koskela et al. 2020,
+Meiser & Mohammadi 2018) at the budget's delta; the result is never above basic composition, which is used alone
+when dp-accounting is not installed (``pip install 'vfl[ica]'``) or a run has another accounting object. The
+method used is reported with every number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vfl.exceptions import BudgetError, PrivacyParameterError, VFLError
+
+__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "Budget", "Spend", "Composition", "RunRecord", "DatasetKey",
+           "compose", "spend_of_report", "dataset_key", "default_ledger_path", "SCHEMA_VERSION", "STATES",
+           "DEFAULT_DELTA"]
+
+SCHEMA_VERSION = 1
+STATES = ("reserved", "completed", "aborted")
+#: delta of a budget given without one (``--budget 2`` means (2, 1e-5))
+DEFAULT_DELTA = 1e-5
+#: rounding slack of the budget comparison (PLD and float sums)
+_SLACK = 1e-9
+_GENESIS = "0" * 64
+
+
+class LedgerError(VFLError):
+    """The privacy ledger cannot be read, fails its integrity check, or is used inconsistently."""
+
+
+def default_ledger_path(party: str) -> Path:
+    """``ledger-PARTY.sqlite`` in ``$VFL_LEDGER`` (a directory) if set, else in the user's data directory:
+    ``$XDG_DATA_HOME/vfl`` or ``~/.local/share/vfl`` (Linux), ``~/Library/Application Support/vfl`` (macOS),
+    ``%LOCALAPPDATA%\\vfl`` (Windows)."""
+    env = os.environ.get("VFL_LEDGER")
+    if env:
+        folder = Path(env).expanduser()
+    elif sys.platform == "darwin":
+        folder = Path.home() / "Library" / "Application Support" / "vfl"
+    elif sys.platform.startswith("win"):
+        folder = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "vfl"
+    else:
+        folder = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "vfl"
+    return folder / f"ledger-{party}.sqlite"
+
+
+# ---------------------------------------------------------------------------------------------- what a run spends
+@dataclass(frozen=True)
+class Budget:
+    """A lifetime budget ``(epsilon, delta)`` per dataset; ``parse("1.5")`` or ``parse("1.5,1e-6")``."""
+
+    epsilon: float
+    delta: float = DEFAULT_DELTA
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise PrivacyParameterError(f"budget epsilon must be finite and > 0, got {self.epsilon!r}")
+        if not (0 < self.delta < 1):
+            raise PrivacyParameterError(f"budget delta must be in (0, 1), got {self.delta!r}")
+
+    @classmethod
+    def parse(cls, text: str | float | Sequence[float]) -> Budget:
+        """``EPSILON[,DELTA]`` (a string, a number or a pair, e.g. from a party config)."""
+        if isinstance(text, (int, float)):
+            return cls(float(text))
+        parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else list(text)
+        try:
+            values = [float(p) for p in parts]
+        except (TypeError, ValueError):
+            raise PrivacyParameterError(f"budget must be EPSILON[,DELTA], got {text!r}") from None
+        if len(values) not in (1, 2):
+            raise PrivacyParameterError(f"budget must be EPSILON[,DELTA], got {text!r}")
+        return cls(*values)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What one run spends: its mechanism, true ``(epsilon, delta)`` and the accounting object that composes it:
+    ``{"kind": "gaussian", "mu": mu}``, ``{"kind": "laplace", "epsilon": eps}``, ``{"kind": "approx", "epsilon",
+    "delta"}`` or ``{"kind": "non-private"}`` (no calibrated noise: epsilon infinite)."""
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    accounting: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def private(self) -> bool:
+        return self.accounting.get("kind") != "non-private" and math.isfinite(self.epsilon)
+
+
+def spend_of_report(report: Any) -> Spend:
+    """The spend of a release from its privacy report (:class:`vfl.privacy.accounting.PrivacyReport`): the true
+    epsilon (never the claimed one) and, for Gaussian mechanisms, the Gaussian-DP ``mu`` of the whole release."""
+    eps = report.epsilon
+    delta = float(report.delta or 0.0)
+    if eps is None or not math.isfinite(float(eps)):
+        return Spend(report.mechanism, math.inf, delta, {"kind": "non-private"})
+    eps = float(eps)
+    mu = (report.extra or {}).get("mu")
+    if mu is not None and math.isfinite(float(mu)):
+        return Spend(report.mechanism, eps, delta, {"kind": "gaussian", "mu": float(mu)})
+    if delta == 0.0:
+        return Spend(report.mechanism, eps, 0.0, {"kind": "laplace", "epsilon": eps})
+    return Spend(report.mechanism, eps, delta, {"kind": "approx", "epsilon": eps, "delta": delta})
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The composed ``epsilon`` at ``delta`` of a history and the ``method`` that gave it."""
+
+    epsilon: float
+    delta: float
+    method: str
+    runs: int
+
+
+def _basic(spends: Sequence[Spend], delta: float) -> float:
+    eps = math.fsum(s.epsilon for s in spends)
+    return eps if math.fsum(s.delta for s in spends) <= delta + 1e-15 else math.inf
+
+
+def _pld(spends: Sequence[Spend], delta: float) -> float | None:
+    """dp-accounting's PLD epsilon at ``delta`` (None: library missing or an event it cannot compose here)."""
+    try:
+        import dp_accounting
+        from dp_accounting.pld import pld_privacy_accountant
+    except ImportError:   # optional: pip install 'vfl[ica]'
+        return None
+    counts: dict[tuple[str, float], int] = {}
+    for s in spends:
+        kind = s.accounting.get("kind")
+        if kind == "gaussian" and s.accounting["mu"] > 0:
+            key = ("gaussian", float(s.accounting["mu"]))
+        elif kind == "laplace" and s.accounting["epsilon"] > 0:
+            key = ("laplace", float(s.accounting["epsilon"]))
+        elif kind in ("gaussian", "laplace"):
+            continue   # zero loss
+        else:
+            return None
+        counts[key] = counts.get(key, 0) + 1
+    acc = pld_privacy_accountant.PLDAccountant()
+    for (kind, value), n in counts.items():
+        event = (dp_accounting.GaussianDpEvent(noise_multiplier=1.0 / value) if kind == "gaussian"
+                 else dp_accounting.LaplaceDpEvent(noise_multiplier=1.0 / value))
+        acc.compose(event, n)
+    return float(acc.get_epsilon(delta))
+
+
+def compose(spends: Sequence[Spend], delta: float) -> Composition:
+    """Composed epsilon at ``delta`` of ``spends``: min(basic composition (valid only if the deltas sum to at most
+    ``delta``), dp-accounting's PLD accountant (Gaussian and Laplace runs)). ``inf`` if a run was not private."""
+    spends = list(spends)
+    if not spends:
+        return Composition(0.0, delta, "none (no runs)", 0)
+    if any(not s.private for s in spends):
+        return Composition(math.inf, delta, "a run without calibrated noise (no finite epsilon)", len(spends))
+    basic = _basic(spends, delta)
+    pld = _pld(spends, delta)
+    if pld is not None and pld < basic:
+        return Composition(pld, delta, "privacy loss distributions (dp-accounting PLD)", len(spends))
+    return Composition(basic, delta, "basic (sum of epsilons and deltas)", len(spends))
+
+
+# ---------------------------------------------------------------------------------------------- datasets and runs
+@dataclass(frozen=True)
+class DatasetKey:
+    """A dataset's budget key: its declared name if any (a refreshed table continues the same budget), else the
+    fingerprint of its declared columns, bounds and row count."""
+
+    fingerprint: str
+    name: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"name:{self.name}" if self.name else f"sha256:{self.fingerprint}"
+
+
+def dataset_key(feature_names: Sequence[str], n_rows: int, *, bounds: Any = None, label: str | None = None,
+                label_bounds: Sequence[float] | None = None, name: str | None = None) -> DatasetKey:
+    """sha256 over the canonical JSON of the declared column names, their bounds (``ColumnBounds`` or None), the
+    label's name and bounds, and the row count."""
+    lower = None if bounds is None else [float(v) for v in bounds.lower]
+    upper = None if bounds is None else [float(v) for v in bounds.upper]
+    decl = {"features": list(feature_names), "lower": lower, "upper": upper, "label": label,
+            "label_bounds": None if label_bounds is None else [float(v) for v in label_bounds], "rows": int(n_rows)}
+    if name is not None and not str(name).strip():
+        raise LedgerError("a declared dataset name must not be empty")
+    return DatasetKey(hashlib.sha256(_canonical(decl)).hexdigest(), None if name is None else str(name).strip())
+
+
+@dataclass
+class RunRecord:
+    """One run in the ledger (from its entries)."""
+
+    run_id: str
+    dataset: str
+    fingerprint: str
+    dataset_name: str | None
+    coordinator: str
+    plan_digest: str
+    mechanism: str
+    epsilon: float
+    delta: float
+    accounting: dict[str, Any]
+    budget: list[float] | None
+    started: float
+    ended: float | None = None
+    state: str = "reserved"
+    reason: str | None = None
+
+    @property
+    def spend(self) -> Spend:
+        return Spend(self.mechanism, self.epsilon, self.delta, self.accounting)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["epsilon"] = None if not math.isfinite(self.epsilon) else self.epsilon
+        return out
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _entry_hash(prev: str, seq: int, kind: str, run_id: str, dataset: str, body: str, at: float) -> str:
+    content = _canonical({"seq": seq, "kind": kind, "run": run_id, "dataset": dataset, "body": body, "at": at})
+    return hashlib.sha256(prev.encode() + b"\n" + content).hexdigest()
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, run_id TEXT NOT NULL, dataset TEXT NOT NULL,
+    body TEXT NOT NULL, at REAL NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
+"""
+
+
+class Ledger:
+    """The persistent privacy ledger of one party (module docstring): ``reserve`` before a run's first
+    data-dependent message, ``finish`` at its end; ``runs``/``summary`` for ``vfl budget``."""
+
+    def __init__(self, path: str | Path, *, party: str | None = None, create: bool = True) -> None:
+        self.path = Path(path).expanduser()
+        self.party = party
+        if not self.path.exists():
+            if not create:
+                raise LedgerError(f"no privacy ledger at {self.path}")
+            self._create()
+        with self._connect() as conn:
+            self._verify(conn)
+
+    # ------------------------------------------------------------------ storage and integrity
+    def _fail(self, what: str) -> LedgerError:
+        return LedgerError(f"privacy ledger {self.path} {what}; it is never reset automatically: restore it from a "
+                           "backup, or move it away yourself to start an empty ledger, which forgets every spend "
+                           "(docs/privacy.md)")
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 120000")
+        except sqlite3.Error as exc:
+            raise self._fail(f"cannot be opened ({exc})") from None
+        return conn
+
+    def _create(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.close(fd)
+        except FileExistsError:   # another process of this party created it first
+            return
+        except OSError as exc:
+            raise LedgerError(f"cannot create the privacy ledger {self.path}: {exc.strerror or exc}") from None
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            for key, value in (("schema_version", str(SCHEMA_VERSION)), ("party", self.party or ""),
+                               ("created", repr(time.time())), ("head", _GENESIS), ("count", "0")):
+                conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def _verify(self, conn: sqlite3.Connection) -> list[tuple]:
+        """PRAGMA integrity_check, the schema version, the party, and the hash chain; returns the entries."""
+        try:
+            check = conn.execute("PRAGMA integrity_check").fetchall()
+            if check != [("ok",)]:
+                raise self._fail(f"fails SQLite's integrity check ({'; '.join(str(r[0]) for r in check[:3])})")
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            rows = conn.execute("SELECT seq, kind, run_id, dataset, body, at, prev, hash FROM entries "
+                                "ORDER BY seq").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be read ({exc})") from None
+        if meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise self._fail(f"has schema version {meta.get('schema_version')!r}, this vfl reads {SCHEMA_VERSION}")
+        if self.party and meta.get("party") and meta["party"] != self.party:
+            raise LedgerError(f"privacy ledger {self.path} belongs to party {meta['party']!r}, not {self.party!r}")
+        prev = _GENESIS
+        for i, (seq, kind, run_id, dataset, body, at, stored_prev, stored) in enumerate(rows, start=1):
+            if seq != i or stored_prev != prev or _entry_hash(prev, seq, kind, run_id, dataset, body, at) != stored:
+                raise self._fail(f"fails its integrity check at entry {seq} (an entry was changed, removed or "
+                                 "inserted)")
+            prev = stored
+        if meta.get("head") != prev or meta.get("count") != str(len(rows)):
+            raise self._fail("fails its integrity check (its last entries were removed or its head was changed)")
+        return rows
+
+    def _append(self, conn: sqlite3.Connection, rows: list[tuple], kind: str, run_id: str, dataset: str,
+                body: Mapping[str, Any]) -> None:
+        seq = len(rows) + 1
+        prev = rows[-1][7] if rows else _GENESIS
+        text = _canonical(dict(body)).decode()
+        at = time.time()
+        digest = _entry_hash(prev, seq, kind, run_id, dataset, text, at)
+        conn.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     (seq, kind, run_id, dataset, text, at, prev, digest))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'head'", (digest,))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'count'", (str(seq),))
+
+    # ------------------------------------------------------------------ reservations
+    def reserve(self, dataset: DatasetKey, run_id: str, spend: Spend, *, budget: Budget | None,
+                coordinator: str = "", plan_digest: str = "") -> tuple[Composition, Composition]:
+        """Compose ``spend`` with the dataset's history and, if ``budget`` allows it, record it as ``reserved`` in
+        one committed ``BEGIN IMMEDIATE`` transaction. Returns (spent before, spent after); raises
+        :class:`BudgetError` (one line: spent, requested, left) when the budget would be exceeded."""
+        delta = budget.delta if budget is not None else DEFAULT_DELTA
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")   # the write lock: a concurrent reservation waits for this one
+            try:
+                rows = self._verify(conn)
+                history = [r for r in _records(rows) if r.dataset == dataset.key]
+                if any(r.run_id == run_id for r in history):
+                    raise LedgerError(f"run {run_id} is already in the privacy ledger {self.path}")
+                before = compose([r.spend for r in history], delta)
+                after = compose([*(r.spend for r in history), spend], delta)
+                if budget is not None and after.epsilon > budget.epsilon + _SLACK:
+                    raise BudgetError(refusal_line(dataset, budget, before, after, spend))
+                body = {"fingerprint": dataset.fingerprint, "dataset_name": dataset.name,
+                        "coordinator": coordinator, "plan_digest": plan_digest, "mechanism": spend.mechanism,
+                        "epsilon": spend.epsilon if math.isfinite(spend.epsilon) else None, "delta": spend.delta,
+                        "accounting": spend.accounting,
+                        "budget": None if budget is None else [budget.epsilon, budget.delta]}
+                self._append(conn, rows, "reserve", run_id, dataset.key, body)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be written ({exc})") from None
+        finally:
+            conn.close()
+        return before, after
+
+    def finish(self, run_id: str, state: str, reason: str | None = None) -> None:
+        """Mark a reserved run ``completed`` or ``aborted`` (its spend stays counted either way)."""
+        if state not in ("completed", "aborted"):
+            raise LedgerError(f"a run ends completed or aborted, not {state!r}")
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._verify(conn)
+                match = [r for r in _records(rows) if r.run_id == run_id]
+                if not match:
+                    raise LedgerError(f"run {run_id} is not in the privacy ledger {self.path}")
+                self._append(conn, rows, "complete" if state == "completed" else "abort", run_id,
+                             match[0].dataset, {"reason": (reason or "")[:500]})
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be written ({exc})") from None
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------ reading
+    def runs(self, dataset: str | None = None) -> list[RunRecord]:
+        """Every run (of one dataset key), oldest first."""
+        with self._connect() as conn:
+            rows = self._verify(conn)
+        return [r for r in _records(rows) if dataset is None or r.dataset == dataset]
+
+    def summary(self, budget: Budget | None = None) -> list[dict[str, Any]]:
+        """Per dataset: runs by state, composed spend and what is left of ``budget`` (default: the budget in force
+        at the dataset's latest reservation)."""
+        out = []
+        runs = self.runs()
+        for key in dict.fromkeys(r.dataset for r in runs):
+            mine = [r for r in runs if r.dataset == key]
+            b = budget
+            if b is None and mine[-1].budget is not None:
+                b = Budget(*mine[-1].budget)
+            comp = compose([r.spend for r in mine], b.delta if b else DEFAULT_DELTA)
+            out.append({"dataset": key, "name": mine[-1].dataset_name, "fingerprint": mine[-1].fingerprint,
+                        "runs": len(mine), **{s: sum(r.state == s for r in mine) for s in STATES},
+                        "spent_epsilon": _num(comp.epsilon), "delta": comp.delta, "composition": comp.method,
+                        "budget": None if b is None else [b.epsilon, b.delta],
+                        "left_epsilon": None if b is None else _num(max(0.0, b.epsilon - comp.epsilon))})
+        return out
+
+
+def _num(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def refusal_line(dataset: DatasetKey, budget: Budget, before: Composition, after: Composition, spend: Spend, *,
+                 refused: str = "plan refused before any data-dependent message") -> str:
+    """The one line of a refused plan: spent, requested, left."""
+    left = max(0.0, budget.epsilon - before.epsilon)
+    what = dataset.name or f"fingerprint {dataset.fingerprint[:12]}"
+    return (f"privacy budget of dataset {what} exceeded: spent epsilon {before.epsilon:.4g} in {before.runs} run(s), "
+            f"this plan requests {spend.epsilon:.4g} ({spend.mechanism}; {after.epsilon:.4g} composed), "
+            f"left {left:.4g} of {budget.epsilon:g} at delta {budget.delta:g} (composition: {after.method}); "
+            f"{refused}")
+
+
+def _records(rows: Iterable[tuple]) -> list[RunRecord]:
+    """Runs from the entries: a ``reserve`` opens a run, ``complete``/``abort`` ends it."""
+    runs: dict[str, RunRecord] = {}
+    for _seq, kind, run_id, dataset, body_text, at, _prev, _hash in rows:
+        body = json.loads(body_text)
+        if kind == "reserve":
+            eps = body.get("epsilon")
+            runs[run_id] = RunRecord(run_id, dataset, body["fingerprint"], body.get("dataset_name"),
+                                     body.get("coordinator", ""), body.get("plan_digest", ""), body["mechanism"],
+                                     math.inf if eps is None else float(eps), float(body["delta"]),
+                                     body.get("accounting", {}), body.get("budget"), at)
+        elif run_id in runs:
+            runs[run_id].state = "completed" if kind == "complete" else "aborted"
+            runs[run_id].ended = at
+            runs[run_id].reason = body.get("reason") or None
+    return list(runs.values())
+
+
+# ---------------------------------------------------------------------------------------------- `vfl budget`
+def _fmt(x: float | None) -> str:
+    return "inf" if x is None else f"{x:.4g}"
+
+
+def summary_table(ledger: Ledger, budget: Budget | None = None) -> str:
+    """``vfl budget show``: one line per dataset (runs by state, spent, budget, left, composition)."""
+    rows = ledger.summary(budget)
+    if not rows:
+        return f"privacy ledger {ledger.path}: no runs yet"
+    lines = [f"privacy ledger {ledger.path}",
+             f"{'dataset':<28} {'runs':>4} {'compl.':>6} {'abort.':>6} {'reserv.':>7} {'spent eps':>9} "
+             f"{'budget':>14} {'left eps':>8}  composition"]
+    for r in rows:
+        label = r["name"] or f"sha256:{r['fingerprint'][:12]}"
+        budget_text = "none" if r["budget"] is None else f"{r['budget'][0]:g},{r['budget'][1]:g}"
+        left = "-" if r["budget"] is None else _fmt(r["left_epsilon"])
+        lines.append(f"{label[:28]:<28} {r['runs']:>4} {r['completed']:>6} {r['aborted']:>6} {r['reserved']:>7} "
+                     f"{_fmt(r['spent_epsilon']):>9} {budget_text:>14} {left:>8}  {r['composition']}")
+    return "\n".join(lines)
+
+
+def history_table(ledger: Ledger) -> str:
+    """``vfl budget history``: one line per run, oldest first."""
+    runs = ledger.runs()
+    if not runs:
+        return f"privacy ledger {ledger.path}: no runs yet"
+    lines = [f"{'started (UTC)':<20} {'run':<10} {'dataset':<20} {'mechanism':<12} {'epsilon':>8} {'delta':>8} "
+             f"{'state':<10} coordinator"]
+    for r in runs:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started))
+        label = r.dataset_name or f"sha256:{r.fingerprint[:12]}"
+        eps = r.epsilon if math.isfinite(r.epsilon) else None
+        lines.append(f"{when:<20} {r.run_id[:10]:<10} {label[:20]:<20} {r.mechanism:<12} {_fmt(eps):>8} "
+                     f"{r.delta:>8.2g} {r.state:<10} {r.coordinator}")
+    return "\n".join(lines)
+
+
+def export_document(ledger: Ledger, budget: Budget | None = None) -> dict[str, Any]:
+    """``vfl budget export``: the summary and every run, as JSON-ready data."""
+    with ledger._connect() as conn:
+        ledger._verify(conn)
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    return {"ledger": str(ledger.path), "schema_version": SCHEMA_VERSION, "party": meta.get("party") or None,
+            "entries": int(meta["count"]), "head": meta["head"], "datasets": ledger.summary(budget),
+            "runs": [r.to_dict() for r in ledger.runs()]}
+
+
+# ---------------------------------------------------------------------------------------------- estimators
+class LedgerAccountant:
+    """A diffprivlib-style accountant (``check``, ``spend``, ``remaining``, ``total``) backed by a persistent
+    :class:`Ledger`, for the in-process estimators' ``accountant=``: their fits of one dataset (``dataset``: the
+    name the budget is kept under) then share the lifetime budget of the party's networked runs of that name and
+    survive the process. A fit gives only its ``(epsilon, delta)``, so fits compose with basic composition; each
+    fit is one ``completed`` run in the ledger."""
+
+    def __init__(self, ledger: Ledger | str | Path, dataset: str, budget: Budget | str | float) -> None:
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), str(dataset))
+        self.budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
+
+    @staticmethod
+    def _spend(epsilon: float, delta: float) -> Spend:
+        epsilon, delta = float(epsilon), float(delta)
+        if delta == 0.0:
+            return Spend("fit", epsilon, 0.0, {"kind": "laplace", "epsilon": epsilon})
+        return Spend("fit", epsilon, delta, {"kind": "approx", "epsilon": epsilon, "delta": delta})
+
+    def total(self) -> tuple[float, float]:
+        """The composed ``(epsilon, delta)`` spent on this dataset so far."""
+        comp = compose([r.spend for r in self.ledger.runs(self.key.key)], self.budget.delta)
+        return comp.epsilon, comp.delta
+
+    def check(self, epsilon: float, delta: float) -> bool:
+        """True if one more spend of ``(epsilon, delta)`` fits; else :class:`BudgetError` (spent, requested, left)."""
+        history = [r.spend for r in self.ledger.runs(self.key.key)]
+        before = compose(history, self.budget.delta)
+        after = compose([*history, self._spend(epsilon, delta)], self.budget.delta)
+        if after.epsilon > self.budget.epsilon + _SLACK:
+            raise BudgetError(refusal_line(self.key, self.budget, before, after, self._spend(epsilon, delta),
+                                           refused="fit refused before it touches the data"))
+        return True
+
+    def spend(self, epsilon: float, delta: float) -> LedgerAccountant:
+        """Check and record one fit (one committed transaction), marked completed."""
+        run = "fit-" + hashlib.sha256(os.urandom(16)).hexdigest()[:24]
+        self.ledger.reserve(self.key, run, self._spend(epsilon, delta), budget=self.budget)
+        self.ledger.finish(run, "completed")
+        return self
+
+    def remaining(self, k: int = 1) -> tuple[float, float]:
+        """``(epsilon, delta)`` each of ``k`` further equal fits may use (basic composition of what is left)."""
+        if int(k) != k or k < 1:
+            raise PrivacyParameterError(f"k must be a positive integer, got {k!r}")
+        spent = self.total()[0]
+        return max(0.0, (self.budget.epsilon - spent) / k), self.budget.delta / k
