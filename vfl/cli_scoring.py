@@ -19,10 +19,10 @@ def _echo(text: str) -> None:
 @click.command()
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,
               help="The released model JSON (every serving party holds the same file).")
-@click.option("--ids", "ids_path", type=click.Path(dir_okay=False), required=True,
+@click.option("--ids", "ids_path", type=click.Path(dir_okay=False), default=None,
               help="Query CSV with a header: one ID column (or name it with --id-column).")
 @click.option("--id-column", default=None, help="The query file's ID column (default: its only column).")
-@click.option("--out", type=click.Path(dir_okay=False), required=True,
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Scores CSV: the IDs in the query's order, the score(s) and a status column (scored/missing).")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
 @click.option("--bind", default="tcp://127.0.0.1:5560", show_default=True, help="Endpoint the parties connect to.")
@@ -32,10 +32,20 @@ def _echo(text: str) -> None:
               help="Largest number of IDs in one query (a larger query is refused before anything is sent).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the serving parties' public keys.")
+@click.option("--http", "http_address", default=None,
+              help="Instead of --ids/--out: keep the parties connected and answer POST /score {\"ids\": [...]} "
+                   "on HOST:PORT (GET /healthz, /readyz) until stopped; docs/serving.md.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
-def score(model_path: str, ids_path: str, id_column: str | None, out: str, force: bool, bind: str, timeout: float,
-          max_query_ids: int, curve_dir: str | None, quiet: bool) -> None:
+def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
+          timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None, quiet: bool) -> None:
     """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
+    if http_address is not None:
+        if ids_path is not None or out is not None:
+            raise click.UsageError("--http serves queries online; it excludes --ids and --out")
+        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet)
+        return
+    if ids_path is None or out is None:
+        raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
     from vfl.cli import check_writable
     from vfl.net.modelio import load_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
@@ -59,6 +69,25 @@ def score(model_path: str, ids_path: str, id_column: str | None, out: str, force
     hub.close()
     n_missing = int(scores.missing.sum())
     _echo(f"scored {len(ids) - n_missing} of {len(ids)} IDs ({n_missing} missing: not held by every party) -> {out}")
+
+
+def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
+                address: str, quiet: bool) -> None:
+    from vfl.net.modelio import load_model
+    from vfl.net.scoring import ScoringHubNode
+    from vfl.net.scoring_http import ScoringService, parse_http_address
+    from vfl.net.transport import load_server_keys
+
+    host, port = parse_http_address(address)
+    model = load_model(model_path)
+    curve = load_server_keys(curve_dir) if curve_dir else None
+    hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
+                         log=None if quiet else _echo)
+    try:
+        hub.start()
+        ScoringService(hub, host, port, log=_echo).serve()
+    finally:
+        hub.close()
 
 
 @click.command()

@@ -142,6 +142,10 @@ class ScoringHubNode:
         self.endpoint = self.transport.endpoint
         self.peers: dict[str, bytes] = {}
         self._last_heartbeat = 0.0
+        #: the party whose failure ended the last session (the service drops it and waits for it to rejoin)
+        self.lost: str | None = None
+        self.plan_sent = False
+        self.sessions = 0
 
     # ------------------------------------------------------------------ session
     def start(self) -> None:
@@ -157,13 +161,35 @@ class ScoringHubNode:
             got = self.transport.recv(0.2)
             if got is not None:
                 self._register(*got)
-        self._send_out(self.phase.plan_messages())
+        self.new_session()
         deadline = time.monotonic() + self.timeout
         while not self.phase.ready:
             if time.monotonic() > deadline:
                 raise PartyFailure(f"the serving parties did not agree keys within {self.timeout:g} s")
             self._step()
         self.log(f"scoring session ready: {len(self.names)} parties, keys signed and checked by every party")
+
+    def new_session(self) -> None:
+        """A fresh session id and key agreement with every registered party (first start, or after a rejoin)."""
+        if self.sessions:
+            self.plan = ScorePlan(secrets.token_hex(16), self.plan.model, self.plan.parties, self.plan.max_ids)
+            self.phase = ScoringHub(self.plan)
+        self.plan_sent = True
+        self.sessions += 1
+        self._send_out(self.phase.plan_messages())
+
+    def drop(self, name: str) -> None:
+        """Forget a failed party (its session is over for everyone): it may register again and rejoin."""
+        self.peers.pop(name, None)
+        self.plan_sent = False
+        self.phase = ScoringHub(self.plan)
+
+    @property
+    def ready(self) -> bool:
+        return self.plan_sent and self.phase.ready
+
+    def waiting_for(self) -> list[str]:
+        return [n for n in self.names if n not in self.peers]
 
     def _register(self, peer: bytes, msg: Message) -> None:
         if msg.type is MessageType.ERROR:
@@ -231,6 +257,7 @@ class ScoringHubNode:
         now = time.monotonic()
         for name, peer in self.peers.items():
             if now - self.transport.last_seen.get(peer, now) > self.timeout:
+                self.lost = name
                 raise PartyFailure(f"party {name} sent nothing for {self.timeout:g} s (crashed, killed or "
                                    "disconnected); nothing scored")
         got = self.transport.recv(wait)
@@ -243,6 +270,7 @@ class ScoringHubNode:
                 self._register(peer, msg)
             return
         if msg.type is MessageType.ERROR:
+            self.lost = name
             raise PartyFailure(f"party {name} failed: {msg.body['reason']}")
         if msg.type is MessageType.HEARTBEAT:
             return
@@ -263,6 +291,7 @@ class ScoringHubNode:
         try:
             self.transport.send(self.peers[name], msg)
         except PeerUnreachable:
+            self.lost = name
             raise PartyFailure(f"party {name} is unreachable (stopped, killed or disconnected); nothing scored"
                                ) from None
 
@@ -296,6 +325,7 @@ class ScoringPartyNode:
         self.digest = model_digest(model)
         self.timeout, self.log = float(timeout), log or (lambda s: None)
         self.session: ScoringParty | None = None
+        self.answered = 0   # queries answered in earlier sessions
 
     def run(self) -> int:
         """Serve until SCORE_DONE; the number of queries answered. Failures are reported to the hub, then raised."""
@@ -329,7 +359,7 @@ class ScoringPartyNode:
                                        f"(is it running at {self.connect}?)")
             else:
                 if msg.type is MessageType.SCORE_DONE:
-                    return 0 if self.session is None else self.session.answered
+                    return self.answered + (0 if self.session is None else self.session.answered)
                 for out in self._handle(msg):
                     t.send(message_of(out))
                     last_sent = time.monotonic()
@@ -359,15 +389,17 @@ class ScoringPartyNode:
         raise ProtocolError(f"unexpected {kind.value} in a scoring session")
 
     def _plan(self, msg: Message) -> Out:
-        if self.session is not None:
-            raise ProtocolError("second score_plan in one session")
         plan, index = ScorePlan.from_body(msg.body)
+        if self.session is not None and plan.session == self.session.plan.session:
+            raise ProtocolError("second score_plan in one session")
         if plan.model != self.digest:
             raise ConfigurationError(f"party {self.name}: the hub scores with another model than this party's "
                                      "--model (digests differ); refusing to serve it")
         if list(plan.parties) != serving_parties(self.model):
             raise ConfigurationError(f"party {self.name}: the hub's serving parties ({', '.join(plan.parties)}) are "
                                      "not the model's; refusing to serve")
+        if self.session is not None:   # a co-party rejoined: a new session, new keys
+            self.answered += self.session.answered
         self.session = ScoringParty(name=self.name, plan=plan, index=index, ids=self.ids, X=self.X,
                                     block=self.block, identity=self.identity, pinned=self.pinned)
         self.log(f"[{self.name}] serving {len(self.ids)} IDs for a {self.model.model} model "
