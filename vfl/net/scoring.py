@@ -237,6 +237,7 @@ class ScoringHubNode:
     def pump(self, seconds: float) -> None:
         """Idle service: heartbeats and liveness for ``seconds`` (a silent or failed party raises naming it)."""
         end = time.monotonic() + seconds
+        self._step(min(0.2, max(0.0, seconds)))
         while time.monotonic() < end:
             self._step(min(0.2, max(0.0, end - time.monotonic())))
 

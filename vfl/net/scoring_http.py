@@ -97,8 +97,8 @@ class ScoringService:
         self._stop.set()
 
     def _once(self) -> None:
-        try:
-            req = self.requests.get_nowait()
+        try:   # wakes at once for a request; otherwise every 10 ms for the parties' heartbeats and liveness
+            req = self.requests.get(timeout=0.01)
         except queue.Empty:
             req = None
         try:
@@ -107,7 +107,7 @@ class ScoringService:
                 return
             if not self.hub.ready and not self.hub.waiting_for() and not self.hub.plan_sent:
                 self.hub.new_session()           # every party is back: agree fresh keys
-            self.hub.pump(0.01)
+            self.hub.pump(0.0)
             if self.hub.ready and self.problem is not None:
                 self.log(f"scoring session ready again: {', '.join(self.hub.names)}")
                 self.problem = None
