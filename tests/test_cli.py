@@ -84,8 +84,10 @@ def test_party_without_identity_refuses_to_start_unless_opted_in(tmp_path, capsy
     --identity-dir (one line, exit 2, before reading its data); --insecure-no-identity is the loud opt-in."""
     data = tmp_path / "a.csv"
     data.write_text("age,score\n30,5\n40,6\n")
+    bounds = tmp_path / "bounds.toml"
+    bounds.write_text("[bounds]\nage = [0, 120]\n")
     base = ["party", "--connect", "tcp://127.0.0.1:1", "--name", "a", "--data", str(data), "--features", "age",
-            "--no-progress", "--timeout", "0.5"]
+            "--bounds", str(bounds), "--no-progress", "--timeout", "0.5"]
     rc, _, err = _run(capsys, *base)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "party a has no signing identity: pass --identity-dir" in lines[0], err

@@ -12,27 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
+from docs_tables import same_to_shown_digits as _same
+from docs_tables import section as _section
+from docs_tables import table_rows as _table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUST_JSON = ROOT / "docs" / "data" / "trust_cost.json"
 TRUST_SECTION = "## Cost of the trust measures (issue 20)"
-
-
-def _section(path: Path, heading: str) -> str:
-    text = path.read_text(encoding="utf-8")
-    assert heading in text, f"{path.name} has no section {heading!r}"
-    body = text.split(heading, 1)[1]
-    return body.split("\n## ", 1)[0]
-
-
-def _table_rows(section: str) -> dict[str, list[str]]:
-    """First cell -> the other cells, for every Markdown table row of the section."""
-    rows = {}
-    for line in section.splitlines():
-        if line.startswith("| ") and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[cells[0]] = cells[1:]
-    return rows
 
 
 def _prose_decimals(section: str) -> list[str]:
@@ -47,14 +33,6 @@ def _prose_decimals(section: str) -> list[str]:
         elif not in_code:
             prose.append(line)
     return [x for x in re.findall(r"\d+\.\d+", "\n".join(prose)) if x not in cells]
-
-
-def _same(cell: str, value: float) -> bool:
-    """``cell`` is ``value`` rounded to the digits ``cell`` shows (fixed or exponent notation)."""
-    mantissa, _, exponent = cell.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    unit = 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
-    return abs(float(cell) - value) <= 0.5 * unit * (1 + 1e-9)
 
 
 # the third table (benchmarks/trust_cost.py markdown_signatures): row label -> (JSON key, factor)

@@ -8,12 +8,13 @@ section's table with the same numbers (to the digits printed), and the section s
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from docs_tables import same_to_shown_digits as _same
+from docs_tables import table_rows as _rows
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "two_sided_noise.json"
@@ -25,21 +26,6 @@ def _section() -> str:
     text = (ROOT / "docs" / "privacy.md").read_text(encoding="utf-8")
     assert HEADING in text
     return text.split(HEADING, 1)[1].split("\n## ", 1)[0]
-
-
-def _rows(section: str) -> dict[str, list[str]]:
-    rows = {}
-    for line in section.splitlines():
-        if line.startswith("| ") and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def _same(cell: str, value: float) -> bool:
-    """``cell`` is ``value`` rounded to the digits it shows."""
-    decimals = len(cell.partition(".")[2])
-    return math.isclose(float(cell), value, abs_tol=0.5 * 10.0 ** (-decimals) * (1 + 1e-9))
 
 
 def differences(section: str, doc: dict) -> list[str]:

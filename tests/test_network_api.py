@@ -100,8 +100,8 @@ def test_gaussian_fm_network_matches_centralized_ks():
 def test_bounds_from_data_warn_and_are_reported():
     blocks, y = _split(seed=4)
     with pytest.warns(DataBoundsWarning):
-        model = fit([Party("a", blocks[0], y, label_bounds=(-1, 1)), Party("b", blocks[1], bounds=(-1, 1))],
-                    mechanism="gaussian-fm", epsilon=1.0, **FAST)
+        model = fit([Party("a", blocks[0], y, label_bounds=(-1, 1), allow_data_derived_bounds=True),
+                     Party("b", blocks[1], bounds=(-1, 1))], mechanism="gaussian-fm", epsilon=1.0, **FAST)
     rep = model.privacy_report
     assert any("party a's feature bounds were taken from the private data" in n for n in rep["notes"])
     assert rep["formal_dp"] is False      # the one rule (issue 13): the reason is listed

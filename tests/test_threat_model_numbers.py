@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_tables import same_to_shown_digits as _same
+from docs_tables import table_rows as _tables
 
 from vfl.protocols.fm_release import NOISE_TAIL_STDS
 
@@ -36,27 +38,6 @@ def _section() -> str:
     text = DOC.read_text(encoding="utf-8")
     assert HEADING in text, f"docs/threat_model.md has no section {HEADING!r}"
     return text.split(HEADING, 1)[1].split("\n## ", 1)[0]
-
-
-def _same(cell: str, value: float) -> bool:
-    """``cell`` is ``value`` rounded to the digits it shows (``1.23``, ``1.23e-4``, ``10^5``; a trailing ``*``)."""
-    cell = cell.strip().rstrip("*")
-    if "^" in cell:
-        base, power = cell.split("^")
-        return float(base) ** int(power) == value
-    mantissa, _, exponent = cell.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    unit = 10.0 ** (-decimals) * (10.0 ** int(exponent) if exponent else 1.0)
-    return abs(float(cell) - value) <= 0.5 * unit * (1 + 1e-9)
-
-
-def _tables(section: str) -> dict[str, list[str]]:
-    rows = {}
-    for line in section.splitlines():
-        if line.startswith("| ") and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[cells[0]] = cells[1:]
-    return rows
 
 
 def _expected_rows(amp: dict[str, Any], proofs: dict[str, Any]) -> dict[str, list[float]]:

@@ -27,27 +27,31 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, PartyFailure
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
 from vfl.net.modelio import FittedModel
-from vfl.net.party import LocalData, PartyNode
+from vfl.net.party import LocalData, PartyNode, check_declared_bounds
 from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
 from vfl.secure.identity import write_identities
 
 __all__ = ["Party", "fit", "Site", "fit_sites", "fit_ica_sites"]
 
+BOUNDS_OPT_IN = "vfl.Party(..., allow_data_derived_bounds=True)"
+
 
 class Party:
     """One organisation's columns: ``X`` (rows aligned across parties, or aligned by ``ids``), optional label ``y``.
 
     ``bounds``: public per-column bounds (one (lo, hi) pair, a list of pairs, or a dict by feature name);
-    ``None`` takes them from the data with a :class:`~vfl.exceptions.DataBoundsWarning`.
-    ``label_bounds``: public (lo, hi) of y for linear regression. ``ids``: one row ID per row (any order; strings
-    after ``str()``, normalised as in docs/psi.md): the parties first run a private set intersection of their IDs
-    and train on the rows common to all of them (every party must give ``ids``, or none).
+    ``label_bounds``: public (lo, hi) of y for linear regression. Private by default (issue 21): :func:`fit` with a
+    mechanism whose guarantee rests on them (laplace-fm, gaussian-fm, relaxed-fm) refuses a party without them unless
+    it passes ``allow_data_derived_bounds=True`` (bounds from its data's min/max, a
+    :class:`~vfl.exceptions.DataBoundsWarning`, and the report says formal DP: no). ``ids``: one row ID per row (any
+    order; strings after ``str()``, normalised as in docs/psi.md): the parties first run a private set intersection
+    of their IDs and train on the rows common to all of them (every party must give ``ids``, or none).
     """
 
     def __init__(self, name: str, X: Any, y: Any = None, feature_names: Sequence[str] | None = None,
                  bounds: Any = None, label_bounds: Sequence[float] | None = None,
-                 ids: Sequence[Any] | None = None) -> None:
+                 ids: Sequence[Any] | None = None, *, allow_data_derived_bounds: bool = False) -> None:
         X = np.asarray(X, dtype=float)
         if X.ndim == 1:
             X = X.reshape(-1, 1)
@@ -58,6 +62,7 @@ class Party:
         self.bounds = bounds
         self.label_bounds = label_bounds
         self.ids = None if ids is None else list(ids)
+        self.allow_data_derived_bounds = bool(allow_data_derived_bounds)
 
     def local_data(self, *, use_bounds: bool = True) -> LocalData:
         return LocalData.build(self.name, self.X, self.y, feature_names=self.feature_names, bounds=self.bounds,
@@ -94,6 +99,11 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     settings.validate()
     fm = mechanism not in BCD_MECHANISMS
     datas = [p.local_data(use_bounds=fm) for p in parties]
+    policy = PartyPolicy.permissive(frozenset({mechanism}))   # one caller chose every party's plan in-process
+    for p, d in zip(parties, datas, strict=True):   # private by default: declared bounds, or the party's opt-in
+        check_declared_bounds(d, policy, allow=p.allow_data_derived_bounds, model=model, flag=BOUNDS_OPT_IN,
+                              how="bounds=[(lo, hi), ...] for every column and label_bounds=(lo, hi) for a linear "
+                                  "model's label")
     if random_state is None:
         seeds: list[Any] = [None] * len(parties)
     elif not fm:
@@ -114,7 +124,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         nodes = {d.name: PartyNode(d, coordinator.endpoint, timeout=timeout, order=i,
                                    random_state=seeds[i] if random_state is not None else None, progress=progress,
                                    allow_insecure_keys=allow_insecure_keys, identity_dir=identities,
-                                   policy=PartyPolicy.permissive())  # one caller chose every party's plan in-process
+                                   policy=policy, allow_data_derived_bounds=None)   # bounds checked above
                  for i, d in enumerate(datas)}
         return _run_on_loopback(coordinator.run, nodes)
 
@@ -185,6 +195,10 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
 
     if len(sites) < 2:
         raise ConfigurationError("fit_sites needs at least 2 sites")
+    unbounded = [s.name for s in sites if s.data.label_bounds is None]
+    if model == "linear" and unbounded:   # a Site always declares its features' bounds (no data-derived path)
+        raise ConfigurationError(f"site(s) {', '.join(unbounded)}: linear regression needs the label's public bounds "
+                                 "(vfl.Site(..., label_bounds=(lo, hi)))")
     noise = insecure_test_noise or "full"
     # paper mode releases the linear constant beta, as vfl.CapeFM and the CLI do (Tasnim et al. Alg. 3)
     settings = CapeSettings(len(sites), model, epsilon, delta, n_colluders, calibration, weights, fit_intercept,

@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -147,6 +148,9 @@ def cli() -> None:
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' (or cape-fm "
                    "sites') *.key files.")
+@click.option("--allow-plaintext-public", is_flag=True,
+              help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise: anyone who reaches the "
+                   "interface could read and inject the run's messages). Only on a network you trust.")
 @click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
               help="gaussian-fm and cape-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon "
                    "reported; cape-fm takes analytic (default) or paper).")
@@ -187,11 +191,14 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
-                fit_intercept: bool, min_rows: int, quiet: bool, force: bool) -> None:
+                fit_intercept: bool, min_rows: int, quiet: bool, force: bool, allow_plaintext_public: bool) -> None:
     """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
     from vfl.net.coordinator import Coordinator, RunSettings
+    from vfl.net.notices import check_bind
     from vfl.net.transport import load_server_keys
 
+    check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public,
+               role="capeFM aggregator" if mechanism == "cape-fm" else "coordinator")
     check_writable(out, force=force)
 
     if mechanism == "cape-fm":
@@ -257,7 +264,12 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Row-ID column (text; any row order): the parties align their rows by a private set intersection "
                    "of these IDs and train on the IDs common to all (docs/psi.md). Give it on every party or none.")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None,
-              help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds.")
+              help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds. Required (here or "
+                   "inline in --config) for every column and the label unless --allow-data-derived-bounds, or "
+                   "--allow-mechanisms lists only mechanisms that use no bounds (none, bcd, dp-bcd).")
+@click.option("--allow-data-derived-bounds", is_flag=True,
+              help="Start WITHOUT declared bounds: they are taken from this party's private data (min/max), warns, "
+                   "and the model is NOT formally differentially private (its report says formal DP: no).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
 @click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
@@ -279,8 +291,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
 @click.option("--allow-mechanisms", default=",".join(sorted(DEFAULT_PLAN_MECHANISMS)), show_default=True,
-              help="Mechanisms this party agrees to run (comma separated). 'none' and 'bcd' add no noise and run "
-                   "only if listed here.")
+              help="Mechanisms this party agrees to run (comma separated); the default holds only formally DP ones. "
+                   "'none' and 'bcd' add no noise and 'dp-bcd' is never formally DP: they run only if listed here.")
 @click.option("--min-epsilon", type=float, default=None,
               help="Refuse a plan whose epsilon is below this (default: no minimum).")
 @click.option("--max-epsilon", type=float, default=DEFAULT_PLAN_MAX_EPSILON, show_default=True,
@@ -296,8 +308,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
-          label: str | None, id_column: str | None, bounds: str | None, curve_dir: str | None,
-          identity_dir: str | None, insecure_no_identity: bool, timeout: float,
+          label: str | None, id_column: str | None, bounds: str | None, allow_data_derived_bounds: bool,
+          curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
           workers: int | None, executor: str | None, max_frame_bytes: int | None) -> None:
@@ -307,17 +319,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
     roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid.
     """
-    from dataclasses import replace
-
-    from vfl.net.config import (
-        PartyConfig,
-        load_dataset_table,
-        load_party_config,
-        open_party_table,
-        party_declarations,
-        read_party_csv,
-    )
-    from vfl.net.party import LocalData, PartyNode
+    from vfl.net.config import PartyConfig, load_party_config
+    from vfl.net.party import PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
 
@@ -346,6 +349,26 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    local = _party_local_data(cfg, config)
+    curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
+    node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
+                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
+                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
+                     identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
+                     allow_data_derived_bounds=allow_data_derived_bounds)
+    _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
+          + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
+    model_ = node.run()
+    _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
+
+
+def _party_local_data(cfg: Any, config: str | None) -> Any:
+    """The party's table with its public declarations (vfl.net.party.LocalData), checked before connecting."""
+    from dataclasses import replace
+
+    from vfl.net.config import load_dataset_table, open_party_table, party_declarations, read_party_csv
+    from vfl.net.party import LocalData
+
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
     # public declarations: a bounds file (--bounds / bounds = ...) or the config's inline [bounds], [categories],
     # [impute] tables (both: refused); declared preprocessing maps raw columns before the bounds check
@@ -373,16 +396,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
                                 bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
     local = replace(local, label_name=cfg.label, preprocessing=record)
-    curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
-    node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
-                     progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
-                     policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
-                     identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity)
-    _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
-          + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
-    model_ = node.run()
-    _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
-
+    return local
 
 
 def _site_policy_options(command: Callable) -> Callable:
@@ -483,6 +497,8 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the allowed sites' public keys.")
+@click.option("--allow-plaintext-public", is_flag=True,
+              help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise). Only on a network you trust.")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest message accepted from a site, in [65536, 268435456]; a D (8 D^2 bytes) or "
                    "--rounds x --components (8 J (K^2 + K) bytes) whose messages exceed it is refused.")
@@ -491,10 +507,14 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
                      pca_share: float, clip: float, unit_size: int, colluding: int | None, calibration: str,
                      accountant: str, anneal_deg: float, anneal_step: float, tol: float,
                      insecure_test_noise: str | None, bind: str, timeout: float, max_run_time: float, out: str,
-                     force: bool, curve_dir: str | None, max_message_bytes: int, quiet: bool) -> None:
+                     force: bool, curve_dir: str | None, allow_plaintext_public: bool, max_message_bytes: int,
+                     quiet: bool) -> None:
     """Run the capePCA + capeDJICA aggregator: S sites, one capePCA release, J CAPE rounds (docs/capedjica.md)."""
     from vfl.net.ica_cli import run_djica_aggregator
+    from vfl.net.notices import check_bind
 
+    check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public,
+               role="capeDJICA aggregator")
     check_writable(out, force=force)
     run_djica_aggregator(sites=sites, components=components, epsilon=epsilon, delta=delta, rounds=rounds,
                          learning_rate=learning_rate, pca_share=pca_share, clip=clip, unit_size=unit_size,

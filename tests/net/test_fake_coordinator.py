@@ -184,10 +184,12 @@ def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path, identity_di
     rng = np.random.default_rng(5)
     data.write_text("b0,b1,b2\n" + "".join(",".join(f"{v:.4f}" for v in row) + "\n"
                                            for row in rng.uniform(-1, 1, (N, 3))))
+    bounds = tmp_path / "bounds.toml"
+    bounds.write_text("[bounds]\nb0 = [-1, 1]\nb1 = [-1, 1]\nb2 = [-1, 1]\n")
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
-                             "--data", str(data), "--features", "b0,b1,b2", "--no-progress", "--timeout", "30",
-                             "--insecure-test-keys", "--identity-dir", str(identity_dir)],
+                             "--data", str(data), "--features", "b0,b1,b2", "--bounds", str(bounds), "--no-progress",
+                             "--timeout", "30", "--insecure-test-keys", "--identity-dir", str(identity_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import zmq
 
-from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
 from vfl.net import messages as messages_module
 from vfl.net.coordinator import Coordinator, RunSettings
 from vfl.net.messages import IntArray, Message, MessageType, decode
@@ -228,8 +228,10 @@ def _until(condition, limit: float = 120.0) -> None:  # noqa: ANN001
 
 
 def test_stray_registers_are_refused_without_ending_the_run(identity_dir):
-    """Regression: any bad REGISTER aborted the whole run. A stranger's duplicate name, wrong row count and second
-    label owner are each refused (ABORT to the stranger only) and the real parties finish."""
+    """Regression: any bad REGISTER aborted the whole run. A stranger's duplicate name and a registration whose
+    signature does not verify are each refused (ABORT to the stranger only) and the real parties finish. (A
+    registration that conflicts with an accepted party -- a second label owner, another row count -- ends the run at
+    once since issue 21: the run could not complete; test below.)"""
     coord = Coordinator(_settings(), "tcp://127.0.0.1:0")
     strays: list[ClientTransport] = []
     answers: list[str] = []
@@ -237,8 +239,8 @@ def test_stray_registers_are_refused_without_ending_the_run(identity_dir):
 
     def stranger() -> None:
         _until(lambda: [r.name for r in coord.parties] == ["alice"])    # after alice registered
-        for body in (_register_body("alice"), _register_body("mallory", n_rows=7),
-                     _register_body("eve", label_owner=True)):
+        forged = {**_register_body("mallory"), "identity": "00" * 32, "auth": "00" * 64}
+        for body in (_register_body("alice"), forged):
             t = ClientTransport(coord.endpoint, name=body["name"])
             strays.append(t)
             t.send(Message(MessageType.REGISTER, body))
@@ -273,9 +275,54 @@ def test_stray_registers_are_refused_without_ending_the_run(identity_dir):
     assert [p.name for p in model.parties] == ["alice", "bob"]
     assert errors == {}
     assert any("two parties registered with the name 'alice'" in a for a in answers)
-    assert any("rows" in a for a in answers)
-    assert any("two label owners" in a for a in answers)
-    assert len(coord.refused) == 3
+    assert any("mallory" in a for a in answers) and len(answers) == 2 and "none" not in answers
+    assert len(coord.refused) == 2
+
+
+@pytest.mark.parametrize("conflict,text", [({"label_owner": True}, "two label owners"),
+                                           ({"n_rows": 7}, "the parties' tables are not aligned")])
+def test_a_registration_that_makes_the_run_impossible_ends_it_at_once(conflict, text):
+    """Issue 21: a second label owner (or another row count) was refused and the coordinator then waited out its
+    whole registration window for a party that would never come. Now the run ends at once, naming the cause; the
+    refused party and the accepted one both get an ABORT."""
+    lines: list[str] = []
+    coord = Coordinator(_settings(timeout=600), "tcp://127.0.0.1:0", log=lines.append)
+    first, second = ClientTransport(coord.endpoint, name="alice"), ClientTransport(coord.endpoint, name="bob")
+    outcome: list[BaseException] = []
+    runner = threading.Thread(target=lambda: outcome.extend(_raised(coord.run)), daemon=True)
+    try:
+        first.send(Message(MessageType.REGISTER, _register_body("alice", label_owner=True)))
+        runner.start()
+        _until(lambda: any("registered alice" in ln for ln in lines))
+        t0 = time.monotonic()
+        second.send(Message(MessageType.REGISTER, {**_register_body("bob"), **conflict}))
+        runner.join(120)
+        assert not runner.is_alive() and time.monotonic() - t0 < 60   # not the 600 s window
+        assert len(outcome) == 1 and isinstance(outcome[0], (ConfigurationError, DataValidationError))
+        assert text in str(outcome[0]) and "run aborted at once" in str(outcome[0])
+        for t in (second, first):
+            answer = _next_of(t, MessageType.ABORT)
+            assert answer is not None and text in answer.body["reason"]
+    finally:
+        first.close()
+        second.close()
+
+
+def _raised(fn) -> list[BaseException]:  # noqa: ANN001
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the test checks it
+        return [exc]
+    return []
+
+
+def _next_of(t: ClientTransport, kind: MessageType, limit: float = 60.0):  # noqa: ANN202
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        msg = t.recv(1.0)
+        if msg is not None and msg.type is kind:
+            return msg
+    return None
 
 
 def test_refusals_are_reported_when_the_registration_window_closes():

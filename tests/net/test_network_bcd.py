@@ -87,7 +87,8 @@ def test_networked_dp_bcd_on_forest_fires_cli_matches_in_process(tmp_path, ident
     try:
         for name, seed in (("alice", 11), ("bob", 22)):
             procs.append(subprocess.Popen([*vfl, "party", "--config", str(PARTIES / f"{name}.toml"), "--connect", url,
-                                           "--seed", str(seed), "--no-progress", "--identity-dir", str(identity_dir)],
+                                           "--seed", str(seed), "--no-progress", "--identity-dir", str(identity_dir),
+                                           "--allow-mechanisms", "dp-bcd"],   # never formally DP: opt in (issue 21)
                                           stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
         results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]

@@ -56,7 +56,7 @@ def test_a_party_error_quoting_its_data_does_not_reach_the_coordinator_or_other_
     settings = RunSettings(n_parties=2, model="logistic", mechanism="none", epsilon=None, delta=None,
                            key_bits=1024, allow_insecure_keys=True, timeout=30)
     out = tmp_path / "model.json"
-    coord_error, errors = _run(settings, [LocalData.build("a", Xa, y, bounds=(-1, 1)),
+    coord_error, errors = _run(settings, [LocalData.build("a", Xa, y, bounds=(-1, 1), label_bounds=(-10, 10)),
                                           LocalData.build("b", Xb, bounds=(-1, 1))], identity_dir, out=str(out))
     assert isinstance(coord_error, PartyFailure)
     assert "DataValidationError at party a" in str(coord_error) and "7.25" not in str(coord_error)

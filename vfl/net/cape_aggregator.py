@@ -33,6 +33,7 @@ from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLE
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
+from vfl.net.notices import Reminder
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
@@ -133,7 +134,8 @@ class CapeAggregator:
         self.on_receive = on_receive
         self.seeded = seeded
         self.run_id = secrets.token_hex(16)
-        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes)
+        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
+                                         on_reject=self.log)   # refused peers and wire input, rate-limited
         self.endpoint = self.transport.endpoint
         self.sites: list[SiteRegistration] = []
         self.result: FittedModel | None = None
@@ -212,7 +214,12 @@ class CapeAggregator:
         deadline = time.monotonic() + wait
         self.log(f"{self.label} aggregator listening on {self.endpoint}; waiting for {S} sites "
                  f"(run {self.run_id[:8]})")
+        reminder = Reminder()   # "still waiting ..." lines instead of a silent window (issue 21)
         while len(self.sites) < S:
+            if reminder.due():
+                self.log(f"  still waiting for {S - len(self.sites)} of {S} sites (joined: "
+                         f"{', '.join(r.name for r in self.sites) or 'none'}; {reminder.elapsed():.0f} s, giving up "
+                         f"after {wait:g} s)")
             if time.monotonic() > deadline:
                 have = ", ".join(r.name for r in self.sites) or "none"
                 raise PartyFailure(f"only {len(self.sites)} of {S} sites registered within "

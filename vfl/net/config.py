@@ -26,7 +26,9 @@ Sources of a party's data, in the order the CLI resolves them:
   the label), with optional ``[categories]`` (0/1 dummies of declared categories) and ``[impute]`` (public
   constants for missing cells) tables (:mod:`vfl.data.preprocessing`, docs/data_preparation.md). The same
   tables may stand inline in the party config instead; declaring them in both places is refused. Without
-  bounds they are taken from the data with a loud :class:`vfl.exceptions.DataBoundsWarning`.
+  bounds a party does not start (:func:`vfl.net.party.check_declared_bounds`) unless its operator passes
+  ``--allow-data-derived-bounds``: they are then taken from the data with a loud
+  :class:`vfl.exceptions.DataBoundsWarning` and the model is not formally DP.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from vfl.net.messages import (
     message_of,
 )
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
+from vfl.net.notices import RateLimitedLog, Reminder
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
@@ -89,6 +90,7 @@ class Coordinator:
         self.register_bodies: dict[str, dict] = {}
         #: parties that run without identities (their roster entries are unsigned), noted in the report
         self.unsigned: list[str] = []
+        self._limited = RateLimitedLog()   # refused peers: logged, never a flood
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -189,7 +191,7 @@ class Coordinator:
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
         self.refused[peer] = error or ConfigurationError(reason)
-        self.log(f"  refused a registration: {reason}")
+        self._limited("registration", f"  refused a registration: {reason}", self.log)
         try:
             self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
                                                         "error": type(error or ConfigurationError()).__name__}))
@@ -201,7 +203,10 @@ class Coordinator:
         k = self.settings.n_parties
         deadline = time.monotonic() + self.settings.timeout
         self.log(f"coordinator listening on {self.endpoint}; waiting for {k} parties (run {self.run_id[:8]})")
+        reminder = Reminder()   # "still waiting ..." lines instead of a silent window (issue 21)
         while len(self.parties) < k:
+            if reminder.due():
+                self.log(self._waiting_line(reminder.elapsed()))
             if time.monotonic() > deadline:
                 have = ", ".join(r.name for r in self.parties) or "none"
                 text = (f"only {len(self.parties)} of {k} parties registered within {self.settings.timeout:g} s "
@@ -230,9 +235,14 @@ class Coordinator:
             try:
                 reg = self._parse_registration(peer, msg)
                 self._check_registration(reg)
-            except VFLError as exc:  # a stray or conflicting REGISTER is refused; the run goes on (issue 14)
-                self._refuse(peer, str(exc), exc)
+            except VFLError as exc:  # a stray REGISTER (a name already taken, a bad signature) is refused; the run
+                self._refuse(peer, str(exc), exc)     # goes on (issue 14)
                 continue
+            conflict = registration_conflict(self.parties, reg)
+            if conflict is not None:   # a party this run cannot take: it would wait out the window for nothing
+                self._refuse(peer, str(conflict), conflict)
+                raise type(conflict)(f"{conflict}; run aborted at once (party {reg.name} was refused and this run "
+                                     "cannot complete without it), no model written")
             self.parties.append(reg)
             self.register_bodies[reg.name] = dict(msg.body)
             self.transport.bind_peer(peer, reg.name)
@@ -247,26 +257,16 @@ class Coordinator:
         check_self_signed(msg.body)
         return reg
 
+    def _waiting_line(self, waited: float) -> str:
+        k, have = self.settings.n_parties, [r.name for r in self.parties]
+        refused = f"; {len(self.refused)} registration(s) refused" if self.refused else ""
+        return (f"  still waiting for {k - len(have)} of {k} parties (joined: {', '.join(have) or 'none'}{refused}; "
+                f"{waited:.0f} s, giving up after {self.settings.timeout:g} s)")
+
     def _check_registration(self, reg: Registration) -> None:
-        for r in self.parties:
-            if r.name == reg.name:
-                raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
-            if r.label_owner and reg.label_owner:
-                raise ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
-                                         "pass --label")
-            if r.row_ids != reg.row_ids:
-                with_id, without = (r.name, reg.name) if r.row_ids else (reg.name, r.name)
-                raise DataValidationError(f"party {with_id} gave row IDs (--id) but {without} did not: use --id on "
-                                          "every party or on none")
-            if not reg.row_ids and r.n_rows != reg.n_rows:
-                raise DataValidationError(f"party {reg.name} has {reg.n_rows} rows but {r.name} has {r.n_rows}: "
-                                          "the parties' tables are not aligned (give --id to align them by row ID)")
-        for r in self.parties:
-            shared = sorted(set(r.features) & set(reg.features))
-            if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
-                raise ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
-                                         f"are already used by party {r.name}; feature names must be unique across "
-                                         "parties (rename the columns)")
+        """A REGISTER whose name is taken already: refused, the run goes on (its holder is here; issue 14)."""
+        if any(r.name == reg.name for r in self.parties):
+            raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
 
     def _align(self, regs: list[Registration]) -> None:
         """With row IDs: the private set intersection (:mod:`vfl.protocols.alignment`), after which every party
@@ -354,6 +354,29 @@ class Coordinator:
 
 
 # ------------------------------------------------------------------ registration and results (no sockets)
+def registration_conflict(parties: list[Registration], reg: Registration) -> VFLError | None:
+    """A registration that conflicts with an accepted party (a second label owner, row IDs on one side only,
+    another row count, a feature name taken): the run cannot complete with both, so it ends at once."""
+    for r in parties:
+        if r.label_owner and reg.label_owner:
+            return ConfigurationError(f"two label owners ({r.name} and {reg.name}); exactly one party may "
+                                      "pass --label")
+        if r.row_ids != reg.row_ids:
+            with_id, without = (r.name, reg.name) if r.row_ids else (reg.name, r.name)
+            return DataValidationError(f"party {with_id} gave row IDs (--id) but {without} did not: use --id on "
+                                       "every party or on none")
+        if not reg.row_ids and r.n_rows != reg.n_rows:
+            return DataValidationError(f"party {reg.name} has {reg.n_rows} rows but {r.name} has {r.n_rows}: "
+                                       "the parties' tables are not aligned (give --id to align them by row ID)")
+    for r in parties:
+        shared = sorted(set(r.features) & set(reg.features))
+        if shared:  # the model maps coefficients to columns by name: `vfl predict` would refuse it
+            return ConfigurationError(f"feature name(s) {', '.join(map(repr, shared[:5]))} of party {reg.name} "
+                                      f"are already used by party {r.name}; feature names must be unique across "
+                                      "parties (rename the columns)")
+    return None
+
+
 def complete_and_ordered(parties: list[Registration]) -> list[Registration]:
     """Check the registered parties as a whole and put them in the run's order: by their ``order`` if all gave
     one (distinct), else by name."""

@@ -45,6 +45,7 @@ import numpy as np
 
 from vfl.exceptions import (
     ConfigurationError,
+    DataBoundsWarning,
     DataValidationError,
     PartyFailure,
     PrivacyLeakWarning,
@@ -55,19 +56,22 @@ from vfl.exceptions import (
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel
+from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
+from vfl.privacy.accounting import formal_dp_status
 from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
-from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
+from vfl.protocols.policy import BOUNDED_MECHANISMS, PartyPolicy, check_plan, describe_plan
 from vfl.protocols.roster import RELAYED, Roster, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import load_party_identity
 from vfl.secure.psi import normalise_ids
 
-__all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING"]
+__all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
+           "check_declared_bounds", "plan_privacy_line"]
 
 #: what a party run without identities says (loudly) and what the coordinator's report records
 INSECURE_NO_IDENTITY_WARNING = (
@@ -224,6 +228,71 @@ class LocalData:
                          self.bounds, self.label_bounds, ids, fm_view, self.label_name, self.preprocessing)
 
 
+#: the warning of a party whose operator opted in to bounds taken from its private data
+DATA_DERIVED_BOUNDS_WARNING = (
+    "party {name} takes the bounds of {what} from its private data ({flag}): its min/max shape the release, so "
+    "the model is NOT formally differentially private (its report says formal DP: no)")
+
+
+def missing_bounds(data: LocalData, *, model: str | None = None) -> list[str]:
+    """What of this party lacks declared public bounds: its feature columns, its label (a linear model's; ``model``
+    None: not known yet -- before the PLAN -- so any label). A built-in data set's documented bounds count."""
+    missing = []
+    declared = data.fm_view[1] if data.fm_view is not None else data.bounds
+    if data.X.shape[1] and (declared is None or declared.from_data):
+        names = data.feature_names
+        missing.append(f"its columns {', '.join(names[:5])}" + (f" (+{len(names) - 5} more)" if len(names) > 5 else ""))
+    if data.y is not None and data.label_bounds is None and model in (None, "linear"):
+        missing.append(f"its label {data.label_name}" if data.label_name else "its label")
+    return missing
+
+
+def check_declared_bounds(data: LocalData, policy: PartyPolicy, *, allow: bool, model: str | None = None,
+                          how: str = "--bounds FILE or an inline [bounds] table in --config: column = [lo, hi] for "
+                                     "every column and the label (a logistic model's 0/1 label: [0, 1])",
+                          flag: str = "--allow-data-derived-bounds") -> None:
+    """Private by default (issue 21): a party whose policy allows a mechanism whose guarantee rests on public bounds
+    (:data:`vfl.protocols.policy.BOUNDED_MECHANISMS`) refuses to start without declared bounds for every column it
+    contributes and for its label, unless its operator opted in (``allow``: a loud warning; the privacy report then
+    says formal DP: no, through the existing ``bounds_from_data`` path). A party that allows only mechanisms that
+    use no bounds (``none``, ``bcd``, ``dp-bcd``: none of them formally DP anyway) needs none.
+
+    Before the PLAN the party cannot know the model, so the label's bounds are required whatever it is (``model``,
+    when a caller knows it: a logistic label is checked to be 0/1 and needs none)."""
+    if not policy.allow_mechanisms & BOUNDED_MECHANISMS:
+        return
+    missing = missing_bounds(data, model=model)
+    if not missing:
+        return
+    what = " and ".join(missing)
+    if allow:
+        warnings.warn(DATA_DERIVED_BOUNDS_WARNING.format(name=data.name, what=what, flag=flag), DataBoundsWarning,
+                      stacklevel=3)
+        return
+    raise ConfigurationError(f"party {data.name} has no public bounds for {what}: declare them ({how}; "
+                             f"docs/data_preparation.md), or pass {flag} (the model is then NOT formally DP)")
+
+
+def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: bool) -> str:
+    """What a party prints for the plan it accepted (issue 21): formal DP yes/no and epsilon against whom, from the
+    privacy report of the mechanism it built from the plan, with what it knows of itself (its own data-derived bounds,
+    its seed). The coordinator's report, which also knows the other parties' bounds and seeds, is the final word."""
+    if isinstance(session, FMParty):
+        report = session.mech.privacy_report()
+        for what in missing_bounds(data, model=plan.model):
+            report.mark_data_dependent(f"party {data.name}'s bounds of {what}")
+        text = report.against_summary()
+        reasons = report.formal_dp_reasons
+    else:
+        formal, reasons = formal_dp_status(plan.mechanism, seeded=seeded)
+        eps = plan.params.get("epsilon")
+        text = (f"formal DP: {'yes' if formal else 'no'}; "
+                + (f"nominal epsilon {eps:g}, a guarantee against no one"
+                   if plan.mechanism == "dp-bcd" and isinstance(eps, (int, float)) else "no noise"))
+    why = f" (not formally DP: {'; '.join(reasons)})" if reasons else ""
+    return f"privacy of this plan, as this party sees it: {text}{why}"
+
+
 def send_error(t: ClientTransport, exc: BaseException, name: str) -> None:
     """Tell the hub (coordinator or aggregator) that this member failed, with a data-free reason; best effort."""
     try:
@@ -268,9 +337,13 @@ class PartyNode:
                  allow_insecure_keys: bool = False, log: Callable[[str], None] | None = None,
                  policy: PartyPolicy | None = None, executor: Any = None,
                  max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
-                 insecure_no_identity: bool = False) -> None:
+                 insecure_no_identity: bool = False, allow_data_derived_bounds: bool | None = False,
+                 model: str | None = None) -> None:
         """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
-        (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns)."""
+        (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns).
+        ``allow_data_derived_bounds``: start without declared bounds (:func:`check_declared_bounds`; warns, not
+        formally DP; None: the caller has checked already, as ``vfl.fit`` does); ``model``: the model, when the
+        caller knows it before the PLAN (a logistic label needs no bounds)."""
         self.data = data
         if identity_dir is None and not insecure_no_identity:
             raise ConfigurationError(f"party {data.name} has no signing identity: pass --identity-dir DIR (made by "
@@ -280,12 +353,14 @@ class PartyNode:
         #: this party's signing identity and the pinned keys of its co-parties (None, None: no identities)
         self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
                                                                                                     data.name)
+        #: what this party agrees to run (issue 14): default = formally DP mechanisms only, epsilon <= 10, delta <= 1e-3
+        self.policy = policy if policy is not None else PartyPolicy()
+        if allow_data_derived_bounds is not None:   # before connecting
+            check_declared_bounds(data, self.policy, allow=allow_data_derived_bounds, model=model)
         if identity_dir is None:
             warnings.warn(INSECURE_NO_IDENTITY_WARNING.format(name=data.name), PrivacyLeakWarning, stacklevel=2)
         self.roster: Roster | None = None
         self.registration: dict = {}
-        #: what this party agrees to run (issue 14): default = DP mechanisms only, epsilon <= 10, delta <= 1e-3
-        self.policy = policy if policy is not None else PartyPolicy()
         #: where secure-product work runs: None (local processes), a Dask scheduler address or an Executor
         self.executor = executor
         self.max_frame_bytes = max_frame_bytes
@@ -329,14 +404,17 @@ class PartyNode:
         t.send(Message(MessageType.REGISTER, self.registration))
         last_sent = time.monotonic()
         session: FMParty | BCDParty | None = None
+        reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
         while True:
             msg = t.recv(0.2)
             now = time.monotonic()
             if msg is None:
                 if now - t.last_seen > self.timeout:
-                    raise PartyFailure(f"no message from the coordinator for {self.timeout:g} s "
-                                       f"(is it running at {self.connect}?)")
+                    raise PartyFailure(silence_reason(t, self.timeout))
+                if reminder.due():
+                    self.log(waiting_line(self.data.name, t, now - t.last_seen, self.timeout))
             else:
+                reminder.reset()
                 result = self._handle(t, msg, session)
                 if isinstance(result, FittedModel):
                     return result
@@ -356,7 +434,10 @@ class PartyNode:
         kind = msg.type
         if kind is MessageType.ABORT:
             raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
-        if kind in (MessageType.HEARTBEAT, MessageType.WELCOME):
+        if kind is MessageType.WELCOME:
+            self.log(f"[{self.data.name}] registered with the coordinator (run {t.run_id[:8]}); waiting for the plan")
+            return None
+        if kind is MessageType.HEARTBEAT:
             return None
         if kind is MessageType.PLAN:
             if session is not None:
@@ -449,6 +530,7 @@ class PartyNode:
             summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows,
                                  true_epsilon=session.mech.privacy_report().epsilon)
         self.log(f"[{self.data.name}] {describe_plan(summary)}")
+        self.log(f"[{self.data.name}] {plan_privacy_line(plan, session, self.data, seeded=self.seeded)}")
         return session
 
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:

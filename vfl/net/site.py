@@ -28,6 +28,7 @@ from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
 from vfl.net.modelio import FittedModel
+from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
@@ -164,7 +165,7 @@ class SiteNode:
 
     def run(self) -> Any:
         """The released model (a :class:`FittedModel` for capeFM; ``result_parser`` of the RESULT body otherwise)."""
-        t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
+        t = ClientTransport(self.connect, name=self.data.name, curve=self.curve, hub="aggregator")
         try:
             return run_reporting_failures(t, self.data.name, "site", lambda: self._run(t))
         finally:
@@ -174,13 +175,17 @@ class SiteNode:
         t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
         last_sent = time.monotonic()
         session: Any = None
+        reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
         while True:
             msg = t.recv(0.2)
             now = time.monotonic()
+            if msg is not None:
+                reminder.reset()
             if msg is None:
                 if now - t.last_seen > self.timeout:
-                    raise PartyFailure(f"no message from the aggregator for {self.timeout:g} s "
-                                       f"(is it running at {self.connect}?)")
+                    raise PartyFailure(silence_reason(t, self.timeout))
+                if reminder.due():
+                    self.log(waiting_line(self.data.name, t, now - t.last_seen, self.timeout))
             elif msg.type is MessageType.ABORT:
                 raise PartyFailure(f"the aggregator aborted the run: {msg.body['reason']}")
             elif msg.type is MessageType.RESULT:

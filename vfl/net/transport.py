@@ -36,9 +36,11 @@ from pathlib import Path
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.net.messages import MAX_FRAMES, MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
+from vfl.net.notices import RateLimitedLog
 
 __all__ = [
     "CurveServerKeys",
@@ -58,6 +60,11 @@ COORDINATOR_NAME = "coordinator"
 LINGER_MS = 2000
 SEND_TIMEOUT_SECONDS = 10.0  # a party gives up on a message the coordinator cannot take
 SERVER_SEND_TIMEOUT_MS = 1000  # second bound on a coordinator send (it sends non-blocking anyway)
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+#: what a party's socket monitor reports (issue 21: say why a wait is silent, name a CURVE mismatch at once)
+MECHANISM_MISMATCH = zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH   # exactly one side of a connection uses CURVE
+CLIENT_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
 
 
 class PeerUnreachable(ProtocolError):
@@ -226,15 +233,23 @@ class ServerTransport:
         self._own_ctx = context is None and curve is not None
         self._ctx = context or (zmq.Context() if self._own_ctx else zmq.Context.instance())
         self._auth: ThreadAuthenticator | None = None
+        self._monitor: zmq.Socket | None = None
+        #: failed handshakes (a peer without CURVE, an unauthorised key): counted, logged rate-limited (issue 21)
+        self.refused_handshakes = 0
+        self._limited = RateLimitedLog()
         self.sock = self._ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, LINGER_MS)
         self.sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDTIMEO, SERVER_SEND_TIMEOUT_MS)
         if curve is not None:
-            self.key_names = curve_key_names(curve.allowed_dir)
-            self._auth = ThreadAuthenticator(self._ctx)
-            self._auth.start()
+            try:
+                self.key_names = curve_key_names(curve.allowed_dir)
+                self._auth = ThreadAuthenticator(self._ctx)
+                self._auth.start()
+            except BaseException:   # a half-built transport closes its socket (and own context) at once
+                self.close(linger_ms=0)
+                raise
             self._auth.configure_curve(domain="*", location=str(curve.allowed_dir))
             self.sock.curve_secretkey = curve.secret
             self.sock.curve_publickey = curve.public
@@ -249,6 +264,7 @@ class ServerTransport:
         except zmq.ZMQError as exc:
             self.close()
             raise ConfigurationError(f"cannot bind {bind}: {exc}") from None
+        self._monitor = self.sock.get_monitor_socket(HANDSHAKE_FAILED)
 
     def send(self, peer: bytes, msg: Message) -> None:
         """Send to one peer without blocking; :class:`PeerUnreachable` if the peer is gone (ROUTER_MANDATORY) or
@@ -271,8 +287,10 @@ class ServerTransport:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             remaining = deadline - time.monotonic()
-            if not self.sock.poll(max(0, int(remaining * 1000)), zmq.POLLIN):
-                return None
+            if not self._poll(remaining):
+                if time.monotonic() >= deadline:
+                    return None
+                continue
             peer, frames, user_id, problem = recv_message(self.sock, self.max_message_bytes, routed=True)
             if self.audit is not None and frames:
                 self.audit(peer, [bytes(f) for f in frames])
@@ -289,6 +307,34 @@ class ServerTransport:
                 self.peer_keys[peer] = user_id
             self.last_seen[peer] = time.monotonic()
             return peer, msg
+
+    def _poll(self, seconds: float) -> bool:
+        """True when a message is ready within ``seconds``; failed handshakes seen meanwhile are logged."""
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
+        events = dict(poller.poll(max(0, int(seconds * 1000))))
+        if self._monitor is not None and self._monitor in events:
+            while self._monitor.poll(0):
+                self._refused_handshake(recv_monitor_message(self._monitor))
+        return self.sock in events
+
+    def _refused_handshake(self, event: dict) -> None:
+        """A connection the handshake refused never becomes a peer; say why (rate-limited: a flood stays short)."""
+        self.refused_handshakes += 1
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            why = ("its CURVE key is not among the authorised keys (NAME.key in --curve-dir): a party whose key is "
+                   "missing here, a wrong --name, or a stranger")
+        elif self.key_names is not None:   # the peer named the mismatch, or hung up on our CURVE greeting
+            sure = "" if event["value"] == MECHANISM_MISMATCH else "most likely "
+            why = f"{sure}it does not use CURVE (it needs --curve-dir with coordinator.key and its NAME.key_secret)"
+        elif event["value"] == MECHANISM_MISMATCH:
+            why = "it uses CURVE and this side does not (--curve-dir)"
+        else:
+            why = (f"the handshake failed (the peer left or is not a ZeroMQ peer; event {int(event['event'])}, code "
+                   f"{int(event['value'])})")
+        self._limited("handshake", f"refused a connection on {self.endpoint}: {why}", self.on_reject)
 
     def _check_envelope(self, peer: bytes, msg: Message, *, user_id: str | None = None) -> None:
         """Sender, CURVE key, run id and sequence number: checked before any payload is parsed."""
@@ -314,11 +360,17 @@ class ServerTransport:
     def _reject(self, reason: str, peer: bytes | None = None) -> None:
         self.rejected += 1
         self.last_rejection = reason
-        if self.on_reject is not None:
-            who = self.peer_names.get(peer or b"") or "an unregistered peer"
-            self.on_reject(f"rejected wire input from {who}: {reason}")
+        who = self.peer_names.get(peer or b"") or "an unregistered peer"
+        self._limited(f"wire {who}", f"rejected wire input from {who}: {reason}", self.on_reject)
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
+        if self._monitor is not None:
+            try:
+                self.sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._monitor.close(linger=0)
+            self._monitor = None
         self.sock.close(linger=linger_ms)
         if self._auth is not None:
             self._auth.stop()
@@ -332,12 +384,19 @@ class ClientTransport:
     """A party's DEALER socket to the coordinator.
 
     Raises :class:`ProtocolError` when the coordinator sends something undecodable or for another run,
-    and when the CURVE handshake is refused (the coordinator does not know this party's key).
+    and when the CURVE handshake is refused (the coordinator does not know this party's key);
+    :class:`ConfigurationError` when exactly one side uses CURVE (issue 21: named at once, not after a silent
+    timeout). A socket monitor records what a silent wait means: :attr:`connected` (a TCP connection is up),
+    :attr:`handshaken` (the ZeroMQ handshake with the peer succeeded), :attr:`heard` (a message arrived);
+    :meth:`silence_hint` turns them into the likely cause. ``hub`` names the peer in messages.
     """
 
     def __init__(self, connect: str, *, name: str, curve: CurveClientKeys | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, context: zmq.Context | None = None) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, context: zmq.Context | None = None,
+                 hub: str = "coordinator") -> None:
         self.name = validate_name(name)
+        self.connect_to, self.hub, self.curve = connect, hub, curve is not None
+        self.connected = self.handshaken = self.heard = False
         self.max_message_bytes = int(max_message_bytes)
         self.run_id = ""
         self.last_seen = time.monotonic()
@@ -347,14 +406,11 @@ class ClientTransport:
         self.sock = self._ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, LINGER_MS)
         self.sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        self._monitor = None
         if curve is not None:
             self.sock.curve_secretkey = curve.secret
             self.sock.curve_publickey = curve.public
             self.sock.curve_serverkey = curve.server_public
-            self._monitor = self.sock.get_monitor_socket(
-                zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        self._monitor: zmq.Socket | None = self.sock.get_monitor_socket(CLIENT_EVENTS)
         try:
             self.sock.connect(connect)
         except zmq.ZMQError as exc:
@@ -378,19 +434,69 @@ class ClientTransport:
         poller.register(self.sock, zmq.POLLIN)
         if self._monitor is not None:
             poller.register(self._monitor, zmq.POLLIN)
-        events = dict(poller.poll(max(0, int(timeout * 1000))))
-        if self._monitor is not None and self._monitor in events:
-            self._monitor.recv_multipart()
-            raise ProtocolError("the coordinator refused the CURVE handshake (this party's public key is not "
-                                "authorised, or the coordinator key is wrong)")
-        if self.sock not in events:
-            return None
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:   # connection events (monitor) do not end the wait for a message
+            events = dict(poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+            if self._monitor is not None and self._monitor in events:
+                while self._monitor.poll(0):
+                    self._on_event(recv_monitor_message(self._monitor))
+            if self.sock in events:
+                break
+            if time.monotonic() >= deadline:
+                return None
         _, frames, _, problem = recv_message(self.sock, self.max_message_bytes, routed=False)
         if problem is not None:
             raise ProtocolError(f"the coordinator sent a {problem}")
         msg = decode(frames, max_bytes=self.max_message_bytes, accept=self._check_envelope)
         self.last_seen = time.monotonic()
+        self.heard = True
         return msg
+
+    def _on_event(self, event: dict) -> None:
+        """Track the connection; a failed handshake ends the wait at once with its likely cause."""
+        kind, hub = event["event"], self.hub
+        if kind == zmq.EVENT_CONNECTED:
+            self.connected = True
+        elif kind == zmq.EVENT_DISCONNECTED:
+            self.connected = self.handshaken = False
+        elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.handshaken = True
+        elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            raise ProtocolError(f"the {hub} refused the CURVE handshake: {self.name}'s public key is not among its "
+                                f"authorised keys ({self.name}.key in its --curve-dir; is --name right?), or "
+                                "coordinator.key here is not its key")
+        elif kind & HANDSHAKE_FAILED:
+            # the peer closed the handshake (or named the mismatch): with our own hub, that means exactly one side
+            # uses CURVE -- or the endpoint is not the hub at all
+            raise ConfigurationError(self._handshake_failure(event["value"] == MECHANISM_MISMATCH))
+
+    def _handshake_failure(self, mismatch: bool) -> str:
+        """Why a handshake the peer ended likely failed (``mismatch``: the peer said exactly one side uses CURVE)."""
+        hub, where, me = self.hub, self.connect_to, self.name
+        fix = f"pass --curve-dir DIR holding coordinator.key and {me}.key_secret (from `vfl keys`)"
+        if self.curve and mismatch:
+            return (f"the {hub} at {where} does not use CURVE but {me} does (--curve-dir): give the {hub} --curve-dir "
+                    "too, or run both without it on loopback")
+        if self.curve:
+            return (f"the CURVE handshake with the {hub} at {where} failed: it may not use CURVE (give the {hub} "
+                    "--curve-dir too), or coordinator.key here is not its key, or that is not its port")
+        if mismatch:
+            return f"the {hub} at {where} uses CURVE and {me} does not: {fix}"
+        return (f"the handshake with the {hub} at {where} failed: it most likely uses CURVE and {me} does not "
+                f"({fix}), or that is not its port")
+
+    def silence_hint(self) -> str:
+        """The likely cause of a wait without any answer, from what the socket monitor saw."""
+        hub, where = self.hub, self.connect_to
+        if self.heard:
+            return f"the {hub} went silent (stopped, crashed or the network failed)"
+        if not self.connected:
+            return (f"nothing accepts connections at {where}: is the {hub} running, on that host, with the port of "
+                    "its --bind?")
+        if not self.handshaken:
+            return (f"something listens at {where} but never completed a ZeroMQ handshake: is that the {hub}'s port?")
+        return (f"the {hub} at {where} accepted the connection but never answered: is it serving another run or "
+                f"already full, or (with CURVE) is {self.name} the name its key file {self.name}.key has there?")
 
     def _check_envelope(self, msg: Message) -> None:
         """Sender, sequence number and run id, before any payload is parsed."""

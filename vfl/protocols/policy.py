@@ -4,8 +4,9 @@ A party used to run whatever mechanism a PLAN named: ``none`` released its un-no
 label owner send ``y - X beta`` exactly. Now every party checks the plan against its own operator's policy
 before it touches its data, and prints the plan it is about to run:
 
-* ``allow_mechanisms``: the mechanisms it runs; ``none`` and ``bcd`` (no noise at all) only if listed
-  explicitly (:data:`DEFAULT_MECHANISMS` leaves them out);
+* ``allow_mechanisms``: the mechanisms it runs; by default only formally DP ones (:data:`DEFAULT_MECHANISMS`):
+  ``none`` and ``bcd`` (no noise at all) and ``dp-bcd`` (noisy, but never formally DP: each co-party learns
+  ``X beta`` of the others exactly, docs/dp_bcd.md) run only if listed explicitly (issue 21);
 * ``min_epsilon`` / ``max_epsilon``: the *true* epsilon of the plan (the privacy report of the mechanism the
   party builds from the plan -- e.g. ``calibration="paper"`` reports its real, larger epsilon) must lie in
   this range; ``max_delta`` likewise bounds delta;
@@ -31,15 +32,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vfl.exceptions import ConfigurationError
-from vfl.protocols.settings import MECHANISMS
+from vfl.protocols.settings import FM_MECHANISMS, MECHANISMS
 
-__all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary",
-           "SitePolicy", "check_plan", "check_site_plan", "describe_plan"]
+__all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "NOT_FORMALLY_DP", "BOUNDED_MECHANISMS",
+           "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary", "SitePolicy", "check_plan", "check_site_plan",
+           "describe_plan"]
 
 #: no noise at all: a party runs these only when its operator lists them in ``allow_mechanisms``
 UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
+#: never formally DP (no noise, or DP-BCD, whose co-parties learn X beta exactly): not allowed by default
+NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
 ALL_MECHANISMS = frozenset(MECHANISMS)          # the registry (vfl.protocols.settings), not a copy
-DEFAULT_MECHANISMS = ALL_MECHANISMS - UNPROTECTED_MECHANISMS
+DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP
+#: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
+#: policy allows one of them needs declared bounds, or its operator's explicit opt-in (vfl.net.party)
+BOUNDED_MECHANISMS = frozenset(FM_MECHANISMS) - UNPROTECTED_MECHANISMS
 DEFAULT_MAX_EPSILON = 10.0
 DEFAULT_MAX_DELTA = 1e-3
 DEFAULT_MAX_KEY_BITS = 8192
@@ -121,9 +128,12 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     mechanism = str(body.get("mechanism"))
     if mechanism not in policy.allow_mechanisms:
         hint = (" (it adds no noise: the coordinator would see this party's exact statistics)"
-                if mechanism in UNPROTECTED_MECHANISMS else "")
+                if mechanism in UNPROTECTED_MECHANISMS else
+                " (never formally DP: each co-party learns X beta of the others exactly, docs/dp_bcd.md)"
+                if mechanism in NOT_FORMALLY_DP else "")
         raise ConfigurationError(f"party {name} refuses mechanism {mechanism!r}{hint}; its policy allows "
-                                 f"{', '.join(sorted(policy.allow_mechanisms))} (--allow-mechanisms)")
+                                 f"{', '.join(sorted(policy.allow_mechanisms))} (to run it, add {mechanism} to "
+                                 "--allow-mechanisms)")
     raw_params = body.get("params")
     params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
     eps = _number(params, "epsilon")
