@@ -35,14 +35,21 @@ def _echo(text: str) -> None:
 @click.option("--http", "http_address", default=None,
               help="Instead of --ids/--out: keep the parties connected and answer POST /score {\"ids\": [...]} "
                    "on HOST:PORT (GET /healthz, /readyz) until stopped; docs/serving.md.")
+@click.option("--allow-plaintext-public", is_flag=True,
+              help="Listen on a non-loopback --bind without CURVE, or serve --http on a non-loopback address "
+                   "(plain HTTP: IDs and scores in clear). Only on a network you trust.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
-          timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None, quiet: bool) -> None:
+          timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None,
+          allow_plaintext_public: bool, quiet: bool) -> None:
     """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
+    from vfl.net.notices import check_bind
+
+    check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public, role="scoring hub")
     if http_address is not None:
         if ids_path is not None or out is not None:
             raise click.UsageError("--http serves queries online; it excludes --ids and --out")
-        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet)
+        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public)
         return
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
@@ -72,13 +79,19 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
 
 
 def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
-                address: str, quiet: bool) -> None:
+                address: str, quiet: bool, allow_plaintext_public: bool) -> None:
+    from vfl.exceptions import ConfigurationError
     from vfl.net.modelio import load_model
+    from vfl.net.notices import is_loopback
     from vfl.net.scoring import ScoringHubNode
     from vfl.net.scoring_http import ScoringService, parse_http_address
     from vfl.net.transport import load_server_keys
 
     host, port = parse_http_address(address)
+    if not (allow_plaintext_public or is_loopback(f"tcp://{host}:{port}")):
+        raise ConfigurationError(f"the scoring service refuses to serve plain HTTP on {address}: IDs and scores would "
+                                 "travel in clear; bind 127.0.0.1 behind a TLS reverse proxy, or pass "
+                                 "--allow-plaintext-public on a network you trust")
     model = load_model(model_path)
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,

@@ -376,3 +376,20 @@ def test_online_service_answers_fails_fast_and_a_party_rejoins(procs, tmp_path, 
     hub.terminate()
     assert procs.finish(hub)[0] == 130
     assert procs.finish(parties["alice"])[0] == 0 and procs.finish(parties["bob"])[0] == 0
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--bind", "tcp://0.0.0.0:5599", "--ids", "q.csv", "--out", "s.csv"], "scoring hub refuses to listen"),
+    (["--bind", "tcp://127.0.0.1:5599", "--http", "0.0.0.0:8099"], "refuses to serve plain HTTP"),
+    (["--bind", "tcp://127.0.0.1:5599", "--http", "127.0.0.1:8099", "--out", "s.csv"], "excludes --ids and --out"),
+])
+def test_no_public_listener_in_clear(capsys, tmp_path, monkeypatch, args, expected):
+    """A public --bind without CURVE, or plain HTTP on a public address, is refused before anything listens."""
+    from vfl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _model("linear", ["alice", "bob"]).to_json(tmp_path / "model.json")
+    (tmp_path / "q.csv").write_text("pid\np1\n")
+    code = main(["score", "--model", "model.json", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "Traceback" not in err, err
