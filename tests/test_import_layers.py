@@ -37,6 +37,8 @@ TOP_LEVEL_LAYER = {
     "plots": "models",
     "__init__": "faces",
     "api": "faces",
+    "api_scoring": "faces",
+    "cli_scoring": "faces",
     "cli": "faces",
     "demo": "faces",
 }

@@ -44,6 +44,7 @@ _LAZY = {
     "fit": "vfl.api",
     "fit_sites": "vfl.api",
     "fit_ica_sites": "vfl.api",
+    "score": "vfl.api_scoring",   # federated scoring (issue 22)
     "Coordinator": "vfl.net.coordinator",
     "RunSettings": "vfl.net.coordinator",
     "FittedModel": "vfl.net.modelio",

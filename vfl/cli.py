@@ -757,6 +757,17 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the coordinator sends ABORT, a party reports to the coordinator."""
 
 
+def _add_scoring_commands() -> None:
+    """``vfl score`` and ``vfl serve`` (federated scoring, issue 22) live in :mod:`vfl.cli_scoring`."""
+    from vfl.cli_scoring import score, serve
+
+    cli.add_command(score)
+    cli.add_command(serve)
+
+
+_add_scoring_commands()
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated("terminated by SIGTERM")
 

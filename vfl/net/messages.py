@@ -79,6 +79,16 @@ REGISTER role "djica-site" with ``dims`` D): CAPE_PLAN, one CAPE round of the se
     aggregator   -> site         CAPE_STATE      round j: W, b, learning rate (float64[K^2 + K + 1])
     site         -> aggregator   CAPE_RELEASE    round j: noisy Delta W_s, Delta b_s (float64[K^2 + K])
     aggregator   -> site         RESULT / ABORT
+
+Federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md): REGISTER (role "scorer") / WELCOME, then
+
+    hub          -> party        SCORE_PLAN      index, serving parties, session id, model digest, --max-query-ids
+    party        -> hub          SCORE_KEY       Diffie-Hellman public value, signed with the party's Ed25519 key
+    hub          -> party        SCORE_KEYS      every party's signed public value (relayed)
+    party        -> hub          SCORE_READY     co-parties' keys verified against the pinned identities
+    hub          -> party        SCORE_QUERY     round r: the query's normalised IDs (JSON array frame)
+    party        -> hub          SCORE_PARTIAL   round r: pairwise-masked partial scores and missing flags
+    hub          -> party        SCORE_DONE      the service ended
 """
 
 from __future__ import annotations
@@ -121,6 +131,7 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # whole message; the socket also enforces
 MAX_HEADER_BYTES = 256 * 1024
 MAX_ICA_DIMS = 100_000  # a capeDJICA site's data dimension D (REGISTER ``dims``); D^2 words per capePCA message
 MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
+MAX_SCORE_IDS = 10_000_000  # IDs in one scoring query (the hub's --max-query-ids is lower)
 
 
 def check_max_message_bytes(value: int) -> int:
@@ -173,6 +184,13 @@ class MessageType(str, Enum):
     PSI_RESULT = "psi_result"
     ROSTER_ENTRY = "roster_entry"
     ROSTER = "roster"
+    SCORE_PLAN = "score_plan"
+    SCORE_KEY = "score_key"
+    SCORE_KEYS = "score_keys"
+    SCORE_READY = "score_ready"
+    SCORE_QUERY = "score_query"
+    SCORE_PARTIAL = "score_partial"
+    SCORE_DONE = "score_done"
 
 
 # ------------------------------------------------------------------ body schemas
@@ -319,6 +337,16 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.ROSTER_ENTRY: {"party": (True, _is_name), "plan": (True, _KEY), "registration": (True, _is_dict),
                                "paillier": (True, _is_opt(_KEY)), "auth": (False, _AUTH)},
     MessageType.ROSTER: {"entries": (True, _is_list(_is_dict, 10_000))},
+    # federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md)
+    MessageType.SCORE_PLAN: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_list(_is_name, 10_000)),
+                             "session": (True, _is_hex(32)), "model": (True, _KEY),
+                             "max_ids": (True, _is_int(1, MAX_SCORE_IDS)), "precision_bits": (True, _is_int(8, 52))},
+    MessageType.SCORE_KEY: {"index": (True, _is_int(0, 10_000)), "auth": (False, _AUTH)},
+    MessageType.SCORE_KEYS: {"entries": (True, _is_list(_is_dict, 10_000))},
+    MessageType.SCORE_READY: {},
+    MessageType.SCORE_QUERY: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
+    MessageType.SCORE_PARTIAL: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
+    MessageType.SCORE_DONE: {"queries": (True, _is_int(0))},
 }
 
 
@@ -349,6 +377,13 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.PSI_RESULT: (("array",),),
     MessageType.ROSTER_ENTRY: ((),),
     MessageType.ROSTER: ((),),
+    MessageType.SCORE_PLAN: ((),),
+    MessageType.SCORE_KEY: (("bytes",),),      # the party's Diffie-Hellman public value (256 bytes)
+    MessageType.SCORE_KEYS: ((),),
+    MessageType.SCORE_READY: ((),),
+    MessageType.SCORE_QUERY: (("bytes",),),    # the query's normalised IDs as a JSON array (UTF-8)
+    MessageType.SCORE_PARTIAL: (("array",),),  # the masked partial scores and missing flags (uint64[2 count])
+    MessageType.SCORE_DONE: ((),),
 }
 
 

@@ -184,6 +184,7 @@ class SecAggSite:
         self._public = int(_powmod(_mpz(MODP_2048_GENERATOR), self._secret, MODP_2048_PRIME))
         self._pair_keys: dict[int, bytes] | None = None
         self._used = False
+        self._last_round = self.round_id   # mask_words: the last round masked (rounds strictly increase)
 
     def public_key(self) -> int:
         """A_s = g^{a_s} mod p (send to the aggregator; 256 bytes big-endian on the wire)."""
@@ -245,6 +246,32 @@ class SecAggSite:
             else:
                 out -= mask
         self._used = True
+        return out
+
+    def mask_words(self, words: np.ndarray, round_id: int) -> np.ndarray:
+        """``words + sum_{t>s} m_st(r) - sum_{t<s} m_ts(r)  (mod 2^64)`` for already encoded uint64 ``words`` of any
+        length, under round ``r = round_id`` of the agreed pair keys (a long-lived session: one key agreement, one
+        fresh round per input). Round ids must strictly increase and exceed this site's construction round, so no
+        two inputs are ever masked alike (that would reveal their difference)."""
+        if self._pair_keys is None:
+            raise ProtocolError(f"site {self.site_id} must receive the public keys before masking its input")
+        rid = int(round_id)
+        last = self._last_round
+        if not last < rid < 2**64:
+            raise ProtocolError(f"site {self.site_id}: round {rid} does not follow round {last}; masks are never "
+                                "reused")
+        arr = np.asarray(words)
+        if arr.dtype != np.uint64 or arr.ndim != 1:
+            raise DataValidationError(f"site {self.site_id}: words must be a 1-D uint64 array")
+        out = arr.copy()
+        for t, key in self._pair_keys.items():
+            lo, hi = min(self.site_id, t), max(self.site_id, t)
+            mask = pair_mask(key, rid, lo, hi, out.shape[0])
+            if self.site_id < t:
+                out += mask
+            else:
+                out -= mask
+        self._last_round = rid
         return out
 
 

@@ -1,0 +1,77 @@
+"""``vfl.score``: federated scoring over the real networked protocol on loopback, like ``vfl.fit`` (issue 22).
+
+Every party of the model that holds features serves its own block from its own rows (:class:`vfl.api.Party` with
+``ids``); the hub learns only the total score per ID (:mod:`vfl.protocols.scoring`; docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.api import Party, _run_on_loopback
+from vfl.exceptions import ConfigurationError, DataValidationError
+from vfl.net.modelio import FittedModel, load_model
+from vfl.net.scoring import DEFAULT_MAX_QUERY_IDS, Scores, ScoringHubNode, ScoringPartyNode, scoring_block
+from vfl.secure.identity import write_identities
+from vfl.secure.psi import normalise_ids
+
+__all__ = ["score"]
+
+
+def _party_rows(model: FittedModel, party: Party) -> tuple[list[str], np.ndarray]:
+    """A party's normalised IDs and its rows of its block's features (by name when it names its columns)."""
+    block = scoring_block(model, party.name)
+    if party.ids is None:
+        raise ConfigurationError(f"party {party.name} gives no ids: scoring looks rows up by ID")
+    names = party.feature_names if party.feature_names is not None else list(block.features)
+    missing = [f for f in block.features if f not in names]
+    if missing:
+        raise ConfigurationError(f"party {party.name} has no column(s) {', '.join(missing)} of the model's block; a "
+                                 "party serves only a model whose features match its columns")
+    if party.X.shape[1] != len(names):
+        raise DataValidationError(f"party {party.name}: {party.X.shape[1]} columns for {len(names)} feature names")
+    X = party.X[:, [names.index(f) for f in block.features]]
+    if not np.all(np.isfinite(X)):
+        raise DataValidationError(f"party {party.name}: X contains NaN or infinity")
+    return normalise_ids(party.ids, what=f"party {party.name}: ids"), X
+
+
+def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequence[Any], *,
+          timeout: float = 120.0, max_query_ids: int = DEFAULT_MAX_QUERY_IDS, bind: str = "tcp://127.0.0.1:0",
+          verbose: bool = False) -> Scores:
+    """Score ``ids`` with ``model`` over loopback: every party of the model with features serves its block.
+
+    Returns :class:`vfl.net.scoring.Scores`: ``value`` (linear: prediction; logistic: probability), ``label``
+    (logistic), ``missing`` (IDs some party does not hold: NaN, never scored as zero), in the order of ``ids``.
+    The hub computes ``sum_k c_k . clip(x_k) + b`` from pairwise-masked partial scores (docs/serving.md).
+    """
+    m = model if isinstance(model, FittedModel) else load_model(model)
+    rows = {p.name: _party_rows(m, p) for p in parties}
+    log = print if verbose else None
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:
+        write_identities(identities, list(rows))
+        hub = ScoringHubNode(m, bind, timeout=timeout, max_query_ids=max_query_ids, log=log)
+        missing = [n for n in hub.names if n not in rows]
+        if missing:
+            hub.close()
+            raise ConfigurationError(f"the model's serving part{'y' if len(missing) == 1 else 'ies'} "
+                                     f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not among parties")
+        nodes = {name: ScoringPartyNode(m, name, *rows[name], hub.endpoint, identity_dir=identities,
+                                        timeout=timeout, log=log) for name in hub.names}
+
+        def run_hub() -> Any:
+            try:
+                hub.start()
+                result = hub.score(ids)
+            except BaseException as exc:
+                hub.close(reason=str(exc) or type(exc).__name__)
+                raise
+            hub.close()
+            return result
+
+        return _run_on_loopback(run_hub, nodes)

@@ -1,0 +1,137 @@
+"""``vfl score`` (the requester's hub) and ``vfl serve`` (a feature holder serving its block): federated scoring
+(issue 22; docs/serving.md). Registered on the ``vfl`` group by :mod:`vfl.cli`; machinery imported inside the
+commands so ``vfl --help`` stays fast."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+__all__ = ["score", "serve"]
+
+
+def _echo(text: str) -> None:
+    click.echo(text)
+    sys.stdout.flush()
+
+
+@click.command()
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,
+              help="The released model JSON (every serving party holds the same file).")
+@click.option("--ids", "ids_path", type=click.Path(dir_okay=False), default=None,
+              help="Query CSV with a header: one ID column (or name it with --id-column).")
+@click.option("--id-column", default=None, help="The query file's ID column (default: its only column).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Scores CSV: the IDs in the query's order, the score(s) and a status column (scored/missing).")
+@click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
+@click.option("--bind", default="tcp://127.0.0.1:5560", show_default=True, help="Endpoint the parties connect to.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for the parties to register, and for each party's answer or heartbeat.")
+@click.option("--max-query-ids", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,
+              help="Largest number of IDs in one query (a larger query is refused before anything is sent).")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="Enable CURVE: directory with coordinator.key_secret and the serving parties' public keys.")
+@click.option("--http", "http_address", default=None,
+              help="Instead of --ids/--out: keep the parties connected and answer POST /score {\"ids\": [...]} "
+                   "on HOST:PORT (GET /healthz, /readyz) until stopped; docs/serving.md.")
+@click.option("--allow-plaintext-public", is_flag=True,
+              help="Listen on a non-loopback --bind without CURVE, or serve --http on a non-loopback address "
+                   "(plain HTTP: IDs and scores in clear). Only on a network you trust.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
+def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
+          timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None,
+          allow_plaintext_public: bool, quiet: bool) -> None:
+    """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
+    from vfl.net.notices import check_bind
+
+    check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public, role="scoring hub")
+    if http_address is not None:
+        if ids_path is not None or out is not None:
+            raise click.UsageError("--http serves queries online; it excludes --ids and --out")
+        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public)
+        return
+    if ids_path is None or out is None:
+        raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
+    from vfl.cli import check_writable
+    from vfl.net.modelio import load_model
+    from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
+    from vfl.net.transport import load_server_keys
+    from vfl.protocols.scoring import check_query
+
+    check_writable(out, force=force)
+    model = load_model(model_path)
+    id_name, ids = read_query_file(ids_path, id_column)
+    check_query(ids, max_query_ids)   # a bad query is refused before anyone is contacted
+    curve = load_server_keys(curve_dir) if curve_dir else None
+    hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
+                         log=None if quiet else _echo)
+    try:
+        hub.start()
+        scores = hub.score(ids)
+        write_scores(out, model, scores, id_name)
+    except BaseException as exc:
+        hub.close(reason=str(exc) or type(exc).__name__)
+        raise
+    hub.close()
+    n_missing = int(scores.missing.sum())
+    _echo(f"scored {len(ids) - n_missing} of {len(ids)} IDs ({n_missing} missing: not held by every party) -> {out}")
+
+
+def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
+                address: str, quiet: bool, allow_plaintext_public: bool) -> None:
+    from vfl.exceptions import ConfigurationError
+    from vfl.net.modelio import load_model
+    from vfl.net.notices import is_loopback
+    from vfl.net.scoring import ScoringHubNode
+    from vfl.net.scoring_http import ScoringService, parse_http_address
+    from vfl.net.transport import load_server_keys
+
+    host, port = parse_http_address(address)
+    if not (allow_plaintext_public or is_loopback(f"tcp://{host}:{port}")):
+        raise ConfigurationError(f"the scoring service refuses to serve plain HTTP on {address}: IDs and scores would "
+                                 "travel in clear; bind 127.0.0.1 behind a TLS reverse proxy, or pass "
+                                 "--allow-plaintext-public on a network you trust")
+    model = load_model(model_path)
+    curve = load_server_keys(curve_dir) if curve_dir else None
+    hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
+                         log=None if quiet else _echo)
+    try:
+        hub.start()
+        ScoringService(hub, host, port, log=_echo).serve()
+    finally:
+        hub.close()
+
+
+@click.command()
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True,
+              help="The released model JSON; this party serves only its own block of it.")
+@click.option("--connect", required=True, help="The scoring hub's endpoint, e.g. tcp://127.0.0.1:5560.")
+@click.option("--name", required=True, help="This party's name in the model.")
+@click.option("--data", type=click.Path(dir_okay=False), required=True, help="This party's CSV or Parquet table.")
+@click.option("--id", "id_column", required=True, help="The table's row-ID column (looked up per query).")
+@click.option("--features", default=None,
+              help="Its raw columns (comma-separated); if given they must be the model's columns of this party.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+              help="Enable CURVE: directory with NAME.key_secret and coordinator.key (the hub's public key).")
+@click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+              help="This party's NAME.sign.secret and the pinned *.sign.pub of its co-parties (`vfl keys`).")
+@click.option("--insecure-no-identity", is_flag=True,
+              help="Serve without identities (loopback experiments only): co-parties' keys are not checked.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds of silence from the hub after which this party stops.")
+def serve(model_path: str, connect: str, name: str, data: str, id_column: str, features: str | None,
+          curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float) -> None:
+    """Serve this party's block of a model to a scoring hub (`vfl score`) until it ends the session."""
+    from vfl.net.modelio import load_model
+    from vfl.net.scoring import ScoringPartyNode, load_serving_table
+    from vfl.net.transport import load_client_keys
+
+    model = load_model(model_path)
+    ids, X = load_serving_table(model, name, data, id_column, features)
+    curve = load_client_keys(curve_dir, name) if curve_dir else None
+    node = ScoringPartyNode(model, name, ids, X, connect, curve=curve, identity_dir=identity_dir,
+                            insecure_no_identity=insecure_no_identity, timeout=timeout, log=_echo)
+    _echo(f"[{name}] {len(ids)} IDs loaded; connecting to {connect}")
+    answered = node.run()
+    _echo(f"[{name}] session ended: answered {answered} quer{'y' if answered == 1 else 'ies'}")

@@ -1,0 +1,461 @@
+"""Federated scoring roles: the hub (requester) and the serving parties, as thin drivers (issue 22; docs/serving.md).
+
+The protocol is :mod:`vfl.protocols.scoring` (pairwise-masked partial scores, keys signed with the parties' pinned
+Ed25519 identities). Here: registration (REGISTER with role ``"scorer"``), liveness, relaying what the phase
+returns, and the model-file side: each party's coefficient block and public bounds (:func:`scoring_block`), the
+model digest both sides must agree on (:func:`model_digest`), the intercept and the logistic link at the hub
+(:meth:`ScoringHubNode.score`), the query and score files of ``vfl score``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import secrets
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import (
+    ConfigurationError,
+    DataValidationError,
+    PartyFailure,
+    PrivacyLeakWarning,
+    ProtocolError,
+    VFLError,
+)
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
+from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
+from vfl.net.party import HEARTBEAT_SECONDS, send_error
+from vfl.net.predict import output_column
+from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.protocols.contracts import Out
+from vfl.protocols.roster import check_self_signed, sign_registration
+from vfl.protocols.scoring import ScorePlan, ScoreResult, ScoringBlock, ScoringHub, ScoringParty, check_query
+from vfl.secure.identity import canonical_json, load_party_identity
+from vfl.secure.psi import normalise_ids
+
+__all__ = ["DEFAULT_MAX_QUERY_IDS", "model_digest", "serving_parties", "scoring_block", "load_serving_table",
+           "ScoringHubNode", "ScoringPartyNode", "Scores", "read_query_file", "scores_csv"]
+
+DEFAULT_MAX_QUERY_IDS = 100_000
+SCORER_ROLE = "scorer"
+
+
+def model_digest(model: FittedModel) -> str:
+    """sha256 (hex) of the model's canonical JSON: hub and parties must score with the same model."""
+    return hashlib.sha256(canonical_json(model.to_dict())).hexdigest()
+
+
+def serving_parties(model: FittedModel) -> list[str]:
+    """The parties of ``model`` that hold features, in the model's order (each serves its block)."""
+    names = [p.name for p in model.parties if p.features]
+    if len(names) < 2:
+        raise ConfigurationError(f"federated scoring needs at least two parties with features; this model has "
+                                 f"{len(names)} (score it with `vfl predict`)")
+    return names
+
+
+def _party(model: FittedModel, name: str) -> tuple[PartyColumns, int]:
+    start = 0
+    for p in model.parties:
+        if p.name == name and p.features:
+            return p, start
+        start += len(p.features)
+    raise ConfigurationError(f"the model has no features of a party named {name!r} (its parties with features: "
+                             f"{', '.join(p.name for p in model.parties if p.features)})")
+
+
+def scoring_block(model: FittedModel, name: str) -> ScoringBlock:
+    """Party ``name``'s block of ``model``: its features, their coefficients in original units (``coef_``, a linear
+    model's label map folded in) and the public bounds recorded for them (NaN: used as given)."""
+    p, start = _party(model, name)
+    stop = start + len(p.features)
+    bounds = model.column_bounds()[start:stop]
+    return ScoringBlock(tuple(p.features), model.coef_[start:stop].copy(), bounds[:, 0].copy(), bounds[:, 1].copy())
+
+
+def load_serving_table(model: FittedModel, name: str, data: str | Path, id_column: str,
+                       features: str | Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
+    """A serving party's (normalised IDs, rows of its block's features) from its CSV/Parquet table, through the
+    preprocessing the model records for it. ``features`` (its raw columns, if given) must be the model's."""
+    from vfl.data.preprocessing import Preprocessing
+    from vfl.net.config import read_party_csv
+
+    p, _ = _party(model, name)
+    pp, inputs = (Preprocessing.from_record(p.preprocessing, p.features) if p.preprocessing is not None
+                  else (None, list(p.features)))
+    if features is not None:
+        given = [s.strip() for s in (features.split(",") if isinstance(features, str) else features)]
+        if given != inputs:
+            raise ConfigurationError(f"--features {','.join(given)} are not the model's columns of party {name} "
+                                     f"({','.join(inputs)}); a party serves only a model whose features match its "
+                                     "columns")
+    table = read_party_csv(data, inputs, id_column=id_column, preprocessing=pp)
+    if list(table.feature_names) != list(p.features):
+        raise ConfigurationError(f"party {name}: the table's prepared columns are not the model's features")
+    return normalise_ids(table.ids, what=f"party {name}: row-ID column"), np.asarray(table.X, dtype=float)
+
+
+@dataclass
+class Scores:
+    """A query's scores at the hub: ``value`` (linear: prediction; logistic: probability), ``label`` (logistic),
+    and the missing IDs (NaN values): IDs some party does not hold."""
+
+    ids: list[str]
+    value: np.ndarray
+    label: np.ndarray | None
+    missing: np.ndarray
+
+    @classmethod
+    def of(cls, model: FittedModel, result: ScoreResult) -> Scores:
+        z = result.z + model.intercept_
+        if model.model == "logistic":
+            prob = 0.5 * (1.0 + np.tanh(0.5 * z))
+            return cls(result.ids, prob, np.where(np.isnan(z), np.nan, (z >= 0).astype(float)), result.missing)
+        return cls(result.ids, z, None, result.missing)
+
+
+class ScoringHubNode:
+    """The requester: binds, waits for every serving party of ``model``, agrees the session, then :meth:`score`."""
+
+    def __init__(self, model: FittedModel, bind: str, *, curve: CurveServerKeys | None = None,
+                 timeout: float = 120.0, max_query_ids: int = DEFAULT_MAX_QUERY_IDS,
+                 log: Callable[[str], None] | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 audit: Callable[[bytes, list[bytes]], None] | None = None) -> None:
+        if isinstance(max_query_ids, bool) or not isinstance(max_query_ids, int) or not 1 <= max_query_ids <= 10**7:
+            raise ConfigurationError(f"--max-query-ids must lie in [1, 10000000], got {max_query_ids}")
+        if not timeout > 0:
+            raise ConfigurationError(f"--timeout must be positive, got {timeout}")
+        self.model, self.timeout, self.log = model, float(timeout), log or (lambda s: None)
+        self.names = serving_parties(model)
+        self.plan = ScorePlan(secrets.token_hex(16), model_digest(model), tuple(self.names), max_query_ids)
+        self.phase = ScoringHub(self.plan)
+        self.transport = ServerTransport(bind, run_id=secrets.token_hex(16), curve=curve, audit=audit,
+                                         max_message_bytes=max_message_bytes, on_reject=self.log)
+        self.endpoint = self.transport.endpoint
+        self.peers: dict[str, bytes] = {}
+        self._last_heartbeat = 0.0
+        #: the party whose failure ended the last session (the service drops it and waits for it to rejoin)
+        self.lost: str | None = None
+        self.plan_sent = False
+        self.sessions = 0
+
+    # ------------------------------------------------------------------ session
+    def start(self) -> None:
+        """Registration of every serving party, the plan, the relayed signed keys; returns when all are ready."""
+        self.log(f"scoring hub listening on {self.endpoint}; waiting for {', '.join(self.names)}")
+        deadline = time.monotonic() + self.timeout
+        while len(self.peers) < len(self.names):
+            if time.monotonic() > deadline:
+                missing = [n for n in self.names if n not in self.peers]
+                raise PartyFailure(f"serving part{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} did not "
+                                   f"register within {self.timeout:g} s; nothing scored")
+            self._heartbeat()
+            got = self.transport.recv(0.2)
+            if got is not None:
+                self._register(*got)
+        self.new_session()
+        deadline = time.monotonic() + self.timeout
+        while not self.phase.ready:
+            if time.monotonic() > deadline:
+                raise PartyFailure(f"the serving parties did not agree keys within {self.timeout:g} s")
+            self._step()
+        self.log(f"scoring session ready: {len(self.names)} parties, keys signed and checked by every party")
+
+    def new_session(self) -> None:
+        """A fresh session id and key agreement with every registered party (first start, or after a rejoin)."""
+        if self.sessions:
+            self.plan = ScorePlan(secrets.token_hex(16), self.plan.model, self.plan.parties, self.plan.max_ids)
+            self.phase = ScoringHub(self.plan)
+        self.plan_sent = True
+        self.sessions += 1
+        self._send_out(self.phase.plan_messages())
+
+    def drop(self, name: str) -> None:
+        """Forget a failed party (its session is over for everyone): it may register again and rejoin."""
+        self.peers.pop(name, None)
+        self.plan_sent = False
+        self.phase = ScoringHub(self.plan)
+
+    @property
+    def ready(self) -> bool:
+        return self.plan_sent and self.phase.ready
+
+    def waiting_for(self) -> list[str]:
+        return [n for n in self.names if n not in self.peers]
+
+    def _register(self, peer: bytes, msg: Message) -> None:
+        if msg.type is MessageType.ERROR:
+            raise PartyFailure(f"party {msg.sender} failed: {msg.body['reason']}")
+        if msg.type is not MessageType.REGISTER or peer in self.peers.values():
+            return
+        body = msg.body
+        name = str(body["name"])
+        try:
+            if name != msg.sender or body.get("role") != SCORER_ROLE:
+                raise ProtocolError(f"registration of {name!r} is not a scoring registration")
+            if name not in self.names or name in self.peers:
+                raise ConfigurationError(f"party {name!r} is not an unregistered serving party of this model "
+                                         f"({', '.join(self.names)})")
+            block = scoring_block(self.model, name)
+            if list(body["features"]) != list(block.features):
+                raise ConfigurationError(f"party {name} registered features that are not its block of the model")
+            check_self_signed(body)
+        except VFLError as exc:
+            self.log(f"  refused a registration: {exc}")
+            try:
+                self.transport.send(peer, Message(MessageType.ABORT, {"reason": str(exc)[:2000],
+                                                                      "error": type(exc).__name__}))
+            except VFLError:
+                pass
+            return
+        self.peers[name] = peer
+        self.transport.bind_peer(peer, name)
+        self._send(name, Message(MessageType.WELCOME, {"run": self.transport.run_id}))
+        self.log(f"  registered {name}: {body['n_rows']} IDs")
+
+    def score(self, ids: Sequence[Any]) -> Scores:
+        """One query: the totals of the IDs every party holds, the others missing. Refuses a bad query (one line)."""
+        clean = check_query(ids, self.plan.max_ids)
+        self._send_out(self.phase.query(clean))
+        deadline = time.monotonic() + self.timeout
+        while not self.phase.done:
+            if time.monotonic() > deadline:
+                raise PartyFailure(f"part{'y' if len(self.phase.waiting_for) == 1 else 'ies'} "
+                                   f"{', '.join(self.phase.waiting_for)} did not answer the query within "
+                                   f"{self.timeout:g} s; nothing scored")
+            self._step()
+        return Scores.of(self.model, self.phase.result())
+
+    def pump(self, seconds: float) -> None:
+        """Idle service: heartbeats and liveness for ``seconds`` (a silent or failed party raises naming it)."""
+        end = time.monotonic() + seconds
+        self._step(min(0.2, max(0.0, seconds)))
+        while time.monotonic() < end:
+            self._step(min(0.2, max(0.0, end - time.monotonic())))
+
+    def close(self, reason: str | None = None) -> None:
+        """SCORE_DONE (or ABORT with ``reason``) to every party still connected, then close the socket."""
+        for name in list(self.peers):
+            msg = (Message(MessageType.SCORE_DONE, {"queries": self.phase.round}) if reason is None else
+                   Message(MessageType.ABORT, {"reason": reason[:2000], "error": "PartyFailure"}))
+            try:
+                self._send(name, msg)
+            except VFLError:
+                pass
+        self.transport.close()
+
+    # ------------------------------------------------------------------ wire
+    def _step(self, wait: float = 0.2) -> None:
+        self._heartbeat()
+        now = time.monotonic()
+        for name, peer in self.peers.items():
+            if now - self.transport.last_seen.get(peer, now) > self.timeout:
+                self.lost = name
+                raise PartyFailure(f"party {name} sent nothing for {self.timeout:g} s (crashed, killed or "
+                                   "disconnected); nothing scored")
+        got = self.transport.recv(wait)
+        if got is None:
+            return
+        peer, msg = got
+        name = next((n for n, p in self.peers.items() if p == peer), None)
+        if name is None:
+            if msg.type is MessageType.REGISTER:   # a stray or late registration: refused, the session goes on
+                self._register(peer, msg)
+            return
+        if msg.type is MessageType.ERROR:
+            self.lost = name
+            raise PartyFailure(f"party {name} failed: {msg.body['reason']}")
+        if msg.type is MessageType.HEARTBEAT:
+            return
+        self._send_out(self.phase.handle(self.names.index(name), msg))
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
+            self._last_heartbeat = now
+            for name in list(self.peers):
+                self._send(name, Message(MessageType.HEARTBEAT))
+
+    def _send_out(self, outs: list[Out]) -> None:
+        for o in outs:
+            self._send(self.names[o.to], message_of(o))  # type: ignore[index]
+
+    def _send(self, name: str, msg: Message) -> None:
+        try:
+            self.transport.send(self.peers[name], msg)
+        except PeerUnreachable:
+            self.lost = name
+            raise PartyFailure(f"party {name} is unreachable (stopped, killed or disconnected); nothing scored"
+                               ) from None
+
+
+class ScoringPartyNode:
+    """A serving party: registers, checks the plan against its own model file, agrees keys, answers queries until
+    the hub sends SCORE_DONE. ``ids``/``X``: its normalised IDs and rows of its block's features."""
+
+    def __init__(self, model: FittedModel, name: str, ids: Sequence[str], X: np.ndarray, connect: str, *,
+                 curve: CurveClientKeys | None = None, identity_dir: str | Path | None = None,
+                 insecure_no_identity: bool = False, timeout: float = 120.0,
+                 log: Callable[[str], None] | None = None) -> None:
+        validate_name(name)
+        if identity_dir is None and not insecure_no_identity:
+            raise ConfigurationError(f"party {name} has no signing identity: pass --identity-dir DIR (made by "
+                                     "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+        if identity_dir is not None and insecure_no_identity:
+            raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+        self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir, name)
+        if identity_dir is None:
+            warnings.warn(f"serving party {name} runs WITHOUT identities (--insecure-no-identity): a hostile hub "
+                          "could put its own key between the parties and read partial scores; loopback only",
+                          PrivacyLeakWarning, stacklevel=2)
+        self.model, self.name, self.connect, self.curve = model, name, connect, curve
+        self.block = scoring_block(model, name)
+        self.ids = list(ids)
+        self.X = np.asarray(X, dtype=float)
+        if self.X.shape != (len(self.ids), len(self.block.features)):
+            raise DataValidationError(f"party {name}: {self.X.shape[1] if self.X.ndim == 2 else '?'} columns and "
+                                      f"{len(self.ids)} IDs for the model's {len(self.block.features)} features")
+        self.digest = model_digest(model)
+        self.timeout, self.log = float(timeout), log or (lambda s: None)
+        self.session: ScoringParty | None = None
+        self.answered = 0   # queries answered in earlier sessions
+
+    def run(self) -> int:
+        """Serve until SCORE_DONE; the number of queries answered. Failures are reported to the hub, then raised."""
+        t = ClientTransport(self.connect, name=self.name, curve=self.curve)
+        try:
+            return self._run(t)
+        except VFLError as exc:
+            if not isinstance(exc, PartyFailure):
+                send_error(t, exc, self.name)
+            raise
+        except Exception as exc:
+            send_error(t, exc, self.name)
+            raise
+        finally:
+            t.close()
+
+    def _register_body(self) -> dict:
+        body = {"name": self.name, "n_rows": len(self.ids), "features": list(self.block.features),
+                "label_owner": False, "row_ids": True, "role": SCORER_ROLE}
+        return body if self.identity is None else sign_registration(self.identity, body)
+
+    def _run(self, t: ClientTransport) -> int:
+        t.send(Message(MessageType.REGISTER, self._register_body()))
+        last_sent = time.monotonic()
+        while True:
+            msg = t.recv(0.2)
+            now = time.monotonic()
+            if msg is None:
+                if now - t.last_seen > self.timeout:
+                    raise PartyFailure(f"no message from the scoring hub for {self.timeout:g} s "
+                                       f"(is it running at {self.connect}?)")
+            else:
+                if msg.type is MessageType.SCORE_DONE:
+                    return self.answered + (0 if self.session is None else self.session.answered)
+                for out in self._handle(msg):
+                    t.send(message_of(out))
+                    last_sent = time.monotonic()
+            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
+                t.send(Message(MessageType.HEARTBEAT))
+                last_sent = now
+
+    def _handle(self, msg: Message) -> list[Out]:
+        kind = msg.type
+        if kind is MessageType.ABORT:
+            raise PartyFailure(f"the scoring hub ended the session: {msg.body['reason']}")
+        if kind in (MessageType.HEARTBEAT, MessageType.WELCOME):
+            return []
+        if kind is MessageType.SCORE_PLAN:
+            return [self._plan(msg)]
+        if self.session is None:
+            raise ProtocolError(f"{kind.value} before the scoring plan")
+        if kind is MessageType.SCORE_KEYS:
+            out = self.session.on_keys(msg)
+            self.log(f"[{self.name}] scoring session: co-parties' keys " + (
+                "signed by their pinned identities" if self.pinned is not None else "NOT checked (no identities)"))
+            return out
+        if kind is MessageType.SCORE_QUERY:
+            out = self.session.on_query(msg)
+            self.log(f"[{self.name}] answered query {msg.body['round']} ({msg.body['count']} IDs)")
+            return out
+        raise ProtocolError(f"unexpected {kind.value} in a scoring session")
+
+    def _plan(self, msg: Message) -> Out:
+        plan, index = ScorePlan.from_body(msg.body)
+        if self.session is not None and plan.session == self.session.plan.session:
+            raise ProtocolError("second score_plan in one session")
+        if plan.model != self.digest:
+            raise ConfigurationError(f"party {self.name}: the hub scores with another model than this party's "
+                                     "--model (digests differ); refusing to serve it")
+        if list(plan.parties) != serving_parties(self.model):
+            raise ConfigurationError(f"party {self.name}: the hub's serving parties ({', '.join(plan.parties)}) are "
+                                     "not the model's; refusing to serve")
+        if self.session is not None:   # a co-party rejoined: a new session, new keys
+            self.answered += self.session.answered
+        self.session = ScoringParty(name=self.name, plan=plan, index=index, ids=self.ids, X=self.X,
+                                    block=self.block, identity=self.identity, pinned=self.pinned)
+        self.log(f"[{self.name}] serving {len(self.ids)} IDs for a {self.model.model} model "
+                 f"({len(self.block.features)} features) with {', '.join(p for p in plan.parties if p != self.name)}")
+        return self.session.key_message()
+
+
+# ------------------------------------------------------------------ files of `vfl score`
+def read_query_file(path: str | Path, id_column: str | None = None) -> tuple[str, list[str]]:
+    """(ID column name, its cells) of a query CSV with a header: the only column, or ``id_column``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigurationError(f"query file {p} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataValidationError(f"cannot read query file {p}: {exc}") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or not any(cell.strip() for cell in rows[0]):
+        raise DataValidationError(f"query file {p} is empty (expected a header and one ID per line)")
+    header = [h.strip() for h in rows[0]]
+    if id_column is None:
+        if len(header) != 1:
+            raise ConfigurationError(f"query file {p} has {len(header)} columns; name the ID column with --id-column")
+        col = 0
+    elif id_column in header:
+        col = header.index(id_column)
+    else:
+        raise DataValidationError(f"unknown ID column {id_column!r} in {p}; columns are: {', '.join(header)}")
+    ids = [r[col] if col < len(r) else "" for r in rows[1:] if any(c.strip() for c in r)]
+    if not ids:
+        raise DataValidationError(f"query file {p} holds no IDs")
+    return header[col], ids
+
+
+def scores_csv(model: FittedModel, scores: Scores, id_name: str) -> str:
+    """The scores file: the ID column, the prediction (linear) or probability and label (logistic), and ``status``
+    (``scored`` or ``missing``: some party does not hold the ID; its cells are left empty), in the query's order."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    logistic = model.model == "logistic"
+    cols = [output_column(model, None, True), output_column(model, None, False)] if logistic else \
+        [output_column(model, None, False)]
+    w.writerow([id_name, *cols, "status"])
+    for i, ident in enumerate(scores.ids):
+        if scores.missing[i]:
+            w.writerow([ident, *([""] * len(cols)), "missing"])
+            continue
+        vals = [f"{scores.value[i]:.17g}"]
+        if scores.label is not None:
+            vals.append(f"{int(scores.label[i])}")
+        w.writerow([ident, *vals, "scored"])
+    return buf.getvalue()
+
+
+def write_scores(path: str | Path, model: FittedModel, scores: Scores, id_name: str) -> None:
+    """Write the scores file atomically (temporary file, fsync, rename): never half-written."""
+    atomic_write_text(path, scores_csv(model, scores, id_name))
