@@ -1,0 +1,78 @@
+"""Issue 24: the split of the joint Gaussian budget between the released blocks (docs/privacy.md, "Budget split
+between the blocks"). Whatever the split, the joint calibration meets mu*(epsilon, delta) exactly; the default
+"risk" split gives the alpha block the larger share when the eigenvalue floor dominates and tends to the equal
+split as N grows; the networked (two-sided) reports follow the taus."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vfl.exceptions import ConfigurationError
+from vfl.fm.dissection import DissectionPlan
+from vfl.privacy.accounting import gaussian_mu_of_blocks
+from vfl.privacy.calibration import calibrate_mu, epsilon_of
+from vfl.privacy.mechanisms import budget_shares, make_mechanism, risk_alpha_share
+
+
+@pytest.mark.parametrize("split", ["risk", "equal", 0.1, 0.764, 0.95])
+@pytest.mark.parametrize("counts,release_beta", [([18], False), ([3, 4, 2], False), ([6], True)])
+@pytest.mark.parametrize("eps", [0.5, 1.0, 8.0])
+def test_joint_calibration_meets_mu_star_for_every_split(split, counts, release_beta, eps) -> None:
+    plan = DissectionPlan(counts, 0, model="linear", release_beta=release_beta)
+    m = make_mechanism("gaussian-fm", plan=plan, n_samples=958, epsilon=eps, delta=1e-5, budget_split=split)
+    mu = math.sqrt(sum((m.sens[k] / m.taus[k]) ** 2 for k in m.sens))
+    assert mu == pytest.approx(calibrate_mu(eps, 1e-5), rel=1e-12, abs=0)
+    assert m.true_mu() == pytest.approx(calibrate_mu(eps, 1e-5), rel=1e-12, abs=0)
+    assert sum(m.shares.values()) == pytest.approx(1.0, abs=1e-12)
+    assert m.privacy_report().epsilon == pytest.approx(eps, rel=1e-9)
+
+
+def test_risk_split_gives_alpha_more_budget_where_the_floor_dominates() -> None:
+    mu1 = calibrate_mu(1.0, 1e-5)
+    small = risk_alpha_share(18, 958, calibrate_mu(0.5, 1e-5))    # garment-sized, epsilon 0.5
+    mid = risk_alpha_share(18, 958, mu1)
+    large_n = risk_alpha_share(11, 100_000, calibrate_mu(8.0, 1e-5))
+    assert small > mid > 0.6
+    assert 0.5 < large_n < 0.56          # large N: close to the equal split (the first-order limit)
+    plan = DissectionPlan([18], 0, model="linear")
+    m = make_mechanism("gaussian-fm", plan=plan, n_samples=958, epsilon=1.0, delta=1e-5)
+    old = make_mechanism("gaussian-fm", plan=plan, n_samples=958, epsilon=1.0, delta=1e-5, budget_split="equal")
+    assert m.shares["alpha"] == pytest.approx(mid)
+    assert m.taus["alpha"] < old.taus["alpha"] and m.taus["M"] > old.taus["M"]
+    assert m.lambda_floor > old.lambda_floor
+
+
+def test_logistic_risk_split_is_the_equal_split() -> None:
+    plan = DissectionPlan([5], 0, model="logistic")
+    m = make_mechanism("gaussian-fm", plan=plan, n_samples=1000, epsilon=1.0, delta=1e-5)
+    assert m.shares == {"alpha": 0.5, "M": 0.5}
+
+
+@pytest.mark.parametrize("bad", ["half", 0.0, 1.0, -0.2, float("nan"), True, None])
+def test_bad_split_is_refused(bad) -> None:
+    plan = DissectionPlan([3], 0, model="linear")
+    with pytest.raises(ConfigurationError, match="budget_split"):
+        make_mechanism("gaussian-fm", plan=plan, n_samples=100, epsilon=1.0, delta=1e-5, budget_split=bad)
+    with pytest.raises(ConfigurationError, match="budget_split"):
+        budget_shares("linear", 3, 100, 1.0, {"alpha": 1.0, "M": 1.0}, bad)
+
+
+def test_two_sided_reports_follow_the_split() -> None:
+    """Networked release (both parties of a cross block draw): the per-party and coordinator epsilons are computed
+    from the split's taus -- recomputed here from the view sensitivities and the taus of each split."""
+    plan = DissectionPlan([1 + 4, 3], 0, model="linear")
+    reports = {}
+    for split in ("risk", "equal"):
+        m = make_mechanism("gaussian-fm", plan=plan, n_samples=500, epsilon=1.0, delta=1e-5,
+                           party_names=["alice", "bob"], noise_sharing="two-sided", budget_split=split)
+        r = m.privacy_report()
+        assert r.epsilon == pytest.approx(1.0, rel=1e-9)
+        for p in r.parties:
+            assert p.epsilon == pytest.approx(epsilon_of(gaussian_mu_of_blocks(p.sensitivity, m.taus), 1e-5))
+        assert r.extra["mu_coordinator"] == pytest.approx(min(m.view_mu(2), m.true_mu()))
+        assert r.extra["budget_shares"] == m.shares
+        reports[split] = r
+    # the split moves the per-party epsilons (they are not copied from the equal split)
+    assert reports["risk"].parties[1].epsilon != pytest.approx(reports["equal"].parties[1].epsilon, rel=1e-6)
