@@ -207,25 +207,24 @@ def _split_error(split: object) -> ConfigurationError:
 
 def risk_alpha_share(n_features: int, n_samples: int, mu: float) -> float:
     """The alpha block's share s of the joint Gaussian budget that minimises the reference excess risk of linear
-    regression (docs/privacy.md, "Budget split between the blocks"): with
-    tau_alpha = Delta_alpha/(mu sqrt(s)), tau_M = Delta_M/(mu sqrt(1 - s)) (Delta_alpha = 4/N, Delta_M = sqrt(2)/N)
-    and the solver's eigenvalue floor lambda = sqrt(d) tau_M acting as a ridge on the public reference problem
-    M = I/d (rows on the unit sphere), ||w|| = 1:
+    regression (docs/privacy.md, "Budget split between the blocks"): with tau_alpha = Delta_alpha/(mu sqrt(s)),
+    tau_M = Delta_M/(mu sqrt(1 - s)) (Delta_alpha = 4/N, Delta_M = sqrt(2)/N) and the solver's eigenvalue floor
+    lambda = sqrt(d) tau_M acting as a ridge on the public reference problem M = I/d (rows on the unit sphere) with
+    ||w||^2 = 4d/(3d + 1) (the norm at which the rule is the equal split when the noise is negligible):
 
-        R(s) = (1/d) [ (3d + 1)/2 tau_M^2 + d tau_alpha^2 / 4 ] / (1/d + sqrt(d) tau_M)^2,
+        R(s) = (1/d) [ 2 d tau_M^2 + d tau_alpha^2 / 4 ] / (1/d + sqrt(d) tau_M)^2,
 
     minimised over a grid of step 0.001 in (0, :data:`RISK_MAX_ALPHA_SHARE`]. Public: d, N and mu*(epsilon,
     delta) only. The cap: where the floor dominates, R keeps falling as s -> 1, but the reference leaves out the
-    intercept, which a huge floor shrinks to the middle of the label range (forest fires, epsilon = 0.2: s = 0.95
-    gave median test R^2 -1.03, s = 0.9 -0.58, the uncapped 0.992 -1.92).
+    intercept, which a huge floor shrinks to the middle of the label range (measured in docs/privacy.md).
     """
     d, n = float(n_features), float(n_samples)
     s = _SPLIT_GRID
     tau_a2 = (4.0 / n) ** 2 / (mu * mu * s)
     tau_m2 = (math.sqrt(2.0) / n) ** 2 / (mu * mu * (1.0 - s))
     m = 1.0 / d
-    risk = m * ((3.0 * d + 1.0) / 2.0 * tau_m2 + d * tau_a2 / 4.0) / (m + np.sqrt(d * tau_m2)) ** 2
-    return float(s[int(np.argmin(risk))])
+    risk = m * (2.0 * d * tau_m2 + d * tau_a2 / 4.0) / (m + np.sqrt(d * tau_m2)) ** 2
+    return round(float(s[int(np.argmin(risk))]), 3)
 
 
 def budget_shares(model: str, n_features: int, n_samples: int, mu: float, sensitivities: dict[str, float],
