@@ -100,16 +100,16 @@ def test_privacy_md_report_example_is_what_the_default_prints() -> None:
 
 def test_privacy_md_two_sided_example_figures() -> None:
     """docs/privacy.md's 'Noise shared by both parties' example (parties 1 + 4 + 3, epsilon = 1): the equal split's and
-    the default split's (N = 5000) against-whom figures are what the mechanism reports."""
+    the default split's (N = 500) against-whom figures are what the mechanism reports."""
     from pathlib import Path
 
     from vfl.privacy.accounting import AGAINST_COORDINATOR
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "privacy.md").read_text(encoding="utf-8")
     quoted = " ".join(text.split())
-    for split, fmt in (("equal", "{c:.3f} against the coordinator; per party {p} (against a party {a})"),
-                       ("risk", "N = 5000: {c:.3f}; {p} ({a})")):
-        m = make_mechanism("gaussian-fm", plan=DissectionPlan([1, 4, 3], 0, model="linear"), n_samples=5000,
+    for split, n, fmt in (("equal", 5000, "{c:.3f} against the coordinator; per party {p} (against a party {a})"),
+                          ("risk", 500, "N = 500 (α share 0.578): {c:.3f}; {p} ({a})")):
+        m = make_mechanism("gaussian-fm", plan=DissectionPlan([1, 4, 3], 0, model="linear"), n_samples=n,
                            epsilon=1.0, delta=1e-5, noise_sharing="two-sided", budget_split=split)
         r = m.privacy_report()
         line = fmt.format(c=r.epsilon_against[AGAINST_COORDINATOR],

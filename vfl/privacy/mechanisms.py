@@ -198,6 +198,7 @@ def symmetric_noise(layout: str, d: int, draw: Callable[[tuple[int, ...]], np.nd
 
 BUDGET_SPLITS = ("risk", "equal")   # gaussian-fm's budget_split= (or a float: the share of the alpha block)
 RISK_MAX_ALPHA_SHARE = 0.9   # measured safeguard (docs/privacy.md): above it the floor shrinks the intercept too
+RISK_MIN_GAIN = 0.005        # the equal split unless the reference risk falls by at least 0.5 % (docs/privacy.md)
 _SPLIT_GRID = np.linspace(0.001, RISK_MAX_ALPHA_SHARE, int(round(RISK_MAX_ALPHA_SHARE * 1000)))
 
 
@@ -214,17 +215,23 @@ def risk_alpha_share(n_features: int, n_samples: int, mu: float) -> float:
 
         R(s) = (1/d) [ 2 d tau_M^2 + d tau_alpha^2 / 4 ] / (1/d + sqrt(d) tau_M)^2,
 
-    minimised over a grid of step 0.001 in (0, :data:`RISK_MAX_ALPHA_SHARE`]. Public: d, N and mu*(epsilon,
-    delta) only. The cap: where the floor dominates, R keeps falling as s -> 1, but the reference leaves out the
-    intercept, which a huge floor shrinks to the middle of the label range (measured in docs/privacy.md).
+    minimised over a grid of step 0.001 in (0, :data:`RISK_MAX_ALPHA_SHARE`]; the equal split (0.5) unless the
+    minimum is at least :data:`RISK_MIN_GAIN` below R(0.5). Public: d, N and mu*(epsilon, delta) only. The cap:
+    where the floor dominates, R keeps falling as s -> 1, but the reference leaves out the intercept, which a huge
+    floor shrinks to the middle of the label range (measured in docs/privacy.md).
     """
     d, n = float(n_features), float(n_samples)
-    s = _SPLIT_GRID
-    tau_a2 = (4.0 / n) ** 2 / (mu * mu * s)
-    tau_m2 = (math.sqrt(2.0) / n) ** 2 / (mu * mu * (1.0 - s))
-    m = 1.0 / d
-    risk = m * (2.0 * d * tau_m2 + d * tau_a2 / 4.0) / (m + np.sqrt(d * tau_m2)) ** 2
-    return round(float(s[int(np.argmin(risk))]), 3)
+
+    def risk(s: np.ndarray) -> np.ndarray:
+        tau_a2 = (4.0 / n) ** 2 / (mu * mu * s)
+        tau_m2 = (math.sqrt(2.0) / n) ** 2 / (mu * mu * (1.0 - s))
+        return (2.0 * tau_m2 + tau_a2 / 4.0) / (1.0 / d + np.sqrt(d * tau_m2)) ** 2
+
+    values = risk(_SPLIT_GRID)
+    best = int(np.argmin(values))
+    if values[best] > (1.0 - RISK_MIN_GAIN) * float(risk(np.array([0.5]))[0]):
+        return 0.5   # the reference predicts less than RISK_MIN_GAIN: keep the equal split
+    return round(float(_SPLIT_GRID[best]), 3)
 
 
 def budget_shares(model: str, n_features: int, n_samples: int, mu: float, sensitivities: dict[str, float],
