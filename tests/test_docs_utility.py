@@ -49,7 +49,7 @@ def test_privacy_md_quotes_the_json() -> None:
     default loses, and 'never worse beyond MC error' on the synthetic cells."""
     doc = _doc()
     text = (ROOT / "docs" / "privacy.md").read_text(encoding="utf-8")
-    section = text.split("### Budget split between the blocks", 1)[1].split("\n### ", 1)[0]
+    section = " ".join(text.split("### Budget split between the blocks", 1)[1].split("\n### ", 1)[0].split())
     rows = {(r["dataset"], r["epsilon"]): r for r in doc["rows"]}
     ff = rows[("forestfires", 0.5)]
     assert f"forest fires ε = 0.5: {ff['gfm_risk']:.3f} against {ff['gfm_equal']:.3f}".replace("-", "−") in section
