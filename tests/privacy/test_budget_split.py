@@ -116,3 +116,18 @@ def test_privacy_md_two_sided_example_figures() -> None:
                           p=" / ".join(f"{q.epsilon_against[AGAINST_COORDINATOR]:.3f}" for q in r.parties),
                           a=" / ".join(f"{q.epsilon:.3f}" for q in r.parties))
         assert line in quoted, line
+
+
+def test_radii_below_the_prepared_radii_are_refused() -> None:
+    """Issue 24 audit: radii= used to shrink the reported per-party epsilon without clipping anything (radii 0.05 for a
+    party whose rows have radius sqrt(d_k/d)); smaller radii are refused, equal or larger ones accepted."""
+    plan = DissectionPlan([1, 4, 3], 0, model="linear")
+    kw = {"plan": plan, "n_samples": 1000, "epsilon": 1.0, "delta": 1e-5}
+    with pytest.raises(ConfigurationError, match="radii"):
+        make_mechanism("gaussian-fm", radii=[0.05, 0.05, 0.05], **kw)
+    with pytest.raises(ConfigurationError, match="radii"):
+        make_mechanism("gaussian-fm", radii=[1.0, 1.0], **kw)
+    default = make_mechanism("gaussian-fm", **kw)
+    wider = make_mechanism("gaussian-fm", radii=[1.0, 1.0, 1.0], **kw)
+    assert all(w.epsilon >= d.epsilon - 1e-12 for w, d in zip(wider.privacy_report().parties,
+                                                              default.privacy_report().parties, strict=True))

@@ -348,7 +348,7 @@ class GaussianFM(Mechanism):
             raise ConfigurationError(f"sym must be 'iso' or 'mirror', got {sym!r}")
         self.sym = sym
         self.calibration = calibration
-        self.radii = np.asarray(party_radii(plan.feature_counts) if radii is None else radii, dtype=float)
+        self.radii = self._checked_radii(plan, radii)
         self.sens = gaussian_sensitivities(plan.model, self.n_samples, release_beta=plan.release_beta)
         self.budget_split = budget_split
         mu = calibrate_mu(self.epsilon, self.delta) if calibration == "analytic" else 1.0
@@ -373,6 +373,22 @@ class GaussianFM(Mechanism):
             raise ConfigurationError(f"calibration must be 'analytic', 'classical' or 'paper', got {calibration!r}")
         if self.domain != "l2":
             raise ConfigurationError("gaussian-fm sensitivities hold on the l2 domain (||x|| <= 1) only")
+
+    @staticmethod
+    def _checked_radii(plan: DissectionPlan, radii: Sequence[float] | None) -> np.ndarray:
+        """The per-party row-norm radii of the per-party report: r_k = sqrt(d_k/d) (how every party's columns are
+        prepared), or larger given ones (conservative). Smaller ones are refused: nothing clips the rows to them, so
+        the report would state a per-party epsilon the release does not give."""
+        default = party_radii(plan.feature_counts)
+        if radii is None:
+            return default
+        given = np.asarray(radii, dtype=float)
+        if given.shape != default.shape or not np.isfinite(given).all() or (given < default - 1e-12).any():
+            raise ConfigurationError(
+                f"radii must be one number per party, each at least sqrt(d_k/d) = "
+                f"{', '.join(f'{r:.4g}' for r in default)} (the rows are prepared to these radii and not clipped "
+                f"further), got {list(np.atleast_1d(given))}")
+        return given
 
     def entry_noise(self, block: Block) -> NoiseSpec:
         tau = self.taus[block.kind]
