@@ -402,7 +402,7 @@ def markdown_tables(report: dict) -> str:
                  for n, entry in by_n.items() for k, v in entry.items() if k != "non-private"
                  for e, s in v["by_epsilon"].items() if s["ridge_fallbacks"]]
     lines.append("")
-    lines.append(f"Ridge fallbacks (fewer than one eigenvalue above the floor; spec §2.5): {len(fallbacks)} cells"
+    lines.append(f"Ridge fallbacks (fewer than one eigenvalue above the floor; docs/privacy.md): {len(fallbacks)} cells"
                  + ("" if not fallbacks else ": " + ", ".join(f"{a}/N={b}/{c}/eps={d}: {f}"
                                                               for a, b, c, d, f in fallbacks[:20])))
     return "\n".join(lines) + "\n"
