@@ -358,6 +358,17 @@ def cell(summary: dict, model: str) -> str:
     return text
 
 
+def summary_of(report: dict) -> dict:
+    """The report without the per-repetition ``values`` (every summary, true epsilon and timing kept)."""
+    out = json.loads(json.dumps(report))
+    for by_n in out["results"].values():
+        for entry in by_n.values():
+            for method in entry.values():
+                for cell_summary in method.get("by_epsilon", {}).values():
+                    cell_summary.pop("values", None)
+    return out
+
+
 def markdown_tables(report: dict) -> str:
     lines: list[str] = []
     for model, by_n in report["results"].items():
@@ -391,7 +402,7 @@ def markdown_tables(report: dict) -> str:
                  for n, entry in by_n.items() for k, v in entry.items() if k != "non-private"
                  for e, s in v["by_epsilon"].items() if s["ridge_fallbacks"]]
     lines.append("")
-    lines.append(f"Ridge fallbacks (fewer than one eigenvalue above the floor; spec §2.5): {len(fallbacks)} cells"
+    lines.append(f"Ridge fallbacks (fewer than one eigenvalue above the floor; docs/privacy.md): {len(fallbacks)} cells"
                  + ("" if not fallbacks else ": " + ", ".join(f"{a}/N={b}/{c}/eps={d}: {f}"
                                                               for a, b, c, d, f in fallbacks[:20])))
     return "\n".join(lines) + "\n"
@@ -468,6 +479,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=2024, help="master seed (data and noise)")
     parser.add_argument("--fixed-epsilon", type=float, default=0.5, help="epsilon of the error-vs-N figure")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    parser.add_argument("--summary-json", type=Path, default=None,
+                        help="also write the report without the per-repetition values to this file (the committed "
+                             "docs/data/privacy_utility.json that docs/benchmarks_synthetic.md's tables come from)")
     args = parser.parse_args(argv)
     args.sizes = SIZES
     args.iterative_full_grid_max_n = ITERATIVE_FULL_GRID_MAX_N
@@ -503,6 +517,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     (args.out / "results.json").write_text(json.dumps(report, indent=1))
     (args.out / "results.md").write_text(markdown_tables(report))
     written = [args.out / "results.json", args.out / "results.md"]
+    if args.summary_json is not None:
+        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
+        args.summary_json.write_text(json.dumps(summary_of(report), indent=1) + "\n")
+        written.append(args.summary_json)
     if not args.no_plots:
         written += figures(report, args.out, args.fixed_epsilon)
     print(f"\n{time.perf_counter() - started:.0f} s; wrote " + ", ".join(str(p) for p in written))

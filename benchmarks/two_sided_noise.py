@@ -111,7 +111,8 @@ class VerticalFM:
             mech = make_mechanism("none", plan=self.plan, n_samples=self.n, domain="l2")
         else:
             mech = make_mechanism("gaussian-fm", plan=self.plan, n_samples=self.n, epsilon=epsilon, delta=DELTA,
-                                  domain="l2", seeded=True, noise_sharing="two-sided" if extra else "one-sided")
+                                  domain="l2", seeded=True, noise_sharing="two-sided" if extra else "one-sided",
+                                  budget_split="equal")   # the split of the committed numbers (before issue 24)
         values = {}
         for b in self.plan.blocks:
             noise = mech.block_noise(b, rng)

@@ -39,6 +39,10 @@ def test_every_option_has_help():
     (["coordinator", "--parties", "2", "--epsilon", "1", "--mechanism", "laplace-fm", "--calibration", "paper"], 2,
      "do not apply to mechanism laplace-fm"),
     (["coordinator", "--parties", "2", "--epsilon", "1", "--precision-bits", "0"], 2, "--precision-bits"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--budget-split", "most"], 2, "--budget-split"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--budget-split", "1.5"], 2, "budget_split"),
+    (["coordinator", "--parties", "2", "--epsilon", "1", "--mechanism", "laplace-fm", "--budget-split", "0.8"], 2,
+     "do not apply to mechanism laplace-fm"),
     (["coordinator", "--parties", "2", "--epsilon", "1", "--max-message-bytes", "-5"], 2, "--max-message-bytes"),
     # capeFM (`--sites`): the same range check as the vertical coordinator, before binding
     (["coordinator", "--sites", "2", "--mechanism", "cape-fm", "--epsilon", "1", "--max-message-bytes", "-1"], 2,

@@ -56,7 +56,17 @@ MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint
 TEST_NOISE_MODES = ("none", "zero-sum-only")
 #: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
 VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
-                         "tol", "abort_rule", "noise_calibration", "seed", "randomness")
+                         "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split")
+
+
+def _budget_split(value: str) -> str | float:
+    """--budget-split: 'risk', 'equal' or a number (checked with the other FM options by RunSettings.validate)."""
+    if value in ("risk", "equal"):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigurationError(f"--budget-split must be risk, equal or a number in (0, 1), got {value!r}") from None
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -154,6 +164,10 @@ def cli() -> None:
 @click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
               help="gaussian-fm and cape-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon "
                    "reported; cape-fm takes analytic (default) or paper).")
+@click.option("--budget-split", default=None,
+              help="gaussian-fm: share of the Gaussian budget between the linear and quadratic terms: risk "
+                   "(default, from d, N, epsilon, delta), equal, or the linear terms' share in (0, 1) "
+                   "(docs/privacy.md, 'Budget split between the blocks').")
 @click.option("--fm-sensitivity", type=click.Choice(LAPLACE_VARIANTS), default=None,
               help="laplace-fm sensitivity variant (see docs/privacy.md).")
 @click.option("--gamma", type=float, default=1.2, show_default=True,
@@ -189,7 +203,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
                 bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
-                fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None, abort_rule: str,
+                budget_split: str | None, fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None,
+                abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, min_rows: int, quiet: bool, force: bool, allow_plaintext_public: bool) -> None:
     """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
@@ -227,6 +242,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
         options["calibration"] = calibration
     if fm_sensitivity:
         options["fm_sensitivity"] = fm_sensitivity
+    if budget_split is not None:
+        options["budget_split"] = _budget_split(budget_split)
     if mechanism in BCD_MECHANISMS:
         options.update(abort_rule=abort_rule, noise_calibration=noise_calibration)
     if mechanism in ("none", "bcd"):

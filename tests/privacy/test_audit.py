@@ -149,10 +149,10 @@ def test_statistic_is_the_log_likelihood_ratio() -> None:
 @pytest.mark.parametrize("model", ["linear", "logistic"])
 def test_statistic_distribution_and_pair_epsilon_closed_form(model) -> None:
     """Spec pair under analytic joint calibration: mu_pair^2 = 3/4 mu*^2 for linear with beta (Delta_0, half of
-    Delta_1, all of Delta_2 over J' = 3) and for logistic (Delta_1/sqrt(2), Delta_2 over J' = 2).
-    The sampled LLR is N(-+mu^2/2, mu^2) under D0/D1."""
+    Delta_1, all of Delta_2 over J' = 3) and for logistic (Delta_1/sqrt(2), Delta_2 over J' = 2), with the equal
+    split of the budget (budget_split="equal"). The sampled LLR is N(-+mu^2/2, mu^2) under D0/D1."""
     eps, delta = 1.0, 1e-5
-    mech = _mech("gaussian-fm", model, 3, release_beta=True, epsilon=eps, delta=delta)
+    mech = _mech("gaussian-fm", model, 3, release_beta=True, epsilon=eps, delta=delta, budget_split="equal")
     pair = neighbouring_pair(N, 3, model)
     m0, m1 = release_mean(mech.plan, pair.X0, pair.y0), release_mean(mech.plan, pair.X1, pair.y1)
     specs = release_noise_specs(mech)

@@ -20,15 +20,16 @@ def plan() -> DissectionPlan:
 
 
 def test_gaussian_taus_spec_2_3(plan) -> None:
+    """The equal split (budget_split="equal", every block the share 1/J'; the default before issue 24)."""
     n, eps, delta = 1000, 0.5, 1e-5
     mu = calibrate_mu(eps, delta)
-    m = make_mechanism("gaussian-fm", plan=plan, n_samples=n, epsilon=eps, delta=delta)
+    m = make_mechanism("gaussian-fm", plan=plan, n_samples=n, epsilon=eps, delta=delta, budget_split="equal")
     assert isinstance(m, GaussianFM)
     assert m.taus["alpha"] == pytest.approx(4 * math.sqrt(2) / (n * mu), rel=1e-12)   # J' = 2
     assert m.taus["M"] == pytest.approx(2 / (n * mu), rel=1e-12)
     assert m.lambda_floor == pytest.approx(m.taus["M"] * math.sqrt(5))
     pb = DissectionPlan([5], 0, model="linear", release_beta=True)
-    m3 = make_mechanism("gaussian-fm", plan=pb, n_samples=n, epsilon=eps, delta=delta)
+    m3 = make_mechanism("gaussian-fm", plan=pb, n_samples=n, epsilon=eps, delta=delta, budget_split="equal")
     assert m3.taus == pytest.approx({"beta": math.sqrt(3) / (n * mu), "alpha": 4 * math.sqrt(3) / (n * mu),
                                      "M": math.sqrt(6) / (n * mu)}, rel=1e-12)
     pl = DissectionPlan([5], 0, model="logistic")

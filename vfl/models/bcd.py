@@ -488,7 +488,10 @@ class DPBCDResult:
     """Outcome of :func:`run_dp_bcd`. On abort ``coefficients`` and ``r2`` are None (nothing published).
 
     ``abort_reason`` names only the round and the party. ``trace`` holds per-step local diagnostics
-    (xi, norms, attempts): un-noised functions of the data, never a publishable output.
+    (xi, norms, attempts): un-noised functions of the data, never a publishable output. So are ``r2`` (the
+    released model's R^2 on the training data), ``r2_nonprivate`` (a non-private BCD fit of the same data),
+    ``utility_bound`` (computed from it) and ``bound_holds``: evaluation diagnostics of this simulation, not covered
+    by the privacy ledger; only ``coefficients`` are the DP-BCD output.
     """
 
     status: str  # "completed" or "aborted"

@@ -93,7 +93,7 @@ class _FMRegression(LinearModelBase):
         if self.mechanism == "laplace-fm":
             return {"fm_sensitivity": self.fm_sensitivity}
         if self.mechanism == "gaussian-fm":
-            return {"calibration": self.calibration, "sym": self.sym}
+            return {"calibration": self.calibration, "sym": self.sym, "budget_split": self.budget_split}
         return {}
 
     def _prepare_y(self, y: np.ndarray) -> np.ndarray:
@@ -164,7 +164,9 @@ _COMMON_DOC = """
     "relaxed-fm"), ``epsilon``, ``delta``, ``bounds`` (public per-column (lo, hi); None takes them from the data
     with a :class:`~vfl.exceptions.DataBoundsWarning` and ``formal_dp: false``), ``fit_intercept`` (False: no
     intercept at all, ``intercept_ = 0``), ``domain`` ("linf" | "l2"; default per mechanism), ``fm_sensitivity``
-    (Laplace), ``calibration`` and ``sym`` (Gaussian), ``row_norm``, ``out_of_bounds`` ("raise" | "clip"),
+    (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
+    block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
+    ``out_of_bounds`` ("raise" | "clip"),
     ``lambda_floor``, ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
     an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``), ``accountant``
     (a :class:`~vfl.privacy.budget.BudgetAccountant`: the fit is refused unless it covers the fit's true
@@ -196,7 +198,8 @@ class LinearRegression(_FMRegression):
                  calibration: str = "analytic", sym: str = "iso", row_norm: str = "scale",
                  out_of_bounds: str = "raise", lambda_floor: float | None = None, fallback: str = "raise",
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
-                 bounds_y: tuple[float, float] | None = None, accountant: Any = None) -> None:
+                 bounds_y: tuple[float, float] | None = None, accountant: Any = None,
+                 budget_split: str | float = "risk") -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -216,6 +219,7 @@ class LinearRegression(_FMRegression):
         self.bounds_X = bounds_X
         self.bounds_y = bounds_y
         self.accountant = accountant
+        self.budget_split = budget_split
 
     def _prepare_y(self, y: np.ndarray) -> np.ndarray:
         y_bounds = self.bounds_y if _one_of(self, ("y_bounds", "bounds_y")) == "bounds_y" else self.y_bounds
@@ -245,7 +249,8 @@ class LogisticRegression(_FMRegression):
                  fm_sensitivity: str = "paper", calibration: str = "analytic", sym: str = "iso",
                  row_norm: str = "scale", out_of_bounds: str = "raise", lambda_floor: float | None = None,
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
-                 bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None) -> None:
+                 bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
+                 budget_split: str | float = "risk") -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -264,6 +269,7 @@ class LogisticRegression(_FMRegression):
         self.bounds_X = bounds_X
         self.data_norm = data_norm
         self.accountant = accountant
+        self.budget_split = budget_split
 
 
 LinearRegression.__doc__ = LinearRegression.__doc__.format(common=_COMMON_DOC)

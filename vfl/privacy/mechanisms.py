@@ -56,7 +56,8 @@ SYM_LAYOUTS = ("iso", "mirror")                              # gaussian-fm's sym
 DEFAULT_DOMAIN = {"none": "linf", "laplace-fm": "linf", "gaussian-fm": "l2", "relaxed-fm": "l2"}
 
 __all__ = ["NoiseSpec", "Mechanism", "NoMechanism", "LaplaceFM", "GaussianFM", "RelaxedFM", "make_mechanism",
-           "MECHANISMS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "DEFAULT_DOMAIN", "draw_noise", "symmetric_noise"]
+           "MECHANISMS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "DEFAULT_DOMAIN", "draw_noise", "symmetric_noise",
+           "BUDGET_SPLITS", "budget_shares", "risk_alpha_share"]
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,74 @@ def symmetric_noise(layout: str, d: int, draw: Callable[[tuple[int, ...]], np.nd
     return U + np.swapaxes(np.triu(U, 1), -1, -2), 1
 
 
+BUDGET_SPLITS = ("risk", "equal")   # gaussian-fm's budget_split= (or a float: the share of the alpha block)
+RISK_MAX_ALPHA_SHARE = 0.9   # measured safeguard (docs/privacy.md): above it the floor shrinks the intercept too
+RISK_MIN_GAIN = 0.005        # the equal split unless the reference risk falls by at least 0.5 % (docs/privacy.md)
+_SPLIT_GRID = np.linspace(0.001, RISK_MAX_ALPHA_SHARE, int(round(RISK_MAX_ALPHA_SHARE * 1000)))
+
+
+def _split_error(split: object) -> ConfigurationError:
+    return ConfigurationError(f"budget_split must be 'risk', 'equal' or a number in (0, 1), got {split!r}")
+
+
+def risk_alpha_share(n_features: int, n_samples: int, mu: float) -> float:
+    """The alpha block's share s of the joint Gaussian budget that minimises the reference excess risk of linear
+    regression (docs/privacy.md, "Budget split between the blocks"): with tau_alpha = Delta_alpha/(mu sqrt(s)),
+    tau_M = Delta_M/(mu sqrt(1 - s)) (Delta_alpha = 4/N, Delta_M = sqrt(2)/N) and the solver's eigenvalue floor
+    lambda = sqrt(d) tau_M acting as a ridge on the public reference problem M = I/d (rows on the unit sphere) with
+    ||w||^2 = 4d/(3d + 1) (the norm at which the rule is the equal split when the noise is negligible):
+
+        R(s) = (1/d) [ 2 d tau_M^2 + d tau_alpha^2 / 4 ] / (1/d + sqrt(d) tau_M)^2,
+
+    minimised over a grid of step 0.001 in (0, :data:`RISK_MAX_ALPHA_SHARE`]; the equal split (0.5) unless the
+    minimum is at least :data:`RISK_MIN_GAIN` below R(0.5). Public: d, N and mu*(epsilon, delta) only. The cap:
+    where the floor dominates, R keeps falling as s -> 1, but the reference leaves out the intercept, which a huge
+    floor shrinks to the middle of the label range (measured in docs/privacy.md).
+    """
+    d, n = float(n_features), float(n_samples)
+
+    def risk(s: np.ndarray) -> np.ndarray:
+        tau_a2 = (4.0 / n) ** 2 / (mu * mu * s)
+        tau_m2 = (math.sqrt(2.0) / n) ** 2 / (mu * mu * (1.0 - s))
+        return (2.0 * tau_m2 + tau_a2 / 4.0) / (1.0 / d + np.sqrt(d * tau_m2)) ** 2
+
+    values = risk(_SPLIT_GRID)
+    best = int(np.argmin(values))
+    if values[best] > (1.0 - RISK_MIN_GAIN) * float(risk(np.array([0.5]))[0]):
+        return 0.5   # the reference predicts less than RISK_MIN_GAIN: keep the equal split
+    return round(float(_SPLIT_GRID[best]), 3)
+
+
+def budget_shares(model: str, n_features: int, n_samples: int, mu: float, sensitivities: dict[str, float],
+                  split: str | float = "risk") -> dict[str, float]:
+    """Shares s_j (summing to 1) of the joint Gaussian budget mu*^2 spent on each released block:
+    tau_j = Delta_j / (mu* sqrt(s_j)), so that sqrt(sum_j (Delta_j / tau_j)^2) = mu* exactly for any split.
+
+    ``"equal"``: s_j = 1/J' (every block the same share; the calibration before issue 24). ``"risk"`` (linear
+    regression): the alpha block gets :func:`risk_alpha_share` of what alpha and M share, chosen from d, N and
+    mu* only; for logistic regression ``"risk"`` is the equal split (not measured to win there). A float in
+    (0, 1) is the alpha share itself. A released beta block keeps the share 1/J'.
+    """
+    names = list(sensitivities)
+    equal = {k: 1.0 / len(names) for k in names}
+    if isinstance(split, str):
+        if split not in BUDGET_SPLITS:
+            raise _split_error(split)
+        if split == "equal" or model != "linear":
+            return equal
+        alpha = risk_alpha_share(n_features, n_samples, mu)
+    else:
+        try:
+            alpha = float(split)
+        except (TypeError, ValueError):
+            raise _split_error(split) from None
+        if isinstance(split, bool) or not 0.0 < alpha < 1.0:
+            raise _split_error(split)
+    rest = 1.0 - equal.get("beta", 0.0)
+    shares = {"alpha": alpha * rest, "M": (1.0 - alpha) * rest, "beta": equal.get("beta", 0.0)}
+    return {k: shares[k] for k in names}
+
+
 LAPLACE_SENSITIVITY_TEXT = {
     "paper": "Zhang et al. 2012 / Xu et al. 2021", "xu": "Xu et al. 2021", "zhang": "Zhang et al. 2012",
     "tight": "the tight per-block table of docs/privacy.md",
@@ -271,7 +340,7 @@ class GaussianFM(Mechanism):
 
     def __init__(self, plan: DissectionPlan, n_samples: int, *, epsilon: float, delta: float,
                  calibration: str = "analytic", sym: str = "iso", domain: str | None = None,
-                 radii: Sequence[float] | None = None, **kw) -> None:
+                 radii: Sequence[float] | None = None, budget_split: str | float = "risk", **kw) -> None:
         super().__init__(plan, n_samples, domain=domain, **kw)
         self.epsilon = validate_epsilon(epsilon)
         self.delta = validate_delta(delta)
@@ -279,18 +348,21 @@ class GaussianFM(Mechanism):
             raise ConfigurationError(f"sym must be 'iso' or 'mirror', got {sym!r}")
         self.sym = sym
         self.calibration = calibration
-        self.radii = np.asarray(party_radii(plan.feature_counts) if radii is None else radii, dtype=float)
+        self.radii = self._checked_radii(plan, radii)
         self.sens = gaussian_sensitivities(plan.model, self.n_samples, release_beta=plan.release_beta)
-        jp = len(self.sens)
+        self.budget_split = budget_split
+        mu = calibrate_mu(self.epsilon, self.delta) if calibration == "analytic" else 1.0
+        if calibration == "classical" and self.epsilon < 1.0:
+            mu = 1.0 / classical_sigma(self.epsilon, self.delta)
+        self.shares = budget_shares(plan.model, plan.n_features, self.n_samples, mu, self.sens, budget_split)
         if calibration == "analytic":
-            mu = calibrate_mu(self.epsilon, self.delta)
-            self.taus = {k: v * math.sqrt(jp) / mu for k, v in self.sens.items()}
+            self.taus = {k: v / (mu * math.sqrt(self.shares[k])) for k, v in self.sens.items()}
         elif calibration == "classical":
             if self.epsilon >= 1.0:
                 raise PrivacyParameterError(
                     f"calibration='classical' is only proven for epsilon < 1 (got {self.epsilon}); use 'analytic'")
             c = classical_sigma(self.epsilon, self.delta)
-            self.taus = {k: v * math.sqrt(jp) * c for k, v in self.sens.items()}
+            self.taus = {k: v * c / math.sqrt(self.shares[k]) for k, v in self.sens.items()}
         elif calibration == "paper":
             warnings.warn("calibration='paper' reproduces Tasnim et al.'s per-block noise, whose real epsilon is "
                           "larger than the requested one (see privacy_report_)", PrivacyLeakWarning, stacklevel=3)
@@ -301,6 +373,22 @@ class GaussianFM(Mechanism):
             raise ConfigurationError(f"calibration must be 'analytic', 'classical' or 'paper', got {calibration!r}")
         if self.domain != "l2":
             raise ConfigurationError("gaussian-fm sensitivities hold on the l2 domain (||x|| <= 1) only")
+
+    @staticmethod
+    def _checked_radii(plan: DissectionPlan, radii: Sequence[float] | None) -> np.ndarray:
+        """The per-party row-norm radii of the per-party report: r_k = sqrt(d_k/d) (how every party's columns are
+        prepared), or larger given ones (conservative). Smaller ones are refused: nothing clips the rows to them, so
+        the report would state a per-party epsilon the release does not give."""
+        default = party_radii(plan.feature_counts)
+        if radii is None:
+            return default
+        given = np.asarray(radii, dtype=float)
+        if given.shape != default.shape or not np.isfinite(given).all() or (given < default - 1e-12).any():
+            raise ConfigurationError(
+                f"radii must be one number per party, each at least sqrt(d_k/d) = "
+                f"{', '.join(f'{r:.4g}' for r in default)} (the rows are prepared to these radii and not clipped "
+                f"further), got {list(np.atleast_1d(given))}")
+        return given
 
     def entry_noise(self, block: Block) -> NoiseSpec:
         tau = self.taus[block.kind]
@@ -351,6 +439,10 @@ class GaussianFM(Mechanism):
         notes = ["all released coefficients share one budget: their noise is calibrated together so that the whole "
                  "release spends the requested epsilon (joint calibration, docs/privacy.md)",
                  "the quadratic terms' sensitivity is sqrt(2)/N (Tasnim et al. 2023 state 1/N, too small by sqrt(2))"]
+        if self.calibration != "paper" and len(self.shares) > 1:
+            notes.append("budget split between the blocks (share of the joint budget): " + ", ".join(
+                f"{k} {v:.3f}" for k, v in self.shares.items()) + f" (budget_split={self.budget_split!r}, "
+                "docs/privacy.md)")
         if self.calibration == "paper":
             notes.append(f"paper calibration: claimed epsilon {self.epsilon:g} is really {eps_true:.4g}")
         report = PrivacyReport(
@@ -359,7 +451,8 @@ class GaussianFM(Mechanism):
             sensitivities=dict(self.sens),
             noise_scales={f"tau_{k}": v for k, v in self.taus.items()}, parties=parties, seeded=self.seeded,
             notes=notes, extra={"mu": mu, "mu_coordinator": mu_coord, "radii": self.radii.tolist(),
-                                "calibration_name": self.calibration, "sym": self.sym},
+                                "calibration_name": self.calibration, "sym": self.sym,
+                                "budget_split": self.budget_split, "budget_shares": dict(self.shares)},
             epsilon_against=self._against(eps_true, epsilon_of(mu_coord, self.delta)),
         )
         return self._finish_against(report, "every cross-party block carries two independent noise draws the "
@@ -440,7 +533,7 @@ def make_mechanism(name: str, *, plan: DissectionPlan, n_samples: int, epsilon: 
     else:
         if delta is None:
             raise PrivacyParameterError(f"mechanism {name} needs delta")
-        allowed = {"calibration", "sym", "radii"} if name == "gaussian-fm" else set()
+        allowed = {"calibration", "sym", "radii", "budget_split"} if name == "gaussian-fm" else set()
         cls = GaussianFM if name == "gaussian-fm" else RelaxedFM
         kwargs = {"epsilon": epsilon, "delta": delta}
     unknown = set(options) - allowed

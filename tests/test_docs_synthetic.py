@@ -1,0 +1,43 @@
+"""docs/benchmarks_synthetic.md's tables are the committed measurement (issue 24: tables that cannot go stale):
+``python benchmarks/privacy_utility.py --no-plots --out DIR --summary-json docs/data/privacy_utility.json`` writes the
+JSON, and the page's "All numbers" section must be exactly what ``markdown_tables`` makes of it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmarks_synthetic.md"
+JSON = ROOT / "docs" / "data" / "privacy_utility.json"
+HEADING = "## All numbers (results.md of the run)"
+
+
+def _benchmark():
+    path = ROOT / "benchmarks" / "privacy_utility.py"
+    spec = importlib.util.spec_from_file_location("privacy_utility_benchmark", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tables(report: dict) -> str:
+    return _benchmark().markdown_tables(report).replace("### ", "#### ").strip()
+
+
+def test_all_numbers_section_is_the_committed_json() -> None:
+    report = json.loads(JSON.read_text(encoding="utf-8"))
+    section = PAGE.read_text(encoding="utf-8").split(HEADING, 1)[1].strip()
+    assert section == _tables(report)
+    assert report["config"]["repetitions"] == 1000 and report["config"]["delta"] == 1e-5
+
+
+def test_a_changed_number_is_caught() -> None:
+    report = json.loads(JSON.read_text(encoding="utf-8"))
+    cell = report["results"]["linear"]["1000"]["gaussian-fm"]["by_epsilon"]["0.5"]
+    cell["median"] *= 1.01
+    assert PAGE.read_text(encoding="utf-8").split(HEADING, 1)[1].strip() != _tables(report)
