@@ -7,6 +7,7 @@ Every party of the model that holds features serves its own block from its own r
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vfl.api import Party, _run_on_loopback
-from vfl.exceptions import ConfigurationError, DataValidationError
+from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
 from vfl.net.modelio import FittedModel, load_model
 from vfl.net.scoring import DEFAULT_MAX_QUERY_IDS, Scores, ScoringHubNode, ScoringPartyNode, scoring_block
 from vfl.secure.identity import write_identities
@@ -49,6 +50,8 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
     Returns :class:`vfl.net.scoring.Scores`: ``value`` (linear: prediction; logistic: probability), ``label``
     (logistic), ``missing`` (IDs some party does not hold: NaN, never scored as zero), in the order of ``ids``.
     The hub computes ``sum_k c_k . clip(x_k) + b`` from pairwise-masked partial scores (docs/serving.md).
+    All parties are this process with throwaway identities, so the check a `vfl serve` party makes of the model's
+    signed training roster is skipped here (its columns are checked); serve a deployed model with `vfl serve`.
     """
     m = model if isinstance(model, FittedModel) else load_model(model)
     rows = {p.name: _party_rows(m, p) for p in parties}
@@ -61,8 +64,13 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
             hub.close()
             raise ConfigurationError(f"the model's serving part{'y' if len(missing) == 1 else 'ies'} "
                                      f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not among parties")
-        nodes = {name: ScoringPartyNode(m, name, *rows[name], hub.endpoint, identity_dir=identities,
-                                        timeout=timeout, log=log) for name in hub.names}
+        # every party is this process and its identity is a throwaway: there is no party whose signature on the
+        # model's roster could be checked (`vfl serve` checks it; docs/serving.md), so only the columns are checked
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyLeakWarning)
+            nodes = {name: ScoringPartyNode(m, name, *rows[name], hub.endpoint, identity_dir=identities,
+                                            allow_unsigned_model=True, timeout=timeout, log=log)
+                     for name in hub.names}
 
         def run_hub() -> Any:
             try:

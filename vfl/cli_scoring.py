@@ -118,10 +118,14 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
               help="This party's NAME.sign.secret and the pinned *.sign.pub of its co-parties (`vfl keys`).")
 @click.option("--insecure-no-identity", is_flag=True,
               help="Serve without identities (loopback experiments only): co-parties' keys are not checked.")
+@click.option("--allow-unsigned-model", is_flag=True,
+              help="INSECURE: serve a model whose recorded roster holds no entry this party signed (trained before "
+                   "models recorded it, with --insecure-no-identity, or under another key); warns loudly.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds of silence from the hub after which this party stops.")
 def serve(model_path: str, connect: str, name: str, data: str, id_column: str, features: str | None,
-          curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float) -> None:
+          curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, allow_unsigned_model: bool,
+          timeout: float) -> None:
     """Serve this party's block of a model to a scoring hub (`vfl score`) until it ends the session."""
     from vfl.net.modelio import load_model
     from vfl.net.scoring import ScoringPartyNode, load_serving_table
@@ -131,7 +135,8 @@ def serve(model_path: str, connect: str, name: str, data: str, id_column: str, f
     ids, X = load_serving_table(model, name, data, id_column, features)
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ScoringPartyNode(model, name, ids, X, connect, curve=curve, identity_dir=identity_dir,
-                            insecure_no_identity=insecure_no_identity, timeout=timeout, log=_echo)
+                            insecure_no_identity=insecure_no_identity, allow_unsigned_model=allow_unsigned_model,
+                            timeout=timeout, log=_echo)
     _echo(f"[{name}] {len(ids)} IDs loaded; connecting to {connect}")
     answered = node.run()
     _echo(f"[{name}] session ended: answered {answered} quer{'y' if answered == 1 else 'ies'}")

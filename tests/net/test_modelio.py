@@ -183,3 +183,22 @@ def test_ica_model_files_share_the_header(tmp_path):
     path.write_text(json.dumps({**m.to_dict(), "schema_version": 9}))
     with pytest.raises(ConfigurationError, match="vfl-cape-djica schema version 9 is unknown"):
         load_ica_model(path)
+
+
+def test_the_training_roster_is_an_optional_field_and_older_files_still_load(tmp_path, rng):
+    """Issue 22: ``roster`` ({run, plan, entries}, the signed entries as the coordinator received them) round-trips;
+    a file without it (written before) loads with roster None and is written back without the field; a roster that
+    is not {run, plan, entries} is refused in one line."""
+    m = _model(rng)
+    assert m.roster is None and "roster" not in m.to_dict()
+    m.roster = {"run": "ab" * 16, "plan": "cd" * 32, "entries": [{"party": "a", "registration": {"name": "a"}}]}
+    m.to_json(tmp_path / "m.json")
+    back = load_model(tmp_path / "m.json")
+    assert back.roster == m.roster and back.to_dict() == m.to_dict()
+    old = m.to_dict()
+    del old["roster"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert load_model(tmp_path / "old.json").roster is None
+    (tmp_path / "bad.json").write_text(json.dumps({**old, "roster": ["not", "a", "roster"]}))
+    with pytest.raises(ConfigurationError, match="malformed model file: its roster is not"):
+        load_model(tmp_path / "bad.json")

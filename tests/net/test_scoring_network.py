@@ -30,13 +30,41 @@ def _free_endpoint() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _model(kind: str, names: list[str], seed: int = 1) -> FittedModel:
-    """A released model of the given parties (bounds, column scale, the label owner's constant column, label map)."""
+def signed_roster(identity_dir, run: str, features: dict[str, list[str]], signers: dict | None = None) -> dict:
+    """The roster a training run's coordinator records, made by the real roster code: each party's signed
+    registration and ROSTER_ENTRY (:class:`vfl.protocols.roster.Roster`), collected by a RosterCoordinator.
+    ``signers``: name -> the SigningIdentity that signs in its place (another key); default its own."""
+    from vfl.net.messages import decode, encode, message_of
+    from vfl.protocols.roster import Roster, RosterCoordinator, sign_registration
+    from vfl.secure.identity import load_party_identity
+
+    names = list(features)
+    plan = {"parties": [{"name": n, "features": features[n]} for n in names], "n_samples": 80, "label_owner": 0}
+    regs, rosters = [], []
+    for n in names:
+        identity, pinned = load_party_identity(identity_dir, n)
+        identity = (signers or {}).get(n, identity)
+        reg = sign_registration(identity, {"name": n, "n_rows": 80, "features": features[n], "label_owner": False,
+                                           "row_ids": True})
+        regs.append(reg)
+        rosters.append(Roster(name=n, run=run, plan_body=plan, registration=reg, identity=identity, pinned=pinned))
+    coordinator = RosterCoordinator(names, run, [plan] * len(names), regs)
+    for i, r in enumerate(rosters):
+        coordinator.handle(i, decode(encode(message_of(r.entry()))))
+    return coordinator.record()
+
+
+def _model(kind: str, names: list[str], seed: int = 1, identity_dir=None) -> FittedModel:
+    """A released model of the given parties (bounds, column scale, the label owner's constant column, label map);
+    with ``identity_dir``, the signed roster of its training run as a coordinator records it."""
     rng = np.random.default_rng(seed)
     parties = [PartyColumns(n, COLUMNS[n], [list(BOUNDS[c]) for c in COLUMNS[n]], 0.61, n == "bob",
                             intercept=(n == "bob")) for n in names]
     w = rng.normal(size=sum(p.n_columns for p in parties))
-    return FittedModel(kind, "gaussian-fm", parties, w, [0.0, 250.0] if kind == "linear" else None, label_name="y")
+    run = f"{seed:032x}"
+    roster = None if identity_dir is None else signed_roster(identity_dir, run, {n: COLUMNS[n] for n in names})
+    return FittedModel(kind, "gaussian-fm", parties, w, [0.0, 250.0] if kind == "linear" else None, run_id=run,
+                       label_name="y", roster=roster)
 
 
 def _write(tmp_path, names: list[str], n: int = 80, seed: int = 2):
@@ -80,7 +108,7 @@ def _read_scores(path) -> dict[str, dict]:
                                        ("linear", ["alice", "bob", "carol"]),
                                        ("logistic", ["alice", "bob", "carol"])])
 def test_scores_equal_vfl_predict_on_the_joined_table(procs, tmp_path, identity_dir, kind, names):
-    model = _model(kind, names)
+    model = _model(kind, names, identity_dir=identity_dir)
     model.to_json(tmp_path / "model.json")
     ids, held, query = _write(tmp_path, names)
     endpoint = _free_endpoint()
@@ -148,7 +176,7 @@ def test_the_hub_never_receives_a_partial_score_in_clear(procs, tmp_path, identi
     from vfl.net.scoring import ScoringHubNode
 
     names = ["alice", "bob", "carol"]
-    model = _model("linear", names)
+    model = _model("linear", names, identity_dir=identity_dir)
     model.to_json(tmp_path / "model.json")
     ids, held, query = _write(tmp_path, names)
     received: list[bytes] = []
@@ -185,7 +213,7 @@ def test_a_party_killed_mid_service_fails_the_query_naming_it(procs, tmp_path, i
     from vfl.net.scoring import ScoringHubNode
 
     names = ["alice", "bob", "carol"]
-    model = _model("logistic", names)
+    model = _model("logistic", names, identity_dir=identity_dir)
     model.to_json(tmp_path / "model.json")
     _, _, query = _write(tmp_path, names)
     hub = ScoringHubNode(model, "tcp://127.0.0.1:0", timeout=20)
@@ -208,7 +236,7 @@ def test_a_party_killed_mid_service_fails_the_query_naming_it(procs, tmp_path, i
 def test_a_party_killed_before_the_session_leaves_no_scores_file(procs, tmp_path, identity_dir):
     """`vfl score` with three parties: bob dies after registering; exit 3, one line naming bob, no --out file."""
     names = ["alice", "bob", "carol"]
-    _model("linear", names).to_json(tmp_path / "model.json")
+    _model("linear", names, identity_dir=identity_dir).to_json(tmp_path / "model.json")
     _write(tmp_path, names)
     endpoint = _free_endpoint()
     hub = procs.start("score", "--model", str(tmp_path / "model.json"), "--bind", endpoint, "--ids",
@@ -256,7 +284,7 @@ def test_bad_queries_are_refused_before_anyone_is_contacted(capsys, tmp_path, ca
 def test_a_party_serves_only_the_model_whose_features_are_its_columns(procs, tmp_path, identity_dir):
     """`--features` other than the model's columns of the party: refused before connecting (one line, code 2)."""
     names = ["alice", "bob"]
-    _model("linear", names).to_json(tmp_path / "model.json")
+    _model("linear", names, identity_dir=identity_dir).to_json(tmp_path / "model.json")
     _write(tmp_path, names)
     p = _serve(procs, tmp_path, identity_dir, "tcp://127.0.0.1:1", "alice", "--features", "a2,a1")
     code, _, err = procs.finish(p)
@@ -269,7 +297,7 @@ def test_a_party_refuses_a_hub_scoring_with_another_model(procs, tmp_path, ident
     from vfl.net.scoring import ScoringHubNode
 
     names = ["alice", "bob"]
-    _model("linear", names).to_json(tmp_path / "model.json")
+    _model("linear", names, identity_dir=identity_dir).to_json(tmp_path / "model.json")
     _write(tmp_path, names)
     hub = ScoringHubNode(_model("linear", names, seed=7), "tcp://127.0.0.1:0", timeout=60)
     parties = [_serve(procs, tmp_path, identity_dir, hub.endpoint, n) for n in names]
@@ -331,7 +359,7 @@ def test_online_service_answers_fails_fast_and_a_party_rejoins(procs, tmp_path, 
     import time
 
     names = ["alice", "bob"]
-    model = _model("logistic", names)
+    model = _model("logistic", names, identity_dir=identity_dir)
     model.to_json(tmp_path / "model.json")
     ids, held, query = _write(tmp_path, names)
     endpoint = _free_endpoint()
@@ -393,3 +421,167 @@ def test_no_public_listener_in_clear(capsys, tmp_path, monkeypatch, args, expect
     code = main(["score", "--model", "model.json", *args])
     err = capsys.readouterr().err
     assert code == 2 and expected in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------ the model's signed roster (issue 22)
+def test_a_model_trained_by_a_real_run_serves(procs, tmp_path, identity_dir):
+    """`vfl coordinator` + two `vfl party` train a model (the coordinator records the signed roster in it); the same
+    parties serve it with `vfl serve` (each checks its own entry, signed by its own key) and the scores equal the
+    model applied in process to the clipped joined rows."""
+    from vfl.demo import free_port, make_demo_data
+    from vfl.net.modelio import load_model
+
+    data = make_demo_data(tmp_path / "data", 120, seed=4)
+    url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "model.json"
+    keys = ["--key-bits", "1024", "--insecure-test-keys"]
+    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
+                    "--out", str(out), "--timeout", "300", *keys)
+    common = ["--connect", url, "--id", "id", "--bounds", str(data["bounds"]), "--no-progress", "--timeout", "300",
+              "--insecure-test-keys", "--identity-dir", str(identity_dir)]
+    a = procs.start("party", "--name", "alice", "--data", str(data["alice"]), "--features", "age,income,tenure",
+                    "--label", "score", *common)
+    b = procs.start("party", "--name", "bob", "--data", str(data["bob"]), "--features", "visits,spend", *common)
+    results = {name: procs.finish(p) for name, p in (("coordinator", c), ("alice", a), ("bob", b))}
+    assert all(code == 0 for code, _, _ in results.values()), results
+    model = load_model(out)
+    assert model.roster is not None and model.roster["run"] == model.run_id
+    assert [e["party"] for e in model.roster["entries"]] == ["alice", "bob"]
+    assert all("auth" in e and "auth" in e["registration"] for e in model.roster["entries"])
+    # score 30 IDs (and one stranger) through the network
+    alice_rows = list(csv.DictReader(open(data["alice"], newline="")))
+    bob_rows = {r["id"]: r for r in csv.DictReader(open(data["bob"], newline=""))}
+    query = [r["id"] for r in alice_rows[:30]] + ["stranger"]
+    (tmp_path / "query.csv").write_text("id\n" + "\n".join(query) + "\n")
+    endpoint = _free_endpoint()
+    hub = procs.start("score", "--model", str(out), "--bind", endpoint, "--ids", str(tmp_path / "query.csv"),
+                      "--out", str(tmp_path / "scores.csv"), "--timeout", "60")
+    serve = [procs.start("serve", "--model", str(out), "--connect", endpoint, "--name", n, "--data", str(data[n]),
+                         "--id", "id", "--identity-dir", str(identity_dir), "--timeout", "60")
+             for n in ("alice", "bob")]
+    code, _, err = procs.finish(hub)
+    assert code == 0, err
+    for p in serve:
+        pcode, pout, perr = procs.finish(p)
+        assert pcode == 0 and "answered 1 query" in pout, perr
+        assert "the model's roster holds this party's entry signed by its own identity" in pout
+    with open(tmp_path / "scores.csv", newline="") as fh:
+        scores = {r["id"]: r for r in csv.DictReader(fh)}
+    assert list(scores) == query and scores["stranger"]["status"] == "missing"
+    X = np.array([[float(r[c]) for c in ("age", "income", "tenure")] + [float(bob_rows[r["id"]][c])
+                                                                          for c in ("visits", "spend")]
+                  for r in alice_rows[:30]])
+    ref = model.predict(np.clip(X, model.column_bounds()[:, 0], model.column_bounds()[:, 1]))
+    got = np.array([float(scores[i]["score_predicted"]) for i in query[:30]])
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+def _unsigned(model: FittedModel) -> FittedModel:
+    model.roster = None
+    return model
+
+
+def _other_key(identity_dir, model: FittedModel) -> FittedModel:
+    from vfl.secure.identity import SigningIdentity
+
+    features = {p.name: p.features for p in model.parties}
+    model.roster = signed_roster(identity_dir, model.run_id, features, {"alice": SigningIdentity.generate("alice")})
+    return model
+
+
+def _no_entry(identity_dir, model: FittedModel) -> FittedModel:
+    model.roster = signed_roster(identity_dir, model.run_id, {"bob": COLUMNS["bob"], "carol": COLUMNS["carol"]})
+    return model
+
+
+def _other_features(identity_dir, model: FittedModel) -> FittedModel:
+    model.roster = signed_roster(identity_dir, model.run_id, {"alice": ["a1", "a2", "a3"], "bob": COLUMNS["bob"]})
+    return model
+
+
+def _unsigned_entries(identity_dir, model: FittedModel) -> FittedModel:
+    """The roster of a run with --insecure-no-identity: its entries carry no signatures."""
+    model.roster = signed_roster(identity_dir, model.run_id, {n: COLUMNS[n] for n in ("alice", "bob")})
+    for e in model.roster["entries"]:
+        e.pop("auth")
+        e["registration"].pop("auth")
+        e["registration"].pop("identity")
+    return model
+
+
+def _tampered(identity_dir, model: FittedModel) -> FittedModel:
+    """alice's signed entry with its registration's feature names rewritten: her signature no longer holds."""
+    model.roster = signed_roster(identity_dir, model.run_id, {"alice": ["x1", "x2"], "bob": COLUMNS["bob"]})
+    model.roster["entries"][0]["registration"]["features"] = COLUMNS["alice"]
+    return model
+
+
+REFUSALS = [
+    (lambda d, m: _unsigned(m), "the model records no training roster"),
+    (_other_key, "signed by another key, not this party's identity"),
+    (_no_entry, "has no entries for this party"),
+    (_other_features, "the features it registered for training (a1, a2, a3) are not the model's columns"),
+    (_unsigned_entries, "is unsigned"),
+    (_tampered, "bad signature on the model's roster registration of 'alice'"),
+]
+
+
+@pytest.mark.parametrize("cheat,reason", REFUSALS)
+def test_a_party_refuses_a_model_whose_roster_it_did_not_sign(procs, tmp_path, identity_dir, cheat, reason):
+    """`vfl serve`: a model without a roster, or whose roster entry for the party is missing, signed by another key,
+    unsigned or altered, or registers other columns: refused in one line (exit 4) before the party connects, so no
+    score (nor anything else) leaves it; the hub listening at its --connect receives nothing."""
+    from vfl.net.scoring import ScoringHubNode
+
+    names = ["alice", "bob"]
+    cheat(identity_dir, _model("linear", names, identity_dir=identity_dir)).to_json(tmp_path / "model.json")
+    _write(tmp_path, names)
+    received: list[bytes] = []
+    hub = ScoringHubNode(_model("linear", names), "tcp://127.0.0.1:0", timeout=60,
+                         audit=lambda peer, frames: received.extend(bytes(f) for f in frames))
+    try:
+        p = _serve(procs, tmp_path, identity_dir, hub.endpoint, "alice")
+        code, out, err = procs.finish(p)
+        for _ in range(3):
+            assert hub.transport.recv(0.2) is None
+    finally:
+        hub.close(reason="test over")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 4 and len(lines) == 1 and "Traceback" not in err, err
+    assert reason in lines[0] and "refusing to serve it (--allow-unsigned-model serves it anyway)" in lines[0]
+    assert "connecting to" not in out and received == []
+
+
+def test_a_refused_model_sends_nothing_in_process(tmp_path, identity_dir):
+    """ScoringPartyNode refuses in its constructor: no transport exists, so nothing can leave the party."""
+    from vfl.exceptions import IdentityError, PrivacyLeakWarning
+    from vfl.net.scoring import ScoringPartyNode
+
+    model = _other_key(identity_dir, _model("linear", ["alice", "bob"], identity_dir=identity_dir))
+    with pytest.raises(IdentityError, match="signed by another key"):
+        ScoringPartyNode(model, "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
+    # bob's own entry is intact: he would serve it (his check is of his entry only)
+    ScoringPartyNode(model, "bob", ["x"], np.zeros((1, 1)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
+    # a party without identity (--insecure-no-identity) cannot check signatures: it still needs its entry and columns
+    with pytest.warns(PrivacyLeakWarning, match="WITHOUT identities"):
+        ScoringPartyNode(model, "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1", insecure_no_identity=True)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(IdentityError, match="records no training roster"):
+        ScoringPartyNode(_unsigned(model), "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1",
+                         insecure_no_identity=True)
+
+
+def test_allow_unsigned_model_serves_a_model_without_roster_loudly(procs, tmp_path, identity_dir):
+    """--allow-unsigned-model: a model without a roster (written before this change) is served, with a warning."""
+    names = ["alice", "bob"]
+    _model("linear", names).to_json(tmp_path / "model.json")
+    _, held, query = _write(tmp_path, names)
+    endpoint = _free_endpoint()
+    hub = procs.start("score", "--model", str(tmp_path / "model.json"), "--bind", endpoint, "--ids",
+                      str(tmp_path / "query.csv"), "--out", str(tmp_path / "scores.csv"), "--timeout", "60")
+    parties = [_serve(procs, tmp_path, identity_dir, endpoint, n, "--allow-unsigned-model") for n in names]
+    code, _, err = procs.finish(hub)
+    assert code == 0, err
+    for p in parties:
+        pcode, pout, perr = procs.finish(p)
+        assert pcode == 0 and "answered 1 query" in pout, perr
+        assert "serving it ANYWAY (--allow-unsigned-model)" in perr
+    assert len(_read_scores(tmp_path / "scores.csv")) == len(query)

@@ -90,6 +90,8 @@ class Coordinator:
         self.register_bodies: dict[str, dict] = {}
         #: parties that run without identities (their roster entries are unsigned), noted in the report
         self.unsigned: list[str] = []
+        #: the signed roster as received (:meth:`RosterCoordinator.record`), recorded in the model file
+        self.roster_record: dict | None = None
         self._limited = RateLimitedLog()   # refused peers: logged, never a flood
 
     # ------------------------------------------------------------------ public
@@ -288,6 +290,7 @@ class Coordinator:
                  + ")")
 
     def _note_alignment(self, model: FittedModel) -> None:
+        model.roster = self.roster_record
         if self.aligned_rows is not None:
             model.privacy_report.setdefault("notes", []).append(ALIGNMENT_NOTE.format(n=self.aligned_rows))
         if self.unsigned:
@@ -337,6 +340,7 @@ class Coordinator:
                 reg, msg = got
                 self._send_out(regs, roster.handle(index_of[reg.peer], msg))
         self.unsigned = roster.unsigned
+        self.roster_record = roster.record()   # written into the model file: its serving parties check it
         self.log("roster: " + (IDENTITY_NOTE.format(names=", ".join(self.unsigned)) if self.unsigned
                                else f"{len(regs)} signed entries sent to every party"))
 

@@ -153,6 +153,11 @@ class FittedModel(JsonModel):
     label_name: str | None = None      # the label column's name (None: not known, e.g. a version 1 file)
     created: str | None = ""           # UTC ISO 8601; "" = now (a new model), None = unknown
     vfl_version: str | None = ""       # the vfl that trained it; "" = this one, None = unknown
+    #: the training run's signed roster as the coordinator received it (:meth:`vfl.protocols.roster.
+    #: RosterCoordinator.record`: ``{"run", "plan", "entries"}``); None = not recorded (an older file, a CAPE run).
+    #: Public: each entry is a party's signed registration (names, feature names, row count) and key fingerprint.
+    #: A serving party checks its own entry in it (:func:`vfl.protocols.roster.verify_own_entry`).
+    roster: dict[str, Any] | None = None
 
     FORMAT = MODEL_FORMAT
     SCHEMA_VERSION = SCHEMA_VERSION
@@ -258,7 +263,8 @@ class FittedModel(JsonModel):
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """Schema version 2: header, label, features -> coefficients (``coef`` keeps the list), intercept,
-        ``w``, the parties' columns, bounds and preprocessing, mechanism, privacy report, extra."""
+        ``w``, the parties' columns, bounds and preprocessing, mechanism, privacy report, extra, and (optional, only
+        when recorded) the training run's signed ``roster``."""
         return {
             **self.header(), "model": self.model, "mechanism": self.mechanism, "run_id": self.run_id,
             "n_samples": self.n_samples, "label": self.label_name, "label_bounds": self.label_bounds,
@@ -268,6 +274,7 @@ class FittedModel(JsonModel):
                          "column_scale": p.column_scale, "label_owner": p.label_owner,
                          "intercept": p.intercept, "preprocessing": p.preprocessing} for p in self.parties],
             "privacy_report": self.privacy_report, "extra": self.extra,
+            **({} if self.roster is None else {"roster": self.roster}),
         }
 
     @classmethod
@@ -290,9 +297,19 @@ class FittedModel(JsonModel):
             return cls(doc["model"], doc["mechanism"], parties, np.asarray(doc["w"], dtype=float),
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
                        str(doc.get("run_id", "")), doc.get("extra") or {}, None if label is None else str(label),
-                       None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]))
+                       None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]),
+                       _roster_of(doc.get("roster")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"malformed model file: {exc}") from None
+
+
+def _roster_of(value: Any) -> dict[str, Any] | None:
+    """The optional ``roster`` of a model file: absent/null, or ``{"run", "plan", "entries": [...]}``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("entries"), list):
+        raise ValueError("its roster is not {run, plan, entries}")
+    return value
 
 
 def load_model(path: str | Path) -> FittedModel:

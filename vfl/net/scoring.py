@@ -25,6 +25,7 @@ import numpy as np
 from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
+    IdentityError,
     PartyFailure,
     PrivacyLeakWarning,
     ProtocolError,
@@ -36,7 +37,7 @@ from vfl.net.party import HEARTBEAT_SECONDS, send_error
 from vfl.net.predict import output_column
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
-from vfl.protocols.roster import check_self_signed, sign_registration
+from vfl.protocols.roster import check_self_signed, sign_registration, verify_own_entry
 from vfl.protocols.scoring import ScorePlan, ScoreResult, ScoringBlock, ScoringHub, ScoringParty, check_query
 from vfl.secure.identity import canonical_json, load_party_identity
 from vfl.secure.psi import normalise_ids
@@ -303,7 +304,7 @@ class ScoringPartyNode:
 
     def __init__(self, model: FittedModel, name: str, ids: Sequence[str], X: np.ndarray, connect: str, *,
                  curve: CurveClientKeys | None = None, identity_dir: str | Path | None = None,
-                 insecure_no_identity: bool = False, timeout: float = 120.0,
+                 insecure_no_identity: bool = False, allow_unsigned_model: bool = False, timeout: float = 120.0,
                  log: Callable[[str], None] | None = None) -> None:
         validate_name(name)
         if identity_dir is None and not insecure_no_identity:
@@ -318,15 +319,39 @@ class ScoringPartyNode:
                           PrivacyLeakWarning, stacklevel=2)
         self.model, self.name, self.connect, self.curve = model, name, connect, curve
         self.block = scoring_block(model, name)
+        self.timeout, self.log = float(timeout), log or (lambda s: None)
+        self._check_roster(allow_unsigned_model)
         self.ids = list(ids)
         self.X = np.asarray(X, dtype=float)
         if self.X.shape != (len(self.ids), len(self.block.features)):
             raise DataValidationError(f"party {name}: {self.X.shape[1] if self.X.ndim == 2 else '?'} columns and "
                                       f"{len(self.ids)} IDs for the model's {len(self.block.features)} features")
         self.digest = model_digest(model)
-        self.timeout, self.log = float(timeout), log or (lambda s: None)
         self.session: ScoringParty | None = None
         self.answered = 0   # queries answered in earlier sessions
+
+    def _check_roster(self, allow_unsigned: bool) -> None:
+        """Before anything is sent: the model's recorded roster holds this party's entry, signed by its own identity,
+        registering exactly the columns it serves (:func:`vfl.protocols.roster.verify_own_entry`). Refused with one
+        line (IdentityError) unless ``allow_unsigned`` (``--allow-unsigned-model``), which warns loudly instead."""
+        own = None if self.identity is None else self.identity.public_hex
+        try:
+            verify_own_entry(self.model.roster, self.name, own, list(self.block.features))
+            if self.model.roster is not None and self.model.roster.get("run") != self.model.run_id:
+                raise IdentityError(f"party {self.name}: the model's roster is of run {self.model.roster.get('run')}, "
+                                    f"not of the model's run {self.model.run_id}")
+        except IdentityError as exc:
+            if not allow_unsigned:
+                raise IdentityError(f"{exc}; refusing to serve it (--allow-unsigned-model serves it anyway)"
+                                    ) from None
+            warnings.warn(f"{exc}; serving it ANYWAY (--allow-unsigned-model): nothing shows this party agreed to "
+                          "train this model", PrivacyLeakWarning, stacklevel=3)
+            self.log(f"[{self.name}] WARNING: serving a model whose roster this party did not sign "
+                     "(--allow-unsigned-model)")
+            return
+        self.log(f"[{self.name}] the model's roster holds this party's entry " + (
+            "signed by its own identity" if own is not None else "(NOT checked: no identity)") +
+            f", registering the columns it serves ({', '.join(self.block.features)})")
 
     def run(self) -> int:
         """Serve until SCORE_DONE; the number of queries answered. Failures are reported to the hub, then raised."""

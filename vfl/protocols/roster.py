@@ -47,7 +47,8 @@ from vfl.secure.identity import (
 )
 
 __all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "Roster", "RosterCoordinator", "plan_digest",
-           "registration_digest", "sign_registration", "verify_registration", "entry_digest", "check_self_signed"]
+           "registration_digest", "sign_registration", "verify_registration", "entry_digest", "check_self_signed",
+           "verify_own_entry"]
 
 ROSTER_ENTRY = "roster_entry"
 ROSTER = "roster"
@@ -199,6 +200,45 @@ class Roster:
                                 "roster key (substituted on the way); refusing it before computing anything")
 
 
+def verify_own_entry(record: Any, name: str, public_hex: str | None, features: list[str]) -> None:
+    """A serving party's check of a model's recorded roster (``{"run", "plan", "entries"}``, as
+    :meth:`RosterCoordinator.record` writes it into the model file): it holds exactly one entry for ``name``, whose
+    registration and entry are signed by ``public_hex`` (this party's own key; None: a party without identity checks
+    the rest only) and whose registration's feature names are ``features``. IdentityError, one line, otherwise."""
+    if not isinstance(record, dict) or not isinstance(record.get("entries"), list):
+        raise IdentityError(f"party {name}: the model records no training roster (trained before vfl wrote it, or "
+                            "by a run without one), so nothing shows this party took part in training it")
+    mine = [e for e in record["entries"] if isinstance(e, dict) and e.get("party") == name]
+    if len(mine) != 1:
+        raise IdentityError(f"party {name}: the model's roster has {len(mine) or 'no'} entr"
+                            f"{'y' if len(mine) == 1 else 'ies'} for this party: it did not take part in training it "
+                            "as recorded")
+    entry, run, plan = mine[0], record.get("run"), record.get("plan")
+    reg = entry.get("registration")
+    if not isinstance(reg, dict) or reg.get("name") != name or entry.get("plan") != plan or not isinstance(run, str) \
+            or not isinstance(plan, str):
+        raise IdentityError(f"party {name}: the model's roster entry for this party is malformed")
+    if public_hex is not None:
+        if "auth" not in entry or "auth" not in reg:
+            raise IdentityError(f"party {name}: the model's roster entry for this party is unsigned (trained with "
+                                "--insecure-no-identity?); this party did not sign it")
+        if reg.get("identity") != public_hex:
+            raise IdentityError(f"party {name}: the model's roster entry for this party was signed by another key, "
+                                "not this party's identity")
+        try:
+            plan_bytes = bytes.fromhex(plan)
+        except ValueError:
+            raise IdentityError(f"party {name}: the model's roster names no valid plan digest") from None
+        verify_signature(public_hex, registration_digest(reg), reg.get("auth"),
+                         f"the model's roster registration of {name!r}")
+        verify_signature(public_hex, entry_digest(run, plan_bytes, reg, entry.get("paillier")), entry.get("auth"),
+                         f"the model's roster entry of {name!r}")
+    if reg.get("features") != list(features):
+        raise IdentityError(f"party {name}: the features it registered for training "
+                            f"({', '.join(map(str, reg.get('features') or []))}) are not the model's columns it would "
+                            f"serve ({', '.join(features)})")
+
+
 class RosterCoordinator:
     """Coordinator side: collect one ROSTER_ENTRY per party, then send every party the ROSTER. It checks the
     entries only to name a broken party early (each signature under the key its REGISTER carried); it cannot make
@@ -217,6 +257,13 @@ class RosterCoordinator:
     def unsigned(self) -> list[str]:
         """Parties that run without identities (``--insecure-no-identity``)."""
         return [self.names[i] for i, e in sorted(self.entries.items()) if "auth" not in e]
+
+    def record(self) -> dict[str, Any]:
+        """The complete roster as received (public): what the model file records for its serving parties."""
+        if not self.done:
+            raise ProtocolError("the roster is not complete")
+        return {"run": self.run, "plan": self.plans[0].hex(),
+                "entries": [self.entries[j] for j in range(len(self.names))]}
 
     def handle(self, i: int, msg: Incoming) -> list[Out]:
         name, kind = self.names[i], kind_of(msg)
@@ -237,5 +284,5 @@ class RosterCoordinator:
         self.entries[i] = dict(entry)
         if not self.done:
             return []
-        roster = [self.entries[j] for j in range(len(self.names))]
+        roster = self.record()["entries"]
         return [Out(type=ROSTER, body={"entries": roster}, to=j) for j in range(len(self.names))]
