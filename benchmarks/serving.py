@@ -48,6 +48,28 @@ def _post(url: str, ids: list[str]) -> dict:
         return json.loads(resp.read())
 
 
+def _signed_roster(identities: Path, run: str, cols: dict[str, list[str]]) -> dict:
+    """The signed roster a training coordinator records in the model (`vfl serve` checks its own entry in it):
+    each party's signed registration and ROSTER_ENTRY (vfl.protocols.roster), collected by a RosterCoordinator."""
+    from vfl.net.messages import decode, encode, message_of
+    from vfl.protocols.roster import Roster, RosterCoordinator, sign_registration
+    from vfl.secure.identity import load_party_identity
+
+    names = list(cols)
+    plan = {"parties": [{"name": n, "features": cols[n]} for n in names], "benchmark": True}
+    regs, rosters = [], []
+    for n in names:
+        identity, pinned = load_party_identity(identities, n)
+        reg = sign_registration(identity, {"name": n, "n_rows": 0, "features": cols[n], "label_owner": False,
+                                           "row_ids": True})
+        regs.append(reg)
+        rosters.append(Roster(name=n, run=run, plan_body=plan, registration=reg, identity=identity, pinned=pinned))
+    coordinator = RosterCoordinator(names, run, [plan] * len(names), regs)
+    for i, r in enumerate(rosters):
+        coordinator.handle(i, decode(encode(message_of(r.entry()))))
+    return coordinator.record()
+
+
 def _write_data(folder: Path, k: int, rows: int, rng: np.random.Generator):
     from vfl.net.modelio import FittedModel, PartyColumns
 
@@ -56,7 +78,9 @@ def _write_data(folder: Path, k: int, rows: int, rng: np.random.Generator):
     X = {n: rng.uniform(0, 1, size=(rows, 3)) for n in cols}
     parties = [PartyColumns(n, cols[n], [[0.0, 1.0]] * 3, 0.5, i == 0, intercept=(i == 0))
                for i, n in enumerate(cols)]
-    model = FittedModel("logistic", "gaussian-fm", parties, rng.normal(size=3 * k + 1), None, label_name="y")
+    run = "be" * 16
+    model = FittedModel("logistic", "gaussian-fm", parties, rng.normal(size=3 * k + 1), None, run_id=run,
+                        label_name="y", roster=_signed_roster(folder / "ids", run, cols))
     model.to_json(folder / "model.json")
     with open(folder / "joined.csv", "w") as fh:
         fh.write("id," + ",".join(c for n in cols for c in cols[n]) + "\n")
@@ -94,10 +118,10 @@ def run(k: int, rows: int, n_latency: int, rng: np.random.Generator) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="vfl-serving-") as tmp:
         folder = Path(tmp)
-        ids = _write_data(folder, k, rows, rng)
         names = NAMES[:k]
+        write_identities(folder / "ids", names)   # before the model: its roster is signed with them
+        ids = _write_data(folder, k, rows, rng)
         write_certificates(folder / "curve", names)
-        write_identities(folder / "ids", names)
         endpoint, port = f"tcp://127.0.0.1:{_port()}", _port()
         base = f"http://127.0.0.1:{port}"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
