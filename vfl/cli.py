@@ -265,6 +265,26 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
     _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients)")
 
 
+def _member_ledger_options(command: Callable) -> Callable:
+    """``--ledger``, ``--budget``, ``--dataset-name``: a member's privacy ledger (``vfl party``, ``vfl site``,
+    ``vfl djica-site``; vfl.privacy.ledger.BudgetGuard)."""
+    options = [
+        click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+                     help="This member's privacy ledger (SQLite): every run's spend per dataset. Default: "
+                          "ledger-NAME.sqlite in $VFL_LEDGER or the user's data directory (~/.local/share/vfl)."),
+        click.option("--budget", default=None, metavar="EPSILON[,DELTA]",
+                     help="Lifetime privacy budget of this dataset (delta default 1e-5): a plan whose spend, composed "
+                          "with the ledger's history, would exceed it is refused before anything data-dependent is "
+                          "sent."),
+        click.option("--dataset-name", default=None,
+                     help="Name this dataset's budget is kept under (a refreshed table continues the same budget); "
+                          "default: the fingerprint of its declared columns, bounds and row count."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 # ---------------------------------------------------------------------------------------------- party
 @cli.command()
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
@@ -324,15 +344,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 @click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
-@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
-              help="This party's privacy ledger (SQLite): every run's spend per dataset. Default: "
-                   "ledger-NAME.sqlite in $VFL_LEDGER or the user's data directory (~/.local/share/vfl).")
-@click.option("--budget", default=None, metavar="EPSILON[,DELTA]",
-              help="Lifetime privacy budget of this dataset (delta default 1e-5): a plan whose spend, composed with "
-                   "the ledger's history, would exceed it is refused before anything data-dependent is sent.")
-@click.option("--dataset-name", default=None,
-              help="Name this dataset's budget is kept under (a refreshed table continues the same budget); default: "
-                   "the fingerprint of its declared columns, bounds and row count.")
+@_member_ledger_options
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, bounds: str | None, allow_data_derived_bounds: bool,
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
@@ -434,10 +446,16 @@ def _party_local_data(cfg: Any, config: str | None) -> Any:
 
 def _open_ledger(cfg: Any) -> tuple[Any, Any]:
     """The party's privacy ledger (checked: one line and exit 1 if unreadable or corrupted) and its budget."""
+    return _open_member_ledger(cfg.name, cfg.ledger, cfg.budget)
+
+
+def _open_member_ledger(name: str, ledger_path: str | None, budget: Any) -> tuple[Any, Any]:
+    """A party's or site's privacy ledger (``--ledger``, default: that of NAME; checked: one line and exit 1 if
+    unreadable or corrupted) and its lifetime budget (``--budget``, None: record only)."""
     from vfl.privacy.ledger import Budget, Ledger, default_ledger_path
 
-    lifetime = Budget.parse(cfg.budget) if cfg.budget else None
-    ledger = Ledger(cfg.ledger or default_ledger_path(cfg.name), party=cfg.name)
+    lifetime = Budget.parse(budget) if budget else None
+    ledger = Ledger(ledger_path or default_ledger_path(name), party=name)
     return ledger, lifetime
 
 
@@ -552,21 +570,25 @@ def _site_policy_options(command: Callable) -> Callable:
               help="TESTS ONLY: run without noise (none) or without the independent noise (zero-sum-only); the "
                    "aggregator must pass the same flag.")
 @_site_policy_options
+@_member_ledger_options
 def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
          timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float, max_delta: float,
-         min_colluders: int) -> None:
+         min_colluders: int, ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
     """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md).
 
     The model, epsilon, delta, S_C and calibration come from the aggregator's public plan; the site checks the
     plan against its own data and its policy (--max-epsilon, --max-delta, --min-colluders), prints the plan it
-    accepted, and computes its own noise from it. A site that loses the aggregator, or gets
-    ABORT because another site dropped out, exits with code 3 and releases nothing further.
+    accepted, and computes its own noise from it; then it reserves the plan's true spend in its privacy ledger
+    (--ledger, --budget; docs/privacy.md) or refuses the plan before it sends anything. A site that loses the
+    aggregator, or gets ABORT because another site dropped out, exits with code 3 and releases nothing further.
     """
     from vfl.net.cape_cli import run_site
 
+    ledger, lifetime = _open_member_ledger(name, ledger_path, budget)   # before the table is read
     run_site(connect=connect, name=name, data=data, features=features, label=label, bounds=bounds,
              curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
-             policy=SitePolicy(max_epsilon, max_delta, min_colluders))
+             policy=SitePolicy(max_epsilon, max_delta, min_colluders), ledger=ledger, budget=lifetime,
+             dataset_name=dataset_name)
 
 
 # ---------------------------------------------------------------------------------------------- capeDJICA
@@ -659,21 +681,26 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
 @click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
               help="TESTS ONLY: run without noise; the aggregator must pass the same flag.")
 @_site_policy_options
+@_member_ledger_options
 def djica_site(connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
                timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float,
-               max_delta: float, min_colluders: int) -> None:
+               max_delta: float, min_colluders: int, ledger_path: str | None, budget: str | None,
+               dataset_name: str | None) -> None:
     """Run one capeDJICA site: its time points, the capePCA release and the CAPE rounds (docs/capedjica.md).
 
     The pipeline parameters come from the aggregator's public plan; the site checks the plan against its own data
     and its policy (--max-epsilon on the true epsilon of all planned rounds, --max-delta, --min-colluders), prints
-    the plan it accepted, and computes its own noise. A site that loses the aggregator, or gets ABORT, exits with
-    code 3.
+    the plan it accepted, and computes its own noise; then it reserves the whole plan's true spend (the capePCA
+    release and every planned round) in its privacy ledger (--ledger, --budget; docs/privacy.md) or refuses the
+    plan before it sends anything. A site that loses the aggregator, or gets ABORT, exits with code 3.
     """
     from vfl.net.ica_cli import run_djica_site
 
+    ledger, lifetime = _open_member_ledger(name, ledger_path, budget)   # before the table is read
     run_djica_site(connect=connect, name=name, data=data, columns=columns, scale=scale, curve_dir=curve_dir,
                    timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
-                   policy=SitePolicy(max_epsilon, max_delta, min_colluders))
+                   policy=SitePolicy(max_epsilon, max_delta, min_colluders), ledger=ledger, budget=lifetime,
+                   dataset_name=dataset_name)
 
 
 # ---------------------------------------------------------------------------------------------- predict

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from vfl.exceptions import ConfigurationError
 from vfl.protocols.policy import SitePolicy
@@ -61,7 +62,8 @@ def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: s
 
 def run_site(*, connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
              timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None],
-             policy: SitePolicy | None = None) -> None:
+             policy: SitePolicy | None = None, ledger: Any = None, budget: Any = None,
+             dataset_name: str | None = None) -> None:
     from vfl.net.config import load_bounds_file, read_party_csv
     from vfl.net.site import SiteData, SiteNode
     from vfl.net.transport import load_client_keys
@@ -72,10 +74,11 @@ def run_site(*, connect: str, name: str, data: str, features: str, label: str, b
     if missing:
         raise ConfigurationError(f"{bounds}: no bounds for feature(s) {', '.join(missing)}")
     local = SiteData.build(name, table.X, table.y, feature_names=table.feature_names,
-                           bounds={f: declared[f] for f in table.feature_names}, label_bounds=declared.get(label))
+                           bounds={f: declared[f] for f in table.feature_names}, label_bounds=declared.get(label),
+                           label_name=label)
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = SiteNode(local, connect, curve=curve, timeout=timeout, random_state=seed, noise=noise or "full", log=echo,
-                    policy=policy)
+                    policy=policy, ledger=ledger, budget=budget, dataset_name=dataset_name)
     echo(f"[{name}] {local.n_rows} rows, {len(local.feature_names)} features, label {label}; connecting to {connect}")
     model_ = node.run()
     echo(f"[{name}] done: capeFM model released ({len(model_.coef_)} coefficients)")

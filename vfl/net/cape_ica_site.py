@@ -10,7 +10,9 @@ and its noise shares never leave it; it computes every noise std itself from the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,7 @@ from vfl.net.ica_model import ICAModel
 from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_name
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys
+from vfl.privacy.ledger import Budget, DatasetKey, Ledger, LedgerError
 from vfl.protocols.cape_djica_rounds import CapeICASite
 from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
@@ -37,9 +40,11 @@ class ICASiteData:
 
     name: str
     X: np.ndarray
+    columns: list[str] | None = None
+    scale: float = 1.0
 
     @classmethod
-    def build(cls, name: str, X: Any, *, scale: float = 1.0) -> ICASiteData:
+    def build(cls, name: str, X: Any, *, scale: float = 1.0, columns: Sequence[str] | None = None) -> ICASiteData:
         try:
             validate_name(name, "site name")
         except ProtocolError as exc:
@@ -53,7 +58,8 @@ class ICASiteData:
             raise DataValidationError(f"site {name}: D = {X.shape[0]} dimensions, more than the {MAX_ICA_DIMS} a "
                                       "capeDJICA run takes")
         try:
-            return cls(name, validate_site_columns([X / scale], min_sites=1, what=f"site {name}")[0])
+            return cls(name, validate_site_columns([X / scale], min_sites=1, what=f"site {name}")[0],
+                       None if columns is None else [str(c) for c in columns], float(scale))
         except DataValidationError as exc:
             raise DataValidationError(str(exc).replace("site 0: ", f"site {name}: ")) from None
 
@@ -61,6 +67,16 @@ class ICASiteData:
     def n_rows(self) -> int:
         """N_s: this site's columns (time points)."""
         return int(self.X.shape[1])
+
+    def ledger_key(self, name: str | None = None) -> DatasetKey:
+        """The key this site's budget is kept under in its privacy ledger: the declared ``name``, else the
+        fingerprint of its dimension columns (or D), its public scale and its time points N_s."""
+        decl = {"role": ROLE, "columns": self.columns, "dims": int(self.X.shape[0]), "scale": self.scale,
+                "rows": self.n_rows}
+        digest = hashlib.sha256(json.dumps(decl, sort_keys=True).encode()).hexdigest()
+        if name is not None and not str(name).strip():
+            raise LedgerError("a declared dataset name must not be empty")
+        return DatasetKey(digest, None if name is None else str(name).strip())
 
     def register_body(self) -> dict[str, Any]:
         return {"name": self.name, "n_rows": self.n_rows, "features": [], "label_owner": False,
@@ -81,12 +97,16 @@ def djica_session(noise: str = "cape", policy: SitePolicy | None = None
 
 def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                   random_state: RandomState = None, noise: str = "cape",
-                  log: Callable[[str], None] | None = None, policy: SitePolicy | None = None) -> SiteNode:
-    """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model."""
+                  log: Callable[[str], None] | None = None, policy: SitePolicy | None = None,
+                  ledger: Ledger | None = None, budget: Budget | None = None,
+                  dataset_name: str | None = None) -> SiteNode:
+    """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model.
+    ``ledger``/``budget``/``dataset_name``: the site's privacy ledger (the whole plan's spend is reserved)."""
     if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
         raise ConfigurationError("a capeDJICA site's seed must be a non-negative integer (experiments only)")
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
-                    session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result)
+                    session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result,
+                    ledger=ledger, budget=budget, dataset_name=dataset_name)
 
 
 def _parse_result(msg: Message) -> ICAModel:

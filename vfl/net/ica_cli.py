@@ -75,17 +75,19 @@ def read_site_columns(path: str, columns: str | None) -> tuple[np.ndarray, list[
 
 def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
                    timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None],
-                   policy: SitePolicy | None = None) -> None:
+                   policy: SitePolicy | None = None, ledger: Any = None, budget: Any = None,
+                   dataset_name: str | None = None) -> None:
     from vfl.net.cape_ica_site import ICASiteData, ica_site_node
     from vfl.net.transport import load_client_keys
 
     X, names = read_site_columns(data, columns)
-    local = ICASiteData.build(name, X, scale=scale)
+    local = ICASiteData.build(name, X, scale=scale, columns=names)
     if noise not in (None, "none"):
         raise ConfigurationError("capeDJICA sites take --insecure-test-noise none only")
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ica_site_node(local, connect, curve=curve, timeout=timeout, random_state=seed,
-                         noise="none" if noise else "cape", log=echo, policy=policy)
+                         noise="none" if noise else "cape", log=echo, policy=policy, ledger=ledger,
+                         budget=budget, dataset_name=dataset_name)
     echo(f"[{name}] {local.n_rows} time points x {len(names)} dimensions; connecting to {connect}")
     model = node.run()
     echo(f"[{name}] done: capeDJICA model released ({model.unmixing.shape[0]} components, {model.n_rounds} rounds)")

@@ -59,7 +59,7 @@ from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
-from vfl.privacy.ledger import Budget, Ledger, LedgerError, Spend, dataset_key, spend_of_report
+from vfl.privacy.ledger import Budget, BudgetGuard, Ledger, Spend, dataset_key, spend_of_report
 from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
@@ -351,12 +351,12 @@ class PartyNode:
         budget of this dataset (None: record only); ``dataset_name``: the declared name its budget is kept under
         (default: the fingerprint of its declared columns, bounds and row count)."""
         self.data = data
-        if budget is not None and ledger is None:
-            raise ConfigurationError("a privacy budget needs a ledger to keep it in (--ledger)")
         self.ledger, self.budget = ledger, budget
         self.dataset = dataset_key(data.feature_names, data.n_rows, bounds=data.bounds, label=data.label_name,
                                    label_bounds=data.label_bounds, name=dataset_name)
-        self._reserved: str | None = None   # the run whose spend this party reserved in its ledger
+        #: this party's reservations in its ledger (shared with the CAPE sites, vfl.net.site)
+        self.guard = BudgetGuard(ledger, budget, self.dataset, member=f"party {data.name}",
+                                 log=lambda line: self.log(line))
         if identity_dir is None and not insecure_no_identity:
             raise ConfigurationError(f"party {data.name} has no signing identity: pass --identity-dir DIR (made by "
                                      "`vfl keys`), or --insecure-no-identity for loopback experiments only")
@@ -502,25 +502,11 @@ class PartyNode:
             plan = PlanBody.from_body(plan_body)
             spend = Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
-        before, after = self.ledger.reserve(self.dataset, run, spend, budget=self.budget, coordinator=coordinator,
-                                            plan_digest=plan_digest(plan_body).hex())
-        self._reserved = run
-        left = "" if self.budget is None else f", left {max(0.0, self.budget.epsilon - after.epsilon):.4g} of " \
-                                              f"{self.budget.epsilon:g}"
-        self.log(f"[{self.data.name}] privacy ledger {self.ledger.path}: reserved epsilon {spend.epsilon:.4g} for run "
-                 f"{run[:8]}; this dataset has spent {after.epsilon:.4g} in {after.runs} run(s){left} "
-                 f"(composition: {after.method})")
+        self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
 
     def _end_reservation(self, state: str, reason: str | None = None) -> None:
         """Mark the reserved run completed or aborted in the ledger (its spend stays counted either way)."""
-        if self.ledger is None or self._reserved is None:
-            return
-        run, self._reserved = self._reserved, None
-        try:
-            self.ledger.finish(run, state, reason)
-        except LedgerError as exc:   # never hides the run's own outcome; the spend stays reserved
-            warnings.warn(f"party {self.data.name}: could not mark run {run[:8]} {state} in the ledger: {exc}",
-                          PrivacyLeakWarning, stacklevel=2)
+        self.guard.finish(state, reason)
 
     def _enter_roster(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> list:
         """Worker: the Paillier key this party will encrypt under (FM), then its signed ROSTER_ENTRY."""

@@ -15,6 +15,8 @@ other CAPE releases (e.g. capeDJICA) can reuse the runtime with their own plan.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +33,7 @@ from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
+from vfl.privacy.ledger import Budget, BudgetGuard, DatasetKey, Ledger, Spend, dataset_key
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
 from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
@@ -51,10 +54,11 @@ class SiteData:
     feature_names: list[str]
     bounds: ColumnBounds
     label_bounds: tuple[float, float] | None
+    label_name: str | None = None
 
     @classmethod
     def build(cls, name: str, X: Any, y: Any, *, feature_names: Sequence[str] | None = None, bounds: Any = None,
-              label_bounds: Sequence[float] | None = None) -> SiteData:
+              label_bounds: Sequence[float] | None = None, label_name: str | None = None) -> SiteData:
         try:
             validate_name(name, "site name")
         except ProtocolError as exc:
@@ -85,7 +89,7 @@ class SiteData:
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
                 raise DataValidationError(f"site {name}: label bounds must be finite with lo < hi")
             lb = (lo, hi)
-        return cls(name, X, yv, names, cb, lb)
+        return cls(name, X, yv, names, cb, lb, label_name)
 
     @property
     def n_rows(self) -> int:
@@ -109,6 +113,13 @@ class SiteData:
         y, _ = prepare_labels(self.y, model, y_bounds=self.label_bounds if model == "linear" else None,
                               symmetric=no_icpt)
         return U * self.column_scale(fit_intercept), y
+
+    def ledger_key(self, name: str | None = None) -> DatasetKey:
+        """The key this site's budget is kept under in its privacy ledger: the declared ``name``, else the
+        fingerprint of its declared columns, bounds, label and row count (the same as a vertical party's over the
+        same declarations, so one table's runs in either role share one budget)."""
+        return dataset_key(self.feature_names, self.n_rows, bounds=self.bounds, label=self.label_name,
+                           label_bounds=self.label_bounds, name=name)
 
     def register_body(self) -> dict[str, Any]:
         return {"name": self.name, "n_rows": self.n_rows, "features": self.feature_names, "label_owner": True,
@@ -147,12 +158,16 @@ class SiteNode:
     ``random_state`` seeds the site's noise (reproducible experiments only; the registration says so and the
     aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT message (its body's model
     and its frames) into the value :meth:`run` returns (default: :meth:`FittedModel.from_dict` of the body's model).
+    ``ledger``, ``budget``, ``dataset_name``: the site's privacy ledger, as a vertical party's
+    (:class:`~vfl.privacy.ledger.BudgetGuard`): the spend of the plan the session accepted (its ``plan_spend``) is
+    reserved after the site's plan check and before the site sends anything, or the plan is refused.
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                  random_state: RandomState = None, noise: str = "full", policy: SitePolicy | None = None,
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
-                 result_parser: Callable[[Message], Any] | None = None) -> None:
+                 result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
+                 budget: Budget | None = None, dataset_name: str | None = None) -> None:
         self.data = data
         self.connect = connect
         self.curve = curve
@@ -162,14 +177,37 @@ class SiteNode:
         self.log = log or (lambda s: None)
         self.result_parser = result_parser or (lambda m: FittedModel.from_dict(m.body["model"]))
         self.index: int | None = None
+        #: this site's reservations in its privacy ledger (the same helper as a vertical party's, vfl.net.party);
+        #: the dataset key comes from ``data.ledger_key(dataset_name)``
+        key = data.ledger_key(dataset_name) if ledger is not None else DatasetKey("", dataset_name)
+        self.guard = BudgetGuard(ledger, budget, key, member=f"site {data.name}", log=lambda line: self.log(line))
 
     def run(self) -> Any:
         """The released model (a :class:`FittedModel` for capeFM; ``result_parser`` of the RESULT body otherwise)."""
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve, hub="aggregator")
         try:
-            return run_reporting_failures(t, self.data.name, "site", lambda: self._run(t))
+            try:
+                result = run_reporting_failures(t, self.data.name, "site", lambda: self._run(t))
+            except BaseException as exc:
+                self.guard.finish("aborted", f"{type(exc).__name__}: {exc}")
+                raise
+            self.guard.finish("completed")
+            return result
         finally:
             t.close()
+
+    def _reserve(self, session: Any, plan: dict[str, Any], run: str) -> None:
+        """Reserve the accepted plan's spend (the session's ``plan_spend``: the true epsilon of the whole plan as
+        the site's own plan check computed it) in the ledger, or refuse it with one line (BudgetError) -- after
+        the site-plan policy check and before the site sends anything."""
+        if self.guard.ledger is None:
+            return
+        spend = getattr(session, "plan_spend", None)
+        if not isinstance(spend, Spend):
+            raise ConfigurationError(f"site {self.data.name}: this CAPE session reports no spend for its ledger")
+        aggregator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
+        digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
+        self.guard.reserve(run, spend, coordinator=aggregator, plan_digest=digest)
 
     def _run(self, t: ClientTransport) -> Any:
         t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
@@ -199,6 +237,7 @@ class SiteNode:
                                                                          **msg.body["plan"]}))
                 summary = getattr(session, "plan_summary", None)   # the plan this site checked and accepted
                 self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
+                self._reserve(session, msg.body["plan"], t.run_id)   # committed before anything leaves
                 last_sent = self._send_all(t, outgoing) or last_sent
             elif msg.type in TYPE_TO_KIND:
                 if session is None:

@@ -37,16 +37,17 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vfl.exceptions import BudgetError, PrivacyParameterError, VFLError
+from vfl.exceptions import BudgetError, ConfigurationError, PrivacyLeakWarning, PrivacyParameterError, VFLError
 
-__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "Budget", "Spend", "Composition", "RunRecord", "DatasetKey",
-           "compose", "spend_of_report", "dataset_key", "default_ledger_path", "SCHEMA_VERSION", "STATES",
-           "DEFAULT_DELTA"]
+__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "BudgetGuard", "Budget", "Spend", "Composition",
+           "RunRecord", "DatasetKey", "compose", "spend_of_report", "gaussian_spend", "dataset_key",
+           "default_ledger_path", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA"]
 
 SCHEMA_VERSION = 1
 STATES = ("reserved", "completed", "aborted")
@@ -136,6 +137,15 @@ def spend_of_report(report: Any) -> Spend:
     if delta == 0.0:
         return Spend(report.mechanism, eps, 0.0, {"kind": "laplace", "epsilon": eps})
     return Spend(report.mechanism, eps, delta, {"kind": "approx", "epsilon": eps, "delta": delta})
+
+
+def gaussian_spend(mechanism: str, epsilon: float, delta: float, mu: float | None) -> Spend:
+    """The spend of a Gaussian release given its true ``epsilon`` at ``delta`` and its Gaussian-DP ``mu`` (a CAPE
+    site's whole plan: capeFM's one round, capePCA + every planned capeDJICA round); ``mu`` None or ``epsilon``
+    infinite: no calibrated noise (a test mode), which no budget covers."""
+    if mu is None or not math.isfinite(float(epsilon)) or not math.isfinite(float(mu)):
+        return Spend(mechanism, math.inf, float(delta), {"kind": "non-private"})
+    return Spend(mechanism, float(epsilon), float(delta), {"kind": "gaussian", "mu": float(mu)})
 
 
 @dataclass(frozen=True)
@@ -519,6 +529,54 @@ def export_document(ledger: Ledger, budget: Budget | None = None) -> dict[str, A
     return {"ledger": str(ledger.path), "schema_version": SCHEMA_VERSION, "party": meta.get("party") or None,
             "entries": int(meta["count"]), "head": meta["head"], "datasets": ledger.summary(budget),
             "runs": [r.to_dict() for r in ledger.runs()]}
+
+
+# ---------------------------------------------------------------------------------------------- members
+class BudgetGuard:
+    """A network member's reservations in its ledger (socket-free; shared by a vertical party, ``vfl party``, and the
+    CAPE sites, ``vfl site`` and ``vfl djica-site``): :meth:`reserve` composes an accepted plan's spend with the
+    dataset's history and commits it, or refuses the plan with one line (:class:`BudgetError`: spent, requested,
+    left); :meth:`finish` marks the reserved run completed or aborted (its spend stays counted either way).
+
+    ``ledger``: None records nothing (then ``budget`` must be None too); ``dataset``: the key the budget is kept
+    under; ``member``: "party NAME" or "site NAME" (log lines and warnings); ``log``: where the reservation line
+    goes."""
+
+    def __init__(self, ledger: Ledger | None, budget: Budget | None, dataset: DatasetKey, *, member: str,
+                 log: Callable[[str], None] | None = None) -> None:
+        if budget is not None and ledger is None:
+            raise ConfigurationError("a privacy budget needs a ledger to keep it in (--ledger)")
+        self.ledger, self.budget, self.dataset, self.member = ledger, budget, dataset, member
+        self.log = log or (lambda s: None)
+        #: the run whose spend is reserved and not yet marked completed or aborted
+        self.reserved: str | None = None
+
+    def reserve(self, run: str, spend: Spend, *, coordinator: str = "", plan_digest: str = "") -> None:
+        """Reserve ``spend`` for ``run`` (one committed transaction) or raise :class:`BudgetError`; a no-op
+        without a ledger."""
+        if self.ledger is None:
+            return
+        before, after = self.ledger.reserve(self.dataset, run, spend, budget=self.budget, coordinator=coordinator,
+                                            plan_digest=plan_digest)
+        self.reserved = run
+        left = "" if self.budget is None else \
+            f", left {max(0.0, self.budget.epsilon - after.epsilon):.4g} of {self.budget.epsilon:g}"
+        name = self.member.split(" ", 1)[-1]
+        self.log(f"[{name}] privacy ledger {self.ledger.path}: reserved epsilon {spend.epsilon:.4g} for run "
+                 f"{run[:8]}; this dataset has spent {after.epsilon:.4g} in {after.runs} run(s){left} "
+                 f"(composition: {after.method})")
+
+    def finish(self, state: str, reason: str | None = None) -> None:
+        """Mark the reserved run ``completed`` or ``aborted``; never raises (a ledger that cannot be written warns:
+        the run's own outcome is not hidden, and its spend stays reserved)."""
+        if self.ledger is None or self.reserved is None:
+            return
+        run, self.reserved = self.reserved, None
+        try:
+            self.ledger.finish(run, state, reason)
+        except LedgerError as exc:
+            warnings.warn(f"{self.member}: could not mark run {run[:8]} {state} in the ledger: {exc}",
+                          PrivacyLeakWarning, stacklevel=2)
 
 
 # ---------------------------------------------------------------------------------------------- estimators

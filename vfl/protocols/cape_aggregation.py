@@ -65,6 +65,7 @@ from vfl.models.capefm import (
     validate_site_data,
 )
 from vfl.privacy.calibration import validate_delta, validate_epsilon
+from vfl.privacy.ledger import Spend, gaussian_spend
 from vfl.protocols.policy import SitePolicy, check_site_plan
 from vfl.rng import RandomState, make_rng
 from vfl.secure.aggregation import SecAggAggregator, SecAggSite, decode_fixed_point
@@ -397,6 +398,7 @@ class CapeFMSite:
         self.policy = SitePolicy() if policy is None else policy
         #: the line this site printed for the plan it accepted (after the plan)
         self.plan_summary: str | None = None
+        self.plan_spend: Spend | None = None
         self.model = model
         self.X, self.y = validate_site_data([(X, y), (X, y)], model)[0]  # D2 domain and labels (one site)
         self.noise = _check_mode(noise)
@@ -435,6 +437,10 @@ class CapeFMSite:
                                             true_epsilon=float(info["true_epsilon"]), delta=plan.delta,
                                             n_colluders=int(info["n_colluders"]), n_sites=S,
                                             test_noise=plan.noise != "full")
+        #: what this site's privacy ledger reserves for the plan (vfl.net.site): the true epsilon and the
+        #: Gaussian-DP mu of the site's release against the aggregator and S_C colluding sites
+        self.plan_spend = gaussian_spend(f"capeFM {plan.model}", float(info["true_epsilon"]), plan.delta,
+                                     float(info["mu_site"]) if plan.noise == "full" else None)
         values = site_coefficients(self.X, self.y, self.model, release_beta="beta" in taus)
         blocks = [CapeBlock(name, values[name], float(taus[name][index]), symmetric=(name == "M"))
                   for name, _ in plan.layout()]

@@ -39,6 +39,7 @@ network); reports then say ``formal_dp: false``.
 
 from __future__ import annotations
 
+import math
 import secrets
 import warnings
 from collections.abc import Callable
@@ -77,6 +78,7 @@ from vfl.models.cape_pca import (
     whitening_matrix,
 )
 from vfl.privacy.accounting import apply_formal_dp
+from vfl.privacy.ledger import Spend, gaussian_spend
 from vfl.protocols.cape_aggregation import CapeAggregatorRound, CapeBlock, CapeMessage, CapeSiteRound
 from vfl.protocols.policy import SitePolicy, check_site_plan
 from vfl.rng import RandomState, randomness_source
@@ -249,6 +251,8 @@ class CapeICASite:
         self.policy = SitePolicy() if policy is None else policy
         #: the line this site printed for the plan it accepted (after the plan)
         self.plan_summary: str | None = None
+        #: what this site's privacy ledger reserves for the whole plan (after the plan)
+        self.plan_spend: Spend | None = None
         if noise not in ICA_NOISE_MODES:
             raise ConfigurationError(f"noise must be one of {ICA_NOISE_MODES}, got {noise!r}")
         self.X = validate_site_columns([X], min_sites=1, what="capeDJICA site")[0]
@@ -309,6 +313,10 @@ class CapeICASite:
                                             true_epsilon=planned_true_epsilon(ica_cal, cfg.delta), delta=cfg.delta,
                                             n_colluders=int(ica_cal.n_colluders), n_sites=S,
                                             test_noise=cfg.noise == "none", rounds=cfg.max_iter)
+        # the whole plan (the capePCA release and every planned round), as the ledger reserves it (vfl.net.site)
+        mu = None if not ica_cal.private else math.sqrt(
+            sum(c * m * m for m, c in [*ica_cal.prior_releases, (ica_cal.mu_round_true, ica_cal.max_iter)]))
+        self.plan_spend = gaussian_spend("capePCA + capeDJICA", planned_true_epsilon(ica_cal, cfg.delta), cfg.delta, mu)
         self.plan, self.index = plan, index
         _warn_paper(cfg)
         pca_state, ica_state = pipeline_random_states(self.random_state)
