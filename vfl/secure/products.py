@@ -71,7 +71,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
-from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits
+from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
 RERANDOMISATION = "standard"
@@ -169,7 +169,7 @@ def _layout_from_header(header: dict[str, Any], public_key: paillier.PaillierPub
             key_bits=int(public_key.n).bit_length(), n_rows=_int_field(header, "n_rows", 1, MAX_ROWS),
             precision_bits=_int_field(header, "precision_bits", 1, 52), value_bound=value_bound,
             noise_bits=_int_field(header, "noise_bits", 1, 4096),
-            mask_bits=_int_field(header, "mask_bits", 40, 1024),
+            guard_bits=_int_field(header, "guard_bits", MIN_GUARD_BITS, 1024),
         )
     except (ConfigurationError, EncodingOverflowError) as exc:
         raise ProtocolError(f"request layout is invalid: {exc}") from None
@@ -188,7 +188,7 @@ def _layout_header(kind: str, session: str, public_key: paillier.PaillierPublicK
         "key_fingerprint": key_fingerprint(public_key),
         "ciphertext_bytes": ciphertext_byte_length(public_key),
         "n_rows": lay.n_rows, "n_cols": n_cols, "precision_bits": lay.precision_bits,
-        "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "mask_bits": lay.mask_bits,
+        "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "guard_bits": lay.guard_bits,
         "slot_bits": lay.slot_bits, "slots_per_ciphertext": lay.slots_per_ciphertext,
         "n_groups": lay.n_groups(n_cols),
     }
@@ -272,7 +272,8 @@ class MaskedResponse:
         n_resp = _int_field(header, "n_resp_cols", 1, MAX_COLS)
         n_groups = _int_field(header, "n_groups", 1, MAX_COLS)
         cts = ciphertexts_from_bytes(public_key, frames[0], n_resp * n_groups)
-        return cls(_str_field(header, "session", _HEX32), public_key, _int_field(header, "slot_bits", 42, key_bits),
+        slot_bits = _int_field(header, "slot_bits", 2 + MIN_GUARD_BITS, key_bits)
+        return cls(_str_field(header, "session", _HEX32), public_key, slot_bits,
                    _int_field(header, "n_enc_cols", 1, MAX_COLS), n_resp, n_groups, cts)
 
 
@@ -414,7 +415,7 @@ class ProductEncryptor:
     """
 
     def __init__(self, private_key: paillier.PaillierPrivateKey, A: Any, *, response_cols: int, precision_bits: int,
-                 value_bound: float = 1.0, noise_bits: int | None = None, mask_bits: int = MIN_MASK_BITS,
+                 value_bound: float = 1.0, noise_bits: int | None = None, guard_bits: int = DEFAULT_GUARD_BITS,
                  randomness: str = "short-exponent", workers: int | None = None, progress: bool = False,
                  on_decrypt: Callable[[int], None] | None = None, executor: Any = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -431,7 +432,7 @@ class ProductEncryptor:
             key_bits=int(self.public_key.n).bit_length(), n_rows=self.n_rows, precision_bits=precision_bits,
             value_bound=float(value_bound),
             noise_bits=default_noise_bits(precision_bits) if noise_bits is None else noise_bits,
-            mask_bits=mask_bits,
+            guard_bits=guard_bits,
         )
         self.chunk_rows = stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes)
         # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
@@ -836,8 +837,8 @@ def centring_constant(layout: SlotLayout) -> int:
 
     Every legitimate slot value ``u = sum_i a_int_ij b_int_ik + noise^A_jk + noise^B_jk (+ local offsets)`` has
     ``|u| < 2^v`` (``|sum_i a_int b_int| <= n O^2``, each noise share ``< N``, an FM offset ``<= n O^2 / 2``, and
-    ``v = bitlen(n (2O)^2 + 2N)``), so ``u + C`` lies in ``(0, 2^(v+1))``, inside the ``w = v + kappa + 1``-bit
-    slot: its top ``kappa`` bits are 0 in every honest run.
+    ``v = bitlen(n (2O)^2 + 2N)``), so ``u + C`` lies in ``(0, 2^(v+1))``, inside the ``w = v + g + 1``-bit
+    slot: its top ``g`` guard bits (:mod:`vfl.secure.packing`) are 0 in every honest run.
     """
     return 1 << layout.value_bits
 
