@@ -41,7 +41,7 @@ from vfl.secure.executors import encrypt_rows_task
 from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter, best_table_window, mpz, multiexp_cost, powmod
 from vfl.secure.keys import ciphertext_byte_length, ciphertexts_from_bytes, ciphertexts_to_bytes, validate_ciphertext
 from vfl.secure.packing import DEFAULT_GUARD_BITS
-from vfl.secure.products import RERANDOMISATION, combine_packed_shares
+from vfl.secure.products import RERANDOMISATION, EncryptedChunk, ProductStreamHeader, combine_packed_shares
 
 P = DEFAULT_PRECISION_BITS
 
@@ -223,13 +223,17 @@ def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, 
 
 
 def vfl_cpu_run(A: np.ndarray, B: np.ndarray, keypair: tuple, guard_bits: int = DEFAULT_GUARD_BITS) -> dict:
-    """One product through the wire format, one worker: CPU seconds and exactness against numpy's integers."""
+    """One streamed product as two parties run it (stream header, chunks through their wire form and the
+    responder's validation, response, decryption), one worker each: CPU seconds and exactness against numpy."""
     pk, sk = keypair
     t0 = cpu_seconds()
     holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=1, guard_bits=guard_bits)
     responder = ProductResponder(B, precision_bits=P, workers=1)
-    header, frames = holder.request().to_wire()
-    response, share_b = responder.respond(EncryptedBlock.from_wire(header, frames, pk))
+    stream = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
+    fold = responder.open(stream)
+    for chunk in holder.encrypted_chunks():
+        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), stream))
+    response, share_b = fold.finish()
     header, frames = response.to_wire()
     share_a = holder.decrypt(MaskedResponse.from_wire(header, frames, pk))
     cpu = cpu_seconds() - t0
@@ -286,6 +290,37 @@ def print_floor_report(rep: dict) -> None:
               f"{g['groups']} ciphertexts per row, vfl {g['vfl_us_per_row']:.1f} µs/row, exact {g['exact']}")
 
 
+FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n²", "mulmod_p2": "multiplication mod p²",
+                     "serialise": "serialise one ciphertext", "validate_batched": "parse + validate one ciphertext",
+                     "rerandomise": "responder re-randomiser r^n mod n²", "decrypt": "CRT decryption"}
+
+
+def markdown_floor(rep: dict) -> str:
+    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/test_docs_numbers.py)."""
+    u = rep["units_us"]
+    lines = ["| unit operation | CPU µs |", "|---|---:|"]
+    lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items()]
+    lines += ["", "| shape | ciphertexts per row | vfl µs/row | floor µs/row | vfl / floor | floor: encrypt / I/O / "
+              "multi-exp. / response, µs/row | exact |", "|---|---:|---:|---:|---:|---|---|"]
+    for r in rep["shapes"]:
+        f = r["floor_parts_us_per_row"]
+        lines.append(f"| {r['shape']} | {r['groups']} | {r['vfl_us_per_row']:.1f} | {r['floor_us_per_row']:.1f} | "
+                     f"{r['ratio']:.2f} | {f['encrypt']:.1f} / {f['io']:.1f} / {f['multiexp']:.1f} / "
+                     f"{f['respond_tail']:.1f} | {'yes' if r['exact'] else 'NO'} |")
+    g40, g8 = rep["guard"]
+    lines += ["", "| technique (same invocation) | before | after | before / after |", "|---|---:|---:|---:|",
+              f"| ciphertext validation, µs per ciphertext (gcd each -> batched) | "
+              f"{u['validate_per_ciphertext_gcd']:.2f} | {u['validate_batched']:.2f} | "
+              f"{u['validate_per_ciphertext_gcd'] / u['validate_batched']:.2f} |",
+              f"| short-exponent encryption, µs per ciphertext (mod n² -> CRT) | {u['encrypt_short_exponent_n2']:.2f} "
+              f"| {u['encrypt_short_exponent_crt']:.2f} | "
+              f"{u['encrypt_short_exponent_n2'] / u['encrypt_short_exponent_crt']:.2f} |",
+              f"| {g8['shape']}, vfl µs/row (guard {g40['guard_bits']} -> {g8['guard_bits']} bits: "
+              f"{g40['slots']} -> {g8['slots']} slots) | {g40['vfl_us_per_row']:.1f} | {g8['vfl_us_per_row']:.1f} | "
+              f"{g40['vfl_us_per_row'] / g8['vfl_us_per_row']:.2f} |"]
+    return "\n".join(lines)
+
+
 def floor_main(args: argparse.Namespace) -> int:
     keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
     shapes = [("forest 517 x 13 x 14", 517, 13, 14), ("10^4 x 10 x 10", 10_000, 10, 10)]
@@ -300,6 +335,7 @@ def floor_main(args: argparse.Namespace) -> int:
     print(f"# {rep['date']}, {args.key_bits}-bit keys, p = {P}, cores {rep['cores']}, load {load:.2f}; "
           f"CPU = getrusage(self + children), median of {args.repeats}")
     print_floor_report(rep)
+    print(markdown_floor(rep))
     if args.out:
         Path(args.out).write_text(json.dumps(rep, indent=1) + "\n", encoding="utf-8")
     return 0 if all(r["exact"] for r in rep["shapes"] + rep["guard"]) else 1
@@ -315,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large", action="store_true", help="with --floor: add 10^5 x 10 x 10")
     ap.add_argument("--repeats", type=int, default=3, help="with --floor: runs per shape (median)")
     ap.add_argument("--out", help="with --floor: write the report as JSON here")
+    ap.add_argument("--markdown", help="print the docs tables of a --floor JSON file and exit")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown_floor(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
+        return 0
     if args.floor:
         return floor_main(args)
 
