@@ -131,3 +131,21 @@ def test_crt_short_exponent_encryption_gives_the_same_ciphertexts_as_the_public_
     cts = [int.from_bytes(crt[i:i + 256], "big") for i in range(0, len(crt), 256)]
     want = [pack(list(r[lo:hi]), 30) for r in rows.tolist() for lo, hi in [(0, 2), (2, 3)]]
     assert [sk.raw_decrypt(c) for c in cts] == want
+
+
+def test_bucket_accumulator_over_several_chunks_equals_the_product_of_powers():
+    """Buckets kept across chunks (issue 25): bases added in three chunks, exponents of 0..26 bits, give
+    prod b^e mod N; an untouched product is 1; the window respects the memory cap and prefers fewer multiplications."""
+    rnd = random.Random(25)
+    m = gmpy2.mpz(rnd.getrandbits(512) | 1)
+    acc = fastmath.BucketAccumulator(2, 26, 13, m)
+    bases = [gmpy2.mpz(rnd.getrandbits(500)) for _ in range(300)]
+    exps = [rnd.getrandbits(rnd.choice([0, 1, 5, 26])) for _ in range(300)]
+    for lo, hi in [(0, 100), (100, 101), (101, 300)]:
+        acc.add(0, bases[lo:hi], exps[lo:hi])
+    want = gmpy2.mpz(1)
+    for b, e in zip(bases, exps, strict=True):
+        want = want * gmpy2.powmod(b, e, m) % m
+    assert acc.result(0) == want and acc.result(1) == 1
+    assert fastmath.persistent_bucket_window(10**5, 26, 10, 512) == 13
+    assert fastmath.persistent_bucket_window(10**5, 26, 10, 512, cap_bytes=1 << 20) < 13

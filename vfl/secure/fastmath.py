@@ -485,3 +485,76 @@ def multiexp_columns(bases_by_group: list[list[Any]], tasks: list[tuple[int, lis
     payload = {"bases": bases_by_group, "modulus": modulus}
     return run_pool(_multiexp_task, tasks, workers, payload, progress)
 
+
+
+# ----------------------------------------------------------------------------- buckets kept across chunks
+PERSISTENT_BUCKET_BYTES = 96 * 1024 * 1024
+"""Memory cap on the buckets a streamed fold keeps across chunks (all products, all windows)."""
+
+
+def persistent_bucket_window(n_rows: int, exponent_bits: int, n_products: int, element_bytes: int,
+                             cap_bytes: int = PERSISTENT_BUCKET_BYTES) -> int:
+    """Window ``c`` minimising ``ceil(b / c) (n + 2^(c+1))`` over all ``n`` rows of a stream (one bucket pass per
+    window and row, one combination per window at the end), subject to ``n_products ceil(b / c) 2^c`` buckets of
+    ``element_bytes`` fitting ``cap_bytes``."""
+    fits = [c for c in range(1, 17)
+            if n_products * math.ceil(exponent_bits / c) * (1 << c) * element_bytes <= cap_bytes] or [1]
+    return min(fits, key=lambda c: math.ceil(exponent_bits / c) * (n_rows + (2 << c)))
+
+
+class BucketAccumulator:
+    """Pippenger buckets of several multi-exponentiations ``prod_i c_i^{e_i} mod N``, kept across chunks (issue 25).
+
+    Each base joins, per ``c``-bit window of its exponent, the bucket of its digit (one multiplication); the
+    buckets are combined once, in :meth:`result`, with the running product of :func:`multiexp` and ``c`` squarings
+    per window. Over a stream of ``n`` rows this costs ``ceil(b / c) (n + 2^(c+1))`` multiplications per product,
+    where per-chunk multi-exponentiations pay the ``2^(c+1)`` combination per chunk and so need a smaller ``c``.
+    """
+
+    def __init__(self, n_products: int, exponent_bits: int, window: int, modulus: Any) -> None:
+        self.window = window
+        self.n_windows = max(1, math.ceil(exponent_bits / window))
+        self.modulus = mpz(modulus)
+        self.buckets: list[list[list[Any]]] = [[[None] * (1 << window) for _ in range(self.n_windows)]
+                                               for _ in range(n_products)]
+        self.mults = 0
+
+    def add(self, product: int, bases: Sequence[Any], exponents: Sequence[int]) -> None:
+        """Put ``bases[i]`` into the buckets of product ``product`` by the digits of ``exponents[i] >= 0``."""
+        c, mask, mod = self.window, (1 << self.window) - 1, self.modulus
+        windows, mults = self.buckets[product], 0
+        for b, e in zip(bases, exponents, strict=True):
+            w = 0
+            while e:
+                d = e & mask
+                if d:
+                    row = windows[w]
+                    cur = row[d]
+                    if cur is None:
+                        row[d] = b
+                    else:
+                        row[d] = cur * b % mod
+                        mults += 1
+                e >>= c
+                w += 1
+        self.mults += mults
+
+    def result(self, product: int) -> Any:
+        """``prod_i bases_i^{e_i} mod N`` over everything added to ``product`` (its buckets are then released)."""
+        mod, result = self.modulus, None
+        windows = self.buckets[product]
+        for w in range(self.n_windows - 1, -1, -1):
+            if result is not None:
+                for _ in range(self.window):
+                    result = result * result % mod
+                self.mults += self.window
+            running = acc = None
+            for bk in reversed(windows[w][1:]):
+                if bk is not None:
+                    running = bk if running is None else running * bk % mod
+                if running is not None:
+                    acc = running if acc is None else acc * running % mod
+            if acc is not None:
+                result = acc if result is None else result * acc % mod
+        self.buckets[product] = []
+        return mpz(1) if result is None else result

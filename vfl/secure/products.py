@@ -54,13 +54,22 @@ from vfl.progress import Progress, progress
 from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
-from vfl.secure.executors import bounded_map, encrypt_rows_task, executor_workers, multiexp_rows_task, open_executor
+from vfl.secure.executors import (
+    InlineExecutor,
+    bounded_map,
+    encrypt_rows_task,
+    executor_workers,
+    multiexp_rows_task,
+    open_executor,
+)
 from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
+    BucketAccumulator,
     RandomnessPool,
     cached_encrypter,
     mpz,
     multiexp_cost,
+    persistent_bucket_window,
     resolve_workers,
     warn_if_slow_backend,
 )
@@ -664,7 +673,22 @@ class ResponderFold:
         self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self._pending: deque[tuple[Future, int]] = deque()
         self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
+        self._buckets = self._persistent_buckets(d_b)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
+
+    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
+        """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
+        chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
+        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Executor
+        tasks (process pools, Dask) stay pure functions of one chunk."""
+        if not isinstance(self._executor, InlineExecutor):
+            return None
+        stream, products = self.stream, d_b * self._G
+        bits = stream.layout.exponent_bits
+        c = persistent_bucket_window(stream.layout.n_rows, bits, products, self._width)
+        kept = math.ceil(bits / c) * (stream.layout.n_rows + (2 << c))
+        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
+        return BucketAccumulator(products, bits, c, self._n2) if kept < per_chunk else None
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -680,12 +704,26 @@ class ResponderFold:
             lay = self.stream.layout
             block, sums = encode_offset_chunk(block, lay.precision_bits, lay.value_bound)
             self._col_sums = self._col_sums + sums
+        if self._buckets is not None:
+            self._bucket_chunk(chunk.frame, block)
+            self._bar.update(1)
+            return
         for lo, hi in self._col_parts:
             future = self._executor.submit(multiexp_rows_task, self._n2, chunk.frame, self._width, self._G,
                                            np.ascontiguousarray(block[:, lo:hi]))
             self._pending.append((future, lo))
         while len(self._pending) > 2 * self._parallel + 1:
             self._fold_one()
+
+    def _bucket_chunk(self, frame: bytes, block: np.ndarray) -> None:
+        G, width, acc = self._G, self._width, self._buckets
+        assert acc is not None
+        rows = len(frame) // (width * G)
+        bases = [[mpz(int.from_bytes(frame[(i * G + g) * width:(i * G + g + 1) * width], "big"))
+                  for i in range(rows)] for g in range(G)]
+        for k, exps in enumerate(np.asarray(block).T.tolist()):
+            for g in range(G):
+                acc.add(k * G + g, bases[g], exps)
 
     def _fold_one(self) -> None:
         future, lo = self._pending.popleft()
@@ -718,6 +756,9 @@ class ResponderFold:
                 raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
             while self._pending:
                 self._fold_one()
+            if self._buckets is not None:
+                self._acc = [self._buckets.result(t) for t in range(len(self._acc))]
+                self._mults += self._buckets.mults
         finally:
             self.close()
         stream, lay = self.stream, self.stream.layout
