@@ -4,6 +4,13 @@ Usage::
 
     python benchmarks/secure_products.py            # naive run once on the forest shape (~2 min), all modes
     python benchmarks/secure_products.py --quick    # naive timed on a row subsample and extrapolated
+    python benchmarks/secure_products.py --floor --out docs/data/secure_products_floor.json   # issue 25 (+ --large)
+
+``--floor`` (issue 25): CPU µs per row (getrusage, self + children, median of ``--repeats``) of vfl's default
+product on one worker, against the Paillier floor computed from unit costs measured in the same run (mulmod n^2 and
+p^2, serialisation, validation, re-randomisation, decryption; ``floor_us``), at the forest shape and 10^4 x 10 x 10
+(``--large``: also 10^5 x 10 x 10), every run checked exact against numpy's integer product; plus, side by side,
+per-ciphertext gcd validation against the batched one and the former 40-bit slot slack against the 8-bit guard.
 
 Shapes: forest fires (n=517, 13 x 14) and n=10,000 (10 x 10), 2048-bit keys. For each run it prints
 the wall time, the speed-up over naive, and the ratio to the *big-number floor*: the counted
@@ -16,18 +23,27 @@ The naive n=10,000 time is always extrapolated (it is linear in n: per-entry wor
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import resource
+import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from phe import paillier
 
 from vfl.secure import EncryptedBlock, MaskedResponse, ProductEncryptor, ProductResponder, generate_keypair
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, inner_product_error_bound, to_fixed_point_ints
-from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter, best_table_window, mpz, powmod
-from vfl.secure.products import RERANDOMISATION, combine_packed_shares
+from vfl.secure.executors import encrypt_rows_task
+from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter, best_table_window, mpz, multiexp_cost, powmod
+from vfl.secure.keys import ciphertext_byte_length, ciphertexts_from_bytes, ciphertexts_to_bytes, validate_ciphertext
+from vfl.secure.packing import DEFAULT_GUARD_BITS
+from vfl.secure.products import RERANDOMISATION, EncryptedChunk, ProductStreamHeader, combine_packed_shares
 
 P = DEFAULT_PRECISION_BITS
 
@@ -136,12 +152,240 @@ def floor_seconds(run: dict[str, float], costs: dict[str, float], enc_seconds: f
             + run["decryptions"] * costs["dec"])
 
 
+# ----------------------------------------------------------------------------- CPU against the floor (issue 25)
+def cpu_seconds() -> float:
+    """User + system CPU of this process and its finished children (``resource.getrusage``)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _cpu_per_call(fn, calls: int, batches: int = 5) -> float:
+    """CPU seconds per call: minimum over ``batches`` batches."""
+    best = float("inf")
+    for _ in range(batches):
+        t0 = cpu_seconds()
+        for i in range(calls):
+            fn(i)
+        best = min(best, (cpu_seconds() - t0) / calls)
+    return best
+
+
+def _validate_per_ciphertext(pk: paillier.PaillierPublicKey, frame: bytes, count: int) -> list[int]:
+    """The validation before issue 25: parse, range check and one gcd per ciphertext."""
+    width = ciphertext_byte_length(pk)
+    return [validate_ciphertext(pk, int.from_bytes(frame[i * width:(i + 1) * width], "big")) for i in range(count)]
+
+
+def unit_costs(pk: paillier.PaillierPublicKey, sk: paillier.PaillierPrivateKey) -> dict[str, float]:
+    """CPU µs per unit operation, measured in tight loops on full-size operands in this run."""
+    rng = np.random.default_rng(0)
+    n2, p2 = mpz(pk.nsquare), mpz(sk.p) ** 2
+    xs = [mpz(int(pk.encrypt(int(rng.integers(1, 2**62))).ciphertext())) for _ in range(64)]
+    ys = [x % p2 for x in xs]
+    frame_cts = [int(xs[i & 63]) for i in range(2048)]
+    frame = ciphertexts_to_bytes(pk, frame_cts)
+    resp = Encrypter(pk.n, randomness=RERANDOMISATION)
+    us = {
+        "mulmod_n2": _cpu_per_call(lambda i: xs[i & 63] * xs[(i + 1) & 63] % n2, 20000),
+        "mulmod_p2": _cpu_per_call(lambda i: ys[i & 63] * ys[(i + 1) & 63] % p2, 20000),
+        "serialise": _cpu_per_call(lambda i: ciphertexts_to_bytes(pk, frame_cts), 3) / len(frame_cts),
+        "validate_per_ciphertext_gcd": _cpu_per_call(lambda i: _validate_per_ciphertext(pk, frame, 2048), 3) / 2048,
+        "validate_batched": _cpu_per_call(lambda i: ciphertexts_from_bytes(pk, frame, 2048), 3) / 2048,
+        "rerandomise": _cpu_per_call(lambda i: resp.rerandomise(xs[i & 63]), 5),
+        "decrypt": _cpu_per_call(lambda i: sk.raw_decrypt(int(xs[i & 63])), 10),
+    }
+    holder = Encrypter(pk.n, p=sk.p, q=sk.q, randomness="short-exponent")
+    rows = rng.integers(0, 2**40, (2048, 1))
+    draws = [holder.draw() for _ in range(2048)]
+    width = ciphertext_byte_length(pk)
+    for name, factors in (("encrypt_short_exponent_n2", False), ("encrypt_short_exponent_crt", True)):
+        state = holder.task_state(with_factors=factors)   # before issue 25 the key holder's tasks had no factors
+        encrypt_rows_task(state, rows, [(0, 1)], 60, draws, False, width)   # builds the task's table (cached)
+        us[name] = _cpu_per_call(lambda i, st=state: encrypt_rows_task(st, rows, [(0, 1)], 60, draws, False, width),
+                                 1, 3) / 2048
+    return {k: v * 1e6 for k, v in us.items()}
+
+
+def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, float]) -> dict[str, float]:
+    """The Paillier floor of one product (µs) from unit costs: what the protocol needs with every known technique.
+
+    Key holder: per ciphertext a CRT short-exponent ``rho`` (two fixed-base tables modulo p^2 and q^2 with the window
+    ``best_table_window`` picks for ``n G`` encryptions) and two mulmods modulo n^2 (CRT recombination, ``(1 + mn)
+    rho``); serialisation and batched validation. Responder: Pippenger buckets kept over all ``n`` rows
+    (``multiexp_cost(n, b)`` mulmods per column and group), a re-randomiser and a ``g^M`` mulmod per response
+    ciphertext. Key holder: one CRT decryption per response ciphertext.
+    """
+    cts, resp = n * groups, d_resp * groups
+    window = best_table_window(cts, SHORT_EXPONENT_BITS) or 8
+    enc = cts * (2 * math.ceil(SHORT_EXPONENT_BITS / window) * u["mulmod_p2"] + 2 * u["mulmod_n2"])
+    io = cts * (u["serialise"] + u["validate_batched"]) + resp * 2 * u["serialise"]
+    mexp = resp * multiexp_cost(n, exponent_bits) * u["mulmod_n2"]
+    tail = resp * (u["rerandomise"] + u["mulmod_n2"] + u["decrypt"])
+    return {"encrypt": enc, "io": io, "multiexp": mexp, "respond_tail": tail, "total": enc + io + mexp + tail}
+
+
+def vfl_cpu_run(A: np.ndarray, B: np.ndarray, keypair: tuple, guard_bits: int = DEFAULT_GUARD_BITS,
+                responder_executor: Any = None) -> dict:
+    """One streamed product as two parties run it (stream header, chunks through their wire form and the
+    responder's validation, response, decryption), one worker each: CPU seconds and exactness against numpy."""
+    pk, sk = keypair
+    t0 = cpu_seconds()
+    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=1, guard_bits=guard_bits)
+    responder = ProductResponder(B, precision_bits=P, workers=1, executor=responder_executor)
+    stream = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
+    fold = responder.open(stream)
+    for chunk in holder.encrypted_chunks():
+        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), stream))
+    response, share_b = fold.finish()
+    header, frames = response.to_wire()
+    share_a = holder.decrypt(MaskedResponse.from_wire(header, frames, pk))
+    cpu = cpu_seconds() - t0
+    total = combine_packed_shares(share_a, share_b, layout=holder.layout, n_cols=holder.n_cols, modulus=int(pk.n))
+    exact = total.tolist() == to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0)).tolist()
+    return {"cpu_s": cpu, "exact": bool(exact), "groups": holder.n_groups, "layout": holder.layout,
+            "mults": responder.stats["multiexp_mults"]}
+
+
+def floor_report(keypair: tuple, shapes: list[tuple[str, int, int, int]], repeats: int) -> dict:
+    """Unit costs, then per shape vfl's median CPU µs per row against the floor; the technique comparisons."""
+    pk, sk = keypair
+    rng = np.random.default_rng(2025)
+    vfl_cpu_run(*(rng.uniform(-1, 1, (517, k)) for k in (13, 14)), keypair)   # per-key setup, cached per process
+    u = unit_costs(pk, sk)
+    out: dict = {"units_us": {k: round(v, 3) for k, v in u.items()}, "shapes": [], "guard": []}
+    for name, n, d_a, d_b in shapes:
+        A, B = rng.uniform(-1, 1, (n, d_a)), rng.uniform(-1, 1, (n, d_b))
+        runs = [vfl_cpu_run(A, B, keypair) for _ in range(repeats)]
+        lay = runs[0]["layout"]
+        fl = floor_us(n, runs[0]["groups"], d_b, lay.exponent_bits, u)
+        cpu = statistics.median(r["cpu_s"] for r in runs)
+        out["shapes"].append({"shape": name, "n": n, "d_enc": d_a, "d_resp": d_b, "groups": runs[0]["groups"],
+                              "cpu_s": [round(r["cpu_s"], 3) for r in runs],
+                              "vfl_us_per_row": round(cpu * 1e6 / n, 1),
+                              "floor_us_per_row": round(fl["total"] / n, 1),
+                              "floor_parts_us_per_row": {k: round(v / n, 1) for k, v in fl.items()},
+                              "ratio": round(cpu * 1e6 / fl["total"], 2),
+                              "exact": all(r["exact"] for r in runs)})
+    A, B = rng.uniform(-1, 1, (517, 20)), rng.uniform(-1, 1, (517, 10))
+    for guard in (40, DEFAULT_GUARD_BITS):   # the former kappa = 40 slack against the guard band, same invocation
+        runs = [vfl_cpu_run(A, B, keypair, guard_bits=guard) for _ in range(repeats)]
+        lay = runs[0]["layout"]
+        out["guard"].append({"guard_bits": guard, "slot_bits": lay.slot_bits, "slots": lay.slots_per_ciphertext,
+                             "shape": "517 x 20 by 517 x 10", "groups": runs[0]["groups"],
+                             "vfl_us_per_row": round(statistics.median(r["cpu_s"] for r in runs) * 1e6 / 517, 1),
+                             "exact": all(r["exact"] for r in runs)})
+    out["buckets"] = bucket_comparison(keypair, repeats)
+    return out
+
+
+def bucket_comparison(keypair: tuple, repeats: int) -> dict:
+    """10^4 x 10 x 10 with the responder's multi-exponentiations per chunk (a one-thread executor: the path of
+    process pools and Dask) against buckets kept across chunks (one local worker), same invocation."""
+    rng = np.random.default_rng(26)
+    A, B = rng.uniform(-1, 1, (10_000, 10)), rng.uniform(-1, 1, (10_000, 10))
+    out: dict = {"shape": "10^4 x 10 x 10"}
+    with ThreadPoolExecutor(1) as pool:
+        for name, ex in (("per_chunk", pool), ("kept", None)):
+            runs = [vfl_cpu_run(A, B, keypair, responder_executor=ex) for _ in range(repeats)]
+            out[f"{name}_us_per_row"] = round(statistics.median(r["cpu_s"] for r in runs) * 1e6 / 10_000, 1)
+            out[f"{name}_mults"] = runs[0]["mults"]
+            out["exact"] = out.get("exact", True) and all(r["exact"] for r in runs)
+    return out
+
+
+def print_floor_report(rep: dict) -> None:
+    u = rep["units_us"]
+    print("# unit costs, CPU µs: " + ", ".join(f"{k} {v:.2f}" for k, v in u.items()))
+    print(f"# validation per ciphertext: one gcd each {u['validate_per_ciphertext_gcd']:.2f} µs -> batched "
+          f"{u['validate_batched']:.2f} µs ({u['validate_per_ciphertext_gcd'] / u['validate_batched']:.1f}x)")
+    print(f"# key holder's short-exponent encryption per ciphertext (table, 2048 rows): modulo n^2 "
+          f"{u['encrypt_short_exponent_n2']:.2f} µs -> CRT {u['encrypt_short_exponent_crt']:.2f} µs "
+          f"({u['encrypt_short_exponent_n2'] / u['encrypt_short_exponent_crt']:.2f}x)")
+    print(f"{'shape':>24} {'groups':>6} {'vfl µs/row':>11} {'floor µs/row':>13} {'ratio':>6}  exact  cpu s (runs)")
+    for r in rep["shapes"]:
+        print(f"{r['shape']:>24} {r['groups']:6d} {r['vfl_us_per_row']:11.1f} {r['floor_us_per_row']:13.1f} "
+              f"{r['ratio']:6.2f}  {str(r['exact']):5}  {r['cpu_s']}   floor parts {r['floor_parts_us_per_row']}")
+    b = rep["buckets"]
+    print(f"# {b['shape']}: responder multi-exponentiation per chunk {b['per_chunk_us_per_row']:.1f} µs/row "
+          f"({b['per_chunk_mults']} mulmods) -> buckets kept across chunks {b['kept_us_per_row']:.1f} µs/row "
+          f"({b['kept_mults']} mulmods), exact {b['exact']}")
+    for g in rep["guard"]:
+        print(f"# guard {g['guard_bits']:2d} bits: w = {g['slot_bits']}, {g['slots']} slots, {g['shape']}: "
+              f"{g['groups']} ciphertexts per row, vfl {g['vfl_us_per_row']:.1f} µs/row, exact {g['exact']}")
+
+
+FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n²", "mulmod_p2": "multiplication mod p²",
+                     "serialise": "serialise one ciphertext", "validate_batched": "parse + validate one ciphertext",
+                     "rerandomise": "responder re-randomiser r^n mod n²", "decrypt": "CRT decryption"}
+
+
+def markdown_floor(rep: dict) -> str:
+    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/test_docs_numbers.py)."""
+    u = rep["units_us"]
+    lines = ["| unit operation | CPU µs |", "|---|---:|"]
+    lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items()]
+    lines += ["", "| shape | ciphertexts per row | vfl µs/row | floor µs/row | vfl / floor | floor: encrypt / I/O / "
+              "multi-exp. / response, µs/row | exact |", "|---|---:|---:|---:|---:|---|---|"]
+    for r in rep["shapes"]:
+        f = r["floor_parts_us_per_row"]
+        lines.append(f"| {r['shape']} | {r['groups']} | {r['vfl_us_per_row']:.1f} | {r['floor_us_per_row']:.1f} | "
+                     f"{r['ratio']:.2f} | {f['encrypt']:.1f} / {f['io']:.1f} / {f['multiexp']:.1f} / "
+                     f"{f['respond_tail']:.1f} | {'yes' if r['exact'] else 'NO'} |")
+    g40, g8 = rep["guard"]
+    lines += ["", "| technique (same invocation) | before | after | before / after |", "|---|---:|---:|---:|",
+              f"| ciphertext validation, µs per ciphertext (gcd each -> batched) | "
+              f"{u['validate_per_ciphertext_gcd']:.2f} | {u['validate_batched']:.2f} | "
+              f"{u['validate_per_ciphertext_gcd'] / u['validate_batched']:.2f} |",
+              f"| short-exponent encryption, µs per ciphertext (mod n² -> CRT) | {u['encrypt_short_exponent_n2']:.2f} "
+              f"| {u['encrypt_short_exponent_crt']:.2f} | "
+              f"{u['encrypt_short_exponent_n2'] / u['encrypt_short_exponent_crt']:.2f} |",
+              f"| {g8['shape']}, vfl µs/row (guard {g40['guard_bits']} -> {g8['guard_bits']} bits: "
+              f"{g40['slots']} -> {g8['slots']} slots) | {g40['vfl_us_per_row']:.1f} | {g8['vfl_us_per_row']:.1f} | "
+              f"{g40['vfl_us_per_row'] / g8['vfl_us_per_row']:.2f} |"]
+    b = rep["buckets"]
+    lines.append(f"| {b['shape']}, vfl µs/row (multi-exp. per chunk -> buckets kept across chunks) | "
+                 f"{b['per_chunk_us_per_row']:.1f} | {b['kept_us_per_row']:.1f} | "
+                 f"{b['per_chunk_us_per_row'] / b['kept_us_per_row']:.2f} |")
+    return "\n".join(lines)
+
+
+def floor_main(args: argparse.Namespace) -> int:
+    keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
+    shapes = [("forest 517 x 13 x 14", 517, 13, 14), ("10^4 x 10 x 10", 10_000, 10, 10)]
+    if args.large:
+        shapes.append(("10^5 x 10 x 10", 100_000, 10, 10))
+    load = os.getloadavg()[0]
+    rep = floor_report(keypair, shapes, args.repeats)
+    rep.update(date=time.strftime("%Y-%m-%d"), load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2),
+               cores=os.cpu_count(), key_bits=args.key_bits, precision_bits=P, repeats=args.repeats,
+               command="python benchmarks/secure_products.py --floor" + (" --large" if args.large else "")
+               + f" --repeats {args.repeats}" + (f" --out {args.out}" if args.out else ""))
+    print(f"# {rep['date']}, {args.key_bits}-bit keys, p = {P}, cores {rep['cores']}, load {load:.2f}; "
+          f"CPU = getrusage(self + children), median of {args.repeats}")
+    print_floor_report(rep)
+    print(markdown_floor(rep))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rep, indent=1) + "\n", encoding="utf-8")
+    return 0 if all(r["exact"] for r in rep["shapes"] + rep["guard"] + [rep["buckets"]]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="time naive on a row subsample and extrapolate")
     ap.add_argument("--naive-rows", type=int, default=40, help="rows of the naive subsample in --quick mode")
     ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--floor", action="store_true",
+                    help="CPU µs per row against the Paillier floor from unit costs measured in this run (issue 25)")
+    ap.add_argument("--large", action="store_true", help="with --floor: add 10^5 x 10 x 10")
+    ap.add_argument("--repeats", type=int, default=3, help="with --floor: runs per shape (median)")
+    ap.add_argument("--out", help="with --floor: write the report as JSON here")
+    ap.add_argument("--markdown", help="print the docs tables of a --floor JSON file and exit")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown_floor(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
+        return 0
+    if args.floor:
+        return floor_main(args)
 
     keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
     pk, sk = keypair

@@ -110,3 +110,61 @@ def test_a_prose_number_must_be_a_table_number() -> None:
 def test_rounding_check_reads_fixed_and_exponent_cells() -> None:
     assert _same("1.23", 1.2349) and not _same("1.23", 1.236)
     assert _same("4.5e-06", 4.46e-6) and not _same("4.5e-06", 4.6e-6)
+
+
+# ----------------------------------------------------------------------------- issue 25: CPU against the floor
+FLOOR_JSON = ROOT / "docs" / "data" / "secure_products_floor.json"
+FLOOR_SECTION = "### CPU against the Paillier floor (issue 25)"
+
+
+def check_floor_section(section: str, doc: dict) -> list[str]:
+    """Every difference between docs/secure_products.md's floor section and the JSON of
+    ``python benchmarks/secure_products.py --floor --large --out docs/data/secure_products_floor.json``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_secure_products", ROOT / "benchmarks" / "secure_products.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    problems, rows, u = [], _table_rows(section), doc["units_us"]
+    want: dict[str, list[float | str]] = {label: [u[key]] for key, label in bench.FLOOR_UNIT_LABELS.items()}
+    want["(1-minute load at the start / end of the run)"] = [doc["load_before"], doc["load_after"]]
+    for r in doc["shapes"]:
+        f = r["floor_parts_us_per_row"]
+        want[r["shape"]] = [r["groups"], r["vfl_us_per_row"], r["floor_us_per_row"], r["ratio"], f["encrypt"],
+                            f["io"], f["multiexp"], f["respond_tail"], "yes" if r["exact"] else "NO"]
+    for line in bench.markdown_floor(doc).splitlines()[-4:]:   # the technique rows: label, before, after, ratio
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        want[cells[0]] = [float(c) for c in cells[1:]]
+    for label, values in want.items():
+        if label not in rows:
+            problems.append(f"no table row {label!r}")
+            continue
+        cells = [x.strip() for c in rows[label] for x in c.split(" / ")]
+        problems += [f"{label}: cell {i + 1} is {c}, the JSON has {v!r}"
+                     for i, (c, v) in enumerate(zip(cells, values, strict=True))
+                     if (c != v if isinstance(v, str) else not _same(c, float(v)))]
+    problems += [f"the prose quotes {x}, which no table of the section shows" for x in _prose_decimals(section)]
+    for text in (doc["date"], doc["command"]):
+        if text not in section:
+            problems.append(f"the section does not name {text!r}")
+    return problems
+
+
+@pytest.mark.skipif(not FLOOR_JSON.is_file(), reason="docs/data/secure_products_floor.json not committed yet")
+def test_the_floor_numbers_in_secure_products_md_are_the_committed_measurements() -> None:
+    doc = json.loads(FLOOR_JSON.read_text(encoding="utf-8"))
+    section = _section(ROOT / "docs" / "secure_products.md", FLOOR_SECTION)
+    assert check_floor_section(section, doc) == []
+    assert all(r["exact"] for r in doc["shapes"] + doc["guard"] + [doc["buckets"]])
+
+
+@pytest.mark.skipif(not FLOOR_JSON.is_file(), reason="docs/data/secure_products_floor.json not committed yet")
+def test_a_changed_floor_number_is_noticed() -> None:
+    doc = json.loads(FLOOR_JSON.read_text(encoding="utf-8"))
+    section = _section(ROOT / "docs" / "secure_products.md", FLOOR_SECTION)
+    first = doc["shapes"][0]
+    cell = f"| {first['vfl_us_per_row']:.1f} |"
+    assert cell in section
+    changed = section.replace(cell, f"| {first['vfl_us_per_row'] + 1:.1f} |", 1)
+    assert any(first["shape"] in p and "cell 2" in p for p in check_floor_section(changed, doc))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from vfl.exceptions import ConfigurationError, EncodingOverflowError
 from vfl.secure.encoding import offset
-from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits, pack, unpack
+from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits, pack, unpack
 
 
 def test_layout_widths_follow_the_documented_formulas():
@@ -16,7 +16,7 @@ def test_layout_widths_follow_the_documented_formulas():
     o = offset(16, 1.0)
     assert layout.offset == o and layout.max_accumulation == 1000 * (2 * o) ** 2
     v = (1000 * (2 * o) ** 2 + 2 * 2**64).bit_length()
-    assert layout.value_bits == v and layout.slot_bits == v + MIN_MASK_BITS + 1
+    assert layout.value_bits == v and layout.slot_bits == v + DEFAULT_GUARD_BITS + 1
     assert layout.slots_per_ciphertext == (2048 - 1) // layout.slot_bits
     s = layout.slots_per_ciphertext
     assert layout.n_groups(s) == 1 and layout.n_groups(s + 1) == 2
@@ -41,6 +41,16 @@ def test_overflowing_values_and_layouts_are_refused():
     with pytest.raises(EncodingOverflowError, match="beyond its slots"):
         unpack(1 << 16, 8, 2)
     with pytest.raises(EncodingOverflowError, match="more than a"):
-        SlotLayout(key_bits=128, n_rows=10**6, precision_bits=40, value_bound=1.0, noise_bits=100)
-    with pytest.raises(ConfigurationError, match="mask_bits"):
-        SlotLayout(key_bits=2048, n_rows=10, precision_bits=16, value_bound=1.0, noise_bits=64, mask_bits=20)
+        SlotLayout(key_bits=128, n_rows=10**6, precision_bits=40, value_bound=1.0, noise_bits=120)
+    with pytest.raises(ConfigurationError, match="guard_bits"):
+        SlotLayout(key_bits=2048, n_rows=10, precision_bits=16, value_bound=1.0, noise_bits=64,
+                   guard_bits=MIN_GUARD_BITS - 1)
+
+
+def test_the_guard_band_replaces_the_former_40_bit_mask_slack_and_packs_more_slots():
+    """Forest shape (n = 517, p = 24, noise_bits = 2p + 32): v = 82, so w = 91 and 22 slots per 2048-bit plaintext
+    (w = 123 and 16 slots with the former kappa = 40); a larger guard is still accepted."""
+    lay = SlotLayout(key_bits=2048, n_rows=517, precision_bits=24, value_bound=1.0, noise_bits=80)
+    assert (lay.value_bits, lay.guard_bits, lay.slot_bits, lay.slots_per_ciphertext) == (82, 8, 91, 22)
+    wide = SlotLayout(key_bits=2048, n_rows=517, precision_bits=24, value_bound=1.0, noise_bits=80, guard_bits=40)
+    assert (wide.slot_bits, wide.slots_per_ciphertext) == (123, 16)

@@ -59,18 +59,18 @@ def test_slot_layout_widths_follow_the_documented_formula():
     lay = SlotLayout(key_bits=2048, n_rows=517, precision_bits=24, value_bound=1.0, noise_bits=80)
     O = 2**24
     v = (517 * (2 * O) ** 2 + 2 * 2**80).bit_length()
-    assert lay.value_bits == v and lay.slot_bits == v + 41 and lay.mask_range_bits == v + 40
-    assert lay.slots_per_ciphertext == 2047 // (v + 41)
+    assert lay.value_bits == v and lay.slot_bits == v + 9 and lay.guard_bits == 8
+    assert lay.slots_per_ciphertext == 2047 // (v + 9)
     assert lay.exponent_bits == 26
     assert lay.n_groups(13) == 1 and lay.n_groups(lay.slots_per_ciphertext + 1) == 2
-    assert list(lay.group_columns(20, 1)) == list(range(lay.slots_per_ciphertext, 20))
+    assert list(lay.group_columns(30, 1)) == list(range(lay.slots_per_ciphertext, 30))
 
 
 def test_slot_layout_refuses_weak_masks_and_impossible_layouts():
-    with pytest.raises(ConfigurationError, match="mask_bits"):
-        SlotLayout(2048, 10, 24, 1.0, 80, mask_bits=39)
+    with pytest.raises(ConfigurationError, match="guard_bits"):
+        SlotLayout(2048, 10, 24, 1.0, 80, guard_bits=7)
     with pytest.raises(EncodingOverflowError, match="rows"):
-        SlotLayout(512, 10, 24, 1.0, noise_bits=500)  # one slot would not fit a 512-bit plaintext
+        SlotLayout(512, 10, 24, 1.0, noise_bits=505)  # one slot would not fit a 512-bit plaintext
     with pytest.raises(EncodingOverflowError):
         SlotLayout(2048, 0, 24, 1.0, 80)
 

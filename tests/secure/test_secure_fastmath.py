@@ -102,3 +102,50 @@ def test_missing_gmpy2_warns_slow_backend(monkeypatch):
         warnings.simplefilter("always")
         ProductResponder(np.zeros((2, 1)), precision_bits=8)
     assert any(issubclass(w.category, SlowBackendWarning) for w in caught)
+
+
+@pytest.mark.parametrize("count", [1, 3000])   # no table (plain powmods) and two CRT fixed-base tables
+def test_crt_short_exponent_encryption_gives_the_same_ciphertexts_as_the_public_key_path(insecure_test_keypair, count):
+    """The key holder's short-exponent ``rho = h_s^alpha`` computed by CRT modulo p^2 and q^2 (issue 25) equals the
+    value modulo n^2 that a task without the factors computes, for the same ``alpha``: the encrypted frames are
+    bit-identical and decrypt to the packed rows."""
+    from vfl.secure.executors import encrypt_rows_task
+    from vfl.secure.packing import pack
+
+    pk, sk = insecure_test_keypair
+    holder = Encrypter(pk.n, p=sk.p, q=sk.q, randomness="short-exponent")
+    with_f, without = holder.task_state(with_factors=True), holder.task_state()
+    assert with_f[1:3] == (sk.p, sk.q) and without[1:3] == (None, None) and with_f[4] == without[4]
+    rows = np.random.default_rng(count).integers(0, 2**20, (5, 3))
+    draws = [holder.draw() for _ in range(10)]
+    residues = []
+    for state in (with_f, without):   # prepare() for `count` encryptions: tables (or plain powmods) per encrypter
+        enc = Encrypter.from_state(state)
+        enc.prepare(count)
+        assert (enc._crt_tables is not None) == (count > 1 and state is with_f)
+        residues.append([int(enc.residue_from(d)) for d in draws])
+    assert residues[0] == residues[1]
+    crt = encrypt_rows_task(with_f, rows, [(0, 2), (2, 3)], 30, draws, False, 256)
+    plain = encrypt_rows_task(without, rows, [(0, 2), (2, 3)], 30, draws, False, 256)
+    assert crt == plain
+    cts = [int.from_bytes(crt[i:i + 256], "big") for i in range(0, len(crt), 256)]
+    want = [pack(list(r[lo:hi]), 30) for r in rows.tolist() for lo, hi in [(0, 2), (2, 3)]]
+    assert [sk.raw_decrypt(c) for c in cts] == want
+
+
+def test_bucket_accumulator_over_several_chunks_equals_the_product_of_powers():
+    """Buckets kept across chunks (issue 25): bases added in three chunks, exponents of 0..26 bits, give
+    prod b^e mod N; an untouched product is 1; the window respects the memory cap and prefers fewer multiplications."""
+    rnd = random.Random(25)
+    m = gmpy2.mpz(rnd.getrandbits(512) | 1)
+    acc = fastmath.BucketAccumulator(2, 26, 13, m)
+    bases = [gmpy2.mpz(rnd.getrandbits(500)) for _ in range(300)]
+    exps = [rnd.getrandbits(rnd.choice([0, 1, 5, 26])) for _ in range(300)]
+    for lo, hi in [(0, 100), (100, 101), (101, 300)]:
+        acc.add(0, bases[lo:hi], exps[lo:hi])
+    want = gmpy2.mpz(1)
+    for b, e in zip(bases, exps, strict=True):
+        want = want * gmpy2.powmod(b, e, m) % m
+    assert acc.result(0) == want and acc.result(1) == 1
+    assert fastmath.persistent_bucket_window(10**5, 26, 10, 512) == 13
+    assert fastmath.persistent_bucket_window(10**5, 26, 10, 512, cap_bytes=1 << 20) < 13

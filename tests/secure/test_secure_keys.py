@@ -76,6 +76,23 @@ def test_validate_ciphertext_range_and_gcd(insecure_test_keypair):
         validate_ciphertext(pk, "123")
 
 
+@pytest.mark.parametrize("where", [0, 17, 39])
+@pytest.mark.parametrize("factor", ["p", "q"])
+def test_a_frame_with_one_non_unit_ciphertext_is_refused_by_the_batched_check(insecure_test_keypair, where, factor):
+    """One gcd per frame (running product mod n): a single ciphertext sharing a factor with n, anywhere among 40
+    valid ones, still refuses the whole frame with the per-ciphertext message; the valid frame passes unchanged."""
+    pk, sk = insecure_test_keypair
+    cts = [pk.encrypt(i).ciphertext(be_secure=False) for i in range(40)]
+    assert ciphertexts_from_bytes(pk, ciphertexts_to_bytes(pk, cts), 40) == cts
+    bad = list(cts)
+    bad[where] = (sk.p if factor == "p" else sk.q) * (where + 3)
+    with pytest.raises(KeyValidationError, match="shares a factor with n"):
+        ciphertexts_from_bytes(pk, ciphertexts_to_bytes(pk, bad), 40)
+    bad[where] = 0
+    with pytest.raises(KeyValidationError, match="outside"):
+        ciphertexts_from_bytes(pk, ciphertexts_to_bytes(pk, bad), 40)
+
+
 def test_ciphertext_frames_roundtrip_and_refuse_wrong_length_or_other_key(insecure_test_keypair):
     pk, _ = insecure_test_keypair
     cts = [pk.encrypt(i).ciphertext() for i in range(3)]

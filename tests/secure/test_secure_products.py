@@ -166,7 +166,7 @@ def test_wire_messages_are_validated(insecure_test_keypair):
     holder = ProductEncryptor(sk, np.eye(4)[:, :2], response_cols=1, precision_bits=P, workers=1)
     header, frames = holder.request().to_wire()
     assert EncryptedBlock.from_wire(header, frames, pk).ciphertexts
-    for field, value in [("slot_bits", header["slot_bits"] - 1), ("mask_bits", 20), ("n_rows", 5),
+    for field, value in [("slot_bits", header["slot_bits"] - 1), ("guard_bits", 7), ("n_rows", 5),
                          ("kind", "x"), ("session", "zz"), ("value_bound", "1")]:
         with pytest.raises(ProtocolError):
             EncryptedBlock.from_wire({**header, field: value}, frames, pk)

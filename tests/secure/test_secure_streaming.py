@@ -54,7 +54,7 @@ def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None,
     response, share_b = fold.finish()
     share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
     total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
-    return share_a, share_b, frames, response, total
+    return share_a, share_b, frames, response, total, responder.stats
 
 
 def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(keypair):
@@ -65,7 +65,7 @@ def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(
     limit = 10 * ciphertext_byte_length(pk)  # 10 rows of one ciphertext per frame -> 11 chunks
     src_a = MappedRows(ArrayRows(A * 2.0), lambda c: c / 2.0, 3)  # re-read lazily, transformed per chunk
     noise = np.array([[5, -7], [0, 3], [-2**40, 11]])
-    _, _, frames, _, total = stream_product(keypair, src_a, ArrayRows(B), max_frame_bytes=limit, noise=noise)
+    _, _, frames, _, total, _ = stream_product(keypair, src_a, ArrayRows(B), max_frame_bytes=limit, noise=noise)
     assert len(frames) == 11 and max(len(f) for f in frames) <= limit
     assert total.tolist() == (exact(A, B) + noise).tolist()
 
@@ -75,7 +75,7 @@ def test_stream_with_several_column_groups_per_row_is_exact(keypair):
     A, B = rng.uniform(-1, 1, (40, 19)), rng.uniform(-1, 1, (40, 2))
     groups = ProductEncryptor(keypair[1], A, response_cols=1, precision_bits=P).n_groups
     assert groups >= 2
-    _, _, frames, _, total = stream_product(keypair, A, B, max_frame_bytes=7 * groups * 256)
+    _, _, frames, _, total, _ = stream_product(keypair, A, B, max_frame_bytes=7 * groups * 256)
     assert len(frames) == 6 and {len(f) for f in frames} == {7 * groups * 256, 5 * groups * 256}
     assert total.tolist() == exact(A, B).tolist()
 
@@ -171,3 +171,21 @@ def test_dask_cluster_gives_bit_identical_results_to_the_local_pool(keypair, fix
         assert other[3].ciphertexts == local[3].ciphertexts              # the masked response
         assert other[0].tolist() == local[0].tolist() and other[1].tolist() == local[1].tolist()
     assert local[4].tolist() == exact(A, B).tolist()
+
+
+def test_buckets_kept_across_chunks_give_the_per_chunk_products_with_fewer_multiplications(keypair):
+    """One local worker keeps Pippenger buckets across all chunks (issue 25, fastmath.BucketAccumulator): the
+    combined product is the exact one the per-chunk multi-exponentiations (any other executor) give, with fewer
+    modular multiplications counted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pk, _ = keypair
+    rng = np.random.default_rng(25)
+    A, B = rng.uniform(-1, 1, (300, 3)), rng.uniform(-1, 1, (300, 4))
+    limit = 30 * ciphertext_byte_length(pk)   # 10 chunks of 30 rows
+    noise = rng.integers(-2**30, 2**30, (3, 4))
+    kept = stream_product(keypair, A, B, max_frame_bytes=limit, noise=noise)
+    with ThreadPoolExecutor(1) as pool:
+        per_chunk = stream_product(keypair, A, B, max_frame_bytes=limit, noise=noise, executor=pool)
+    assert kept[4].tolist() == per_chunk[4].tolist() == (exact(A, B) + noise).tolist()
+    assert kept[5]["multiexp_mults"] < per_chunk[5]["multiexp_mults"]

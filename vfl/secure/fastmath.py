@@ -143,6 +143,7 @@ class Encrypter:
             h = (-(y * y)) % self.n
             self.h_s = self._nth_power(h)
         self._table: FixedBaseTable | None = None
+        self._crt_tables: tuple[FixedBaseTable, FixedBaseTable] | None = None
         self.pool: deque[Any] = deque()
 
     def state(self) -> tuple:
@@ -168,7 +169,13 @@ class Encrypter:
         if self.randomness != "short-exponent":
             return
         window = best_table_window(count, SHORT_EXPONENT_BITS)
-        if window is not None and (self._table is None or window > self._table.window):
+        if window is None:
+            return
+        if self.p is not None:   # the key holder: two tables modulo p^2 and q^2 (CRT; issue 25)
+            if self._crt_tables is None or window > self._crt_tables[0].window:
+                self._crt_tables = (FixedBaseTable(self.h_s % self.p2, self.p2, SHORT_EXPONENT_BITS, window),
+                                    FixedBaseTable(self.h_s % self.q2, self.q2, SHORT_EXPONENT_BITS, window))
+        elif self._table is None or window > self._table.window:
             self._table = FixedBaseTable(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)  # atomic swap
 
     def fresh_nth_residue(self) -> Any:
@@ -198,16 +205,23 @@ class Encrypter:
         """``rho`` from the random input of :meth:`draw` (deterministic)."""
         if self.randomness == "short-exponent":
             alpha = int(draw)
+            if self.p is not None:   # h_s^alpha mod n^2 by CRT: the same value from operands half the size
+                tables = self._crt_tables
+                if tables is not None:
+                    return self._crt(tables[0].pow(alpha), tables[1].pow(alpha))
+                return self._crt(powmod(self.h_s, alpha, self.p2), powmod(self.h_s, alpha, self.q2))
             return self._table.pow(alpha) if self._table is not None else powmod(self.h_s, alpha, self.n2)
         if self.p is not None:
             x, y = draw
             return self._crt(powmod(x, self.p, self.p2), powmod(y, self.q, self.q2))
         return powmod(draw, self.n, self.n2)
 
-    def task_state(self) -> tuple:
+    def task_state(self, with_factors: bool = False) -> tuple:
         """:meth:`state` without the factors when encryption does not need them (short-exponent): what
-        executor tasks receive, so a Dask worker never sees ``p, q`` unless CRT randomness needs them."""
-        if self.randomness == "short-exponent":
+        executor tasks receive, so a Dask worker never sees ``p, q`` unless CRT randomness needs them.
+        ``with_factors=True`` (the party's own process or its local pool) keeps them: short-exponent encryption
+        then computes ``h_s^alpha`` by CRT modulo ``p^2`` and ``q^2`` (identical ciphertexts, less CPU)."""
+        if self.randomness == "short-exponent" and not with_factors:
             return (int(self.n), None, None, self.randomness, int(self.h_s))
         return self.state()
 
@@ -471,3 +485,76 @@ def multiexp_columns(bases_by_group: list[list[Any]], tasks: list[tuple[int, lis
     payload = {"bases": bases_by_group, "modulus": modulus}
     return run_pool(_multiexp_task, tasks, workers, payload, progress)
 
+
+
+# ----------------------------------------------------------------------------- buckets kept across chunks
+PERSISTENT_BUCKET_BYTES = 96 * 1024 * 1024
+"""Memory cap on the buckets a streamed fold keeps across chunks (all products, all windows)."""
+
+
+def persistent_bucket_window(n_rows: int, exponent_bits: int, n_products: int, element_bytes: int,
+                             cap_bytes: int = PERSISTENT_BUCKET_BYTES) -> int:
+    """Window ``c`` minimising ``ceil(b / c) (n + 2^(c+1))`` over all ``n`` rows of a stream (one bucket pass per
+    window and row, one combination per window at the end), subject to ``n_products ceil(b / c) 2^c`` buckets of
+    ``element_bytes`` fitting ``cap_bytes``."""
+    fits = [c for c in range(1, 17)
+            if n_products * math.ceil(exponent_bits / c) * (1 << c) * element_bytes <= cap_bytes] or [1]
+    return min(fits, key=lambda c: math.ceil(exponent_bits / c) * (n_rows + (2 << c)))
+
+
+class BucketAccumulator:
+    """Pippenger buckets of several multi-exponentiations ``prod_i c_i^{e_i} mod N``, kept across chunks (issue 25).
+
+    Each base joins, per ``c``-bit window of its exponent, the bucket of its digit (one multiplication); the
+    buckets are combined once, in :meth:`result`, with the running product of :func:`multiexp` and ``c`` squarings
+    per window. Over a stream of ``n`` rows this costs ``ceil(b / c) (n + 2^(c+1))`` multiplications per product,
+    where per-chunk multi-exponentiations pay the ``2^(c+1)`` combination per chunk and so need a smaller ``c``.
+    """
+
+    def __init__(self, n_products: int, exponent_bits: int, window: int, modulus: Any) -> None:
+        self.window = window
+        self.n_windows = max(1, math.ceil(exponent_bits / window))
+        self.modulus = mpz(modulus)
+        self.buckets: list[list[list[Any]]] = [[[None] * (1 << window) for _ in range(self.n_windows)]
+                                               for _ in range(n_products)]
+        self.mults = 0
+
+    def add(self, product: int, bases: Sequence[Any], exponents: Sequence[int]) -> None:
+        """Put ``bases[i]`` into the buckets of product ``product`` by the digits of ``exponents[i] >= 0``."""
+        c, mask, mod = self.window, (1 << self.window) - 1, self.modulus
+        windows, mults = self.buckets[product], 0
+        for b, e in zip(bases, exponents, strict=True):
+            w = 0
+            while e:
+                d = e & mask
+                if d:
+                    row = windows[w]
+                    cur = row[d]
+                    if cur is None:
+                        row[d] = b
+                    else:
+                        row[d] = cur * b % mod
+                        mults += 1
+                e >>= c
+                w += 1
+        self.mults += mults
+
+    def result(self, product: int) -> Any:
+        """``prod_i bases_i^{e_i} mod N`` over everything added to ``product`` (its buckets are then released)."""
+        mod, result = self.modulus, None
+        windows = self.buckets[product]
+        for w in range(self.n_windows - 1, -1, -1):
+            if result is not None:
+                for _ in range(self.window):
+                    result = result * result % mod
+                self.mults += self.window
+            running = acc = None
+            for bk in reversed(windows[w][1:]):
+                if bk is not None:
+                    running = bk if running is None else running * bk % mod
+                if running is not None:
+                    acc = running if acc is None else acc * running % mod
+            if acc is not None:
+                result = acc if result is None else result * acc % mod
+        self.buckets[product] = []
+        return mpz(1) if result is None else result

@@ -118,7 +118,25 @@ def ciphertexts_from_bytes(public_key: paillier.PaillierPublicKey, frame: bytes,
     frame = bytes(frame)
     if len(frame) != count * width:
         raise ProtocolError(f"ciphertext frame has {len(frame)} bytes, expected {count} x {width}")
-    return [
-        validate_ciphertext(public_key, int.from_bytes(frame[i * width : (i + 1) * width], "big"))
-        for i in range(count)
-    ]
+    return _validated_batch(public_key, [int.from_bytes(frame[i * width : (i + 1) * width], "big")
+                                         for i in range(count)])
+
+
+def _validated_batch(public_key: paillier.PaillierPublicKey, cts: list[int]) -> list[int]:
+    """Every ``c`` in ``(0, n^2)`` and a unit modulo ``n``, with one gcd per frame (issue 25).
+
+    ``gcd(prod_i c_i mod n, n) = 1`` exactly when every ``c_i`` is a unit modulo ``n`` (a product of residues is a unit
+    iff each factor is, since ``Z_n^*`` is the set of residues prime to both factors of ``n``), so a running product
+    modulo ``n`` (one multiplication per ciphertext) and one gcd replace a gcd per ciphertext. When the batch fails,
+    each ciphertext is checked on its own so that the error is the same as :func:`validate_ciphertext`'s.
+    """
+    n, n2 = mpz(public_key.n), public_key.nsquare
+    acc = mpz(1)
+    for c in cts:
+        if not 0 < c < n2:
+            raise KeyValidationError("ciphertext is outside (0, n^2): it was not made for this key")
+        acc = acc * c % n
+    if gcd(acc, n) != 1:
+        for c in cts:
+            validate_ciphertext(public_key, c)
+    return cts

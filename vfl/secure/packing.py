@@ -6,12 +6,18 @@ Slot ``(j, k)`` of a response accumulates ``X_jk = sum_i a'_ij b'_ik <= n (2 O)^
 centring constant ``C = 2^v``, where
 
     v = bitlen(n (2 O)^2 + 2 N)        (every honest u has |u| < 2^v, so u + C lies in (0, 2^(v+1)))
-    w = v + kappa + 1                  (slot width: the top kappa bits of every honest slot are 0)
+    w = v + g + 1                      (slot width: the top g bits of every honest slot are 0)
 
-``kappa = mask_bits >= 40``: with per-slot masks it was the statistical slack of a mask uniform on
-``[0, 2^(v+kappa))``; the responder now masks the whole plaintext space instead, and the ``kappa`` bits are a guard
-band the combination requires to be zero. A plaintext holds ``s = floor((bits(n) - 1) / w)`` slots, so a packed
-value is ``< 2^(s w) <= 2^(bits(n)-1) < n`` and never wraps modulo ``n``. Every bound is computed before
+``g = guard_bits >= 8`` (default 8) is a guard band, not a mask: the responder masks the whole plaintext space
+(:mod:`vfl.secure.products`), so no slot bit hides anything. The guard is what makes the coordinator's range check
+(:func:`vfl.secure.products.combine_packed_shares`) meaningful: with ``g = 0`` every ``(v+1)``-bit pattern but 0 would
+be an honest slot value. With ``g`` bits, a slot pushed up to ``2^g`` times beyond the declared range lands in the
+guard and is refused deterministically; a larger deviation carries into the next slot or above the last one, which
+the same check (and, for model releases, :func:`vfl.protocols.fm_release.check_product_magnitude`) sees. Until the
+full-space mask the guard was ``kappa = 40`` bits of statistical slack for per-slot masks; 8 bits give 22 instead of
+16 slots per 2048-bit plaintext at n = 517, p = 24 (docs/secure_products.md). A plaintext holds
+``s = floor((bits(n) - 1) / w)`` slots, so a packed value is ``< 2^(s w) <= 2^(bits(n)-1) < n`` and never wraps
+modulo ``n``. Every bound is computed before
 encryption and rechecked by the responder from the header; a layout that cannot hold one slot raises
 :class:`EncodingOverflowError`.
 """
@@ -24,7 +30,9 @@ from dataclasses import dataclass
 from vfl.exceptions import ConfigurationError, EncodingOverflowError
 from vfl.secure.encoding import check_precision, offset
 
-MIN_MASK_BITS = 40
+MIN_GUARD_BITS = 8
+"""Smallest guard band a party accepts (and the default): see the module docstring."""
+DEFAULT_GUARD_BITS = MIN_GUARD_BITS
 DEFAULT_NOISE_HEADROOM_BITS = 32
 """Default ``noise_bits = 2 p + 32``: noise up to ``2^32`` in real units fits a slot."""
 
@@ -43,12 +51,13 @@ class SlotLayout:
     precision_bits: int
     value_bound: float
     noise_bits: int
-    mask_bits: int = MIN_MASK_BITS
+    guard_bits: int = DEFAULT_GUARD_BITS
 
     def __post_init__(self) -> None:
         check_precision(self.precision_bits, self.value_bound)
-        if self.mask_bits < MIN_MASK_BITS:
-            raise ConfigurationError(f"mask_bits must be >= {MIN_MASK_BITS}, got {self.mask_bits}")
+        if isinstance(self.guard_bits, bool) or not isinstance(self.guard_bits, int) or not (
+                MIN_GUARD_BITS <= self.guard_bits <= 1024):
+            raise ConfigurationError(f"guard_bits must be an int in [{MIN_GUARD_BITS}, 1024], got {self.guard_bits!r}")
         if self.noise_bits < 1 or self.noise_bits > 4096:
             raise ConfigurationError(f"noise_bits must be in [1, 4096], got {self.noise_bits}")
         if self.n_rows < 1:
@@ -79,14 +88,9 @@ class SlotLayout:
         return (self.max_accumulation + 2 * self.noise_offset).bit_length()
 
     @property
-    def mask_range_bits(self) -> int:
-        """``v + kappa``: the slot's bits below its top one (the range of the former per-slot masks)."""
-        return self.value_bits + self.mask_bits
-
-    @property
     def slot_bits(self) -> int:
-        """``w = v + kappa + 1``."""
-        return self.mask_range_bits + 1
+        """``w = v + g + 1`` (``g`` = :attr:`guard_bits`)."""
+        return self.value_bits + self.guard_bits + 1
 
     @property
     def slots_per_ciphertext(self) -> int:

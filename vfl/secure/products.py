@@ -54,13 +54,22 @@ from vfl.progress import Progress, progress
 from vfl.rng import RandomState, make_rng
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
-from vfl.secure.executors import bounded_map, encrypt_rows_task, executor_workers, multiexp_rows_task, open_executor
+from vfl.secure.executors import (
+    InlineExecutor,
+    bounded_map,
+    encrypt_rows_task,
+    executor_workers,
+    multiexp_rows_task,
+    open_executor,
+)
 from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
+    BucketAccumulator,
     RandomnessPool,
     cached_encrypter,
     mpz,
     multiexp_cost,
+    persistent_bucket_window,
     resolve_workers,
     warn_if_slow_backend,
 )
@@ -71,7 +80,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
-from vfl.secure.packing import MIN_MASK_BITS, SlotLayout, default_noise_bits
+from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
 RERANDOMISATION = "standard"
@@ -169,7 +178,7 @@ def _layout_from_header(header: dict[str, Any], public_key: paillier.PaillierPub
             key_bits=int(public_key.n).bit_length(), n_rows=_int_field(header, "n_rows", 1, MAX_ROWS),
             precision_bits=_int_field(header, "precision_bits", 1, 52), value_bound=value_bound,
             noise_bits=_int_field(header, "noise_bits", 1, 4096),
-            mask_bits=_int_field(header, "mask_bits", 40, 1024),
+            guard_bits=_int_field(header, "guard_bits", MIN_GUARD_BITS, 1024),
         )
     except (ConfigurationError, EncodingOverflowError) as exc:
         raise ProtocolError(f"request layout is invalid: {exc}") from None
@@ -188,7 +197,7 @@ def _layout_header(kind: str, session: str, public_key: paillier.PaillierPublicK
         "key_fingerprint": key_fingerprint(public_key),
         "ciphertext_bytes": ciphertext_byte_length(public_key),
         "n_rows": lay.n_rows, "n_cols": n_cols, "precision_bits": lay.precision_bits,
-        "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "mask_bits": lay.mask_bits,
+        "value_bound": float(lay.value_bound), "noise_bits": lay.noise_bits, "guard_bits": lay.guard_bits,
         "slot_bits": lay.slot_bits, "slots_per_ciphertext": lay.slots_per_ciphertext,
         "n_groups": lay.n_groups(n_cols),
     }
@@ -272,7 +281,8 @@ class MaskedResponse:
         n_resp = _int_field(header, "n_resp_cols", 1, MAX_COLS)
         n_groups = _int_field(header, "n_groups", 1, MAX_COLS)
         cts = ciphertexts_from_bytes(public_key, frames[0], n_resp * n_groups)
-        return cls(_str_field(header, "session", _HEX32), public_key, _int_field(header, "slot_bits", 42, key_bits),
+        slot_bits = _int_field(header, "slot_bits", 2 + MIN_GUARD_BITS, key_bits)
+        return cls(_str_field(header, "session", _HEX32), public_key, slot_bits,
                    _int_field(header, "n_enc_cols", 1, MAX_COLS), n_resp, n_groups, cts)
 
 
@@ -414,7 +424,7 @@ class ProductEncryptor:
     """
 
     def __init__(self, private_key: paillier.PaillierPrivateKey, A: Any, *, response_cols: int, precision_bits: int,
-                 value_bound: float = 1.0, noise_bits: int | None = None, mask_bits: int = MIN_MASK_BITS,
+                 value_bound: float = 1.0, noise_bits: int | None = None, guard_bits: int = DEFAULT_GUARD_BITS,
                  randomness: str = "short-exponent", workers: int | None = None, progress: bool = False,
                  on_decrypt: Callable[[int], None] | None = None, executor: Any = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -431,7 +441,7 @@ class ProductEncryptor:
             key_bits=int(self.public_key.n).bit_length(), n_rows=self.n_rows, precision_bits=precision_bits,
             value_bound=float(value_bound),
             noise_bits=default_noise_bits(precision_bits) if noise_bits is None else noise_bits,
-            mask_bits=mask_bits,
+            guard_bits=guard_bits,
         )
         self.chunk_rows = stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes)
         # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
@@ -477,7 +487,9 @@ class ProductEncryptor:
         workers = resolve_workers(self.workers, n_items * per_item_ms) if self.executor is None else 1
         groups = [(r.start, r.stop) for r in (lay.group_columns(self.n_cols, g) for g in range(G))]
         width = ciphertext_byte_length(self.public_key)
-        state = enc.task_state()
+        # the party's own process or local pool may use its factors (CRT short-exponent encryption, issue 25); an
+        # external executor (a Dask cluster) never receives them for short-exponent randomness
+        state = enc.task_state(with_factors=self.executor is None)
         header = ProductStreamHeader(self.session, self.public_key, lay, self.n_cols, self.chunk_rows)
         col_sums = np.zeros(self.n_cols, dtype=object)
         with open_executor(self.executor, workers) as ex, _progress_bar(self.progress, n_items,
@@ -661,7 +673,22 @@ class ResponderFold:
         self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self._pending: deque[tuple[Future, int]] = deque()
         self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
+        self._buckets = self._persistent_buckets(d_b)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
+
+    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
+        """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
+        chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
+        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Executor
+        tasks (process pools, Dask) stay pure functions of one chunk."""
+        if not isinstance(self._executor, InlineExecutor):
+            return None
+        stream, products = self.stream, d_b * self._G
+        bits = stream.layout.exponent_bits
+        c = persistent_bucket_window(stream.layout.n_rows, bits, products, self._width)
+        kept = math.ceil(bits / c) * (stream.layout.n_rows + (2 << c))
+        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
+        return BucketAccumulator(products, bits, c, self._n2) if kept < per_chunk else None
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -677,12 +704,26 @@ class ResponderFold:
             lay = self.stream.layout
             block, sums = encode_offset_chunk(block, lay.precision_bits, lay.value_bound)
             self._col_sums = self._col_sums + sums
+        if self._buckets is not None:
+            self._bucket_chunk(chunk.frame, block)
+            self._bar.update(1)
+            return
         for lo, hi in self._col_parts:
             future = self._executor.submit(multiexp_rows_task, self._n2, chunk.frame, self._width, self._G,
                                            np.ascontiguousarray(block[:, lo:hi]))
             self._pending.append((future, lo))
         while len(self._pending) > 2 * self._parallel + 1:
             self._fold_one()
+
+    def _bucket_chunk(self, frame: bytes, block: np.ndarray) -> None:
+        G, width, acc = self._G, self._width, self._buckets
+        assert acc is not None
+        rows = len(frame) // (width * G)
+        bases = [[mpz(int.from_bytes(frame[(i * G + g) * width:(i * G + g + 1) * width], "big"))
+                  for i in range(rows)] for g in range(G)]
+        for k, exps in enumerate(np.asarray(block).T.tolist()):
+            for g in range(G):
+                acc.add(k * G + g, bases[g], exps)
 
     def _fold_one(self) -> None:
         future, lo = self._pending.popleft()
@@ -715,6 +756,9 @@ class ResponderFold:
                 raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
             while self._pending:
                 self._fold_one()
+            if self._buckets is not None:
+                self._acc = [self._buckets.result(t) for t in range(len(self._acc))]
+                self._mults += self._buckets.mults
         finally:
             self.close()
         stream, lay = self.stream, self.stream.layout
@@ -836,8 +880,8 @@ def centring_constant(layout: SlotLayout) -> int:
 
     Every legitimate slot value ``u = sum_i a_int_ij b_int_ik + noise^A_jk + noise^B_jk (+ local offsets)`` has
     ``|u| < 2^v`` (``|sum_i a_int b_int| <= n O^2``, each noise share ``< N``, an FM offset ``<= n O^2 / 2``, and
-    ``v = bitlen(n (2O)^2 + 2N)``), so ``u + C`` lies in ``(0, 2^(v+1))``, inside the ``w = v + kappa + 1``-bit
-    slot: its top ``kappa`` bits are 0 in every honest run.
+    ``v = bitlen(n (2O)^2 + 2N)``), so ``u + C`` lies in ``(0, 2^(v+1))``, inside the ``w = v + g + 1``-bit
+    slot: its top ``g`` guard bits (:mod:`vfl.secure.packing`) are 0 in every honest run.
     """
     return 1 << layout.value_bits
 
