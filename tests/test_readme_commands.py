@@ -91,11 +91,13 @@ HOW: dict[str, tuple[str, ...]] = {
     ".venv/bin/python examples/garment.py --quick --out out/garment": ("run", None),
     ".venv/bin/python examples/cape_fm.py --quick": ("run", None),
     ".venv/bin/python examples/cape_djica.py --quick": ("run", None),
+    ".venv/bin/python benchmarks/utility.py --quick --out /tmp/u.json": ("run", "--quick --out u.json"),
 }
 SCRIPTS = [cmd for cmd, how in HOW.items() if how[0] == "run"]
 #: scripts that read the UCI files: run where ../shared/data has them, skipped elsewhere (a clean CI clone has no
 #: data and no internet, and the loaders would try the checksummed download)
-NEEDS_DATA = {"benchmarks/end_to_end.py", "examples/forest_fires.py", "examples/garment.py", "examples/cape_fm.py"}
+NEEDS_DATA = {"benchmarks/end_to_end.py", "benchmarks/utility.py", "examples/forest_fires.py", "examples/garment.py",
+              "examples/cape_fm.py"}
 DATA_DIR = REPO.parent / "shared" / "data"
 HAVE_DATA = (DATA_DIR / "forestfires.csv").exists() and (DATA_DIR / "garments_worker_productivity.csv").exists()
 
