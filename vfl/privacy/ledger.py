@@ -38,7 +38,8 @@ import sqlite3
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,24 @@ class Ledger:
         conn.execute("UPDATE meta SET value = ? WHERE key = 'head'", (digest,))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'count'", (str(seq),))
 
+    @contextmanager
+    def _write(self) -> Iterator[tuple[sqlite3.Connection, list]]:
+        """One write transaction: ``BEGIN IMMEDIATE`` (the write lock: a concurrent reservation waits for this one),
+        the integrity check of every row, then COMMIT, or ROLLBACK on any error; an unwritable file is one line."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn, self._verify(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be written ({exc})") from None
+        finally:
+            conn.close()
+
     # ------------------------------------------------------------------ reservations
     def reserve(self, dataset: DatasetKey, run_id: str, spend: Spend, *, budget: Budget | None,
                 coordinator: str = "", plan_digest: str = "") -> tuple[Composition, Composition]:
@@ -373,56 +392,32 @@ class Ledger:
         one committed ``BEGIN IMMEDIATE`` transaction. Returns (spent before, spent after); raises
         :class:`BudgetError` (one line: spent, requested, left) when the budget would be exceeded."""
         delta = budget.delta if budget is not None else DEFAULT_DELTA
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")   # the write lock: a concurrent reservation waits for this one
-            try:
-                rows = self._verify(conn)
-                history = [r for r in _records(rows) if r.dataset == dataset.key]
-                if any(r.run_id == run_id for r in history):
-                    raise LedgerError(f"run {run_id} is already in the privacy ledger {self.path}")
-                before = compose([r.spend for r in history], delta)
-                after = compose([*(r.spend for r in history), spend], delta)
-                if budget is not None and after.epsilon > budget.epsilon + _SLACK:
-                    raise BudgetError(refusal_line(dataset, budget, before, after, spend))
-                body = {"fingerprint": dataset.fingerprint, "dataset_name": dataset.name,
-                        "coordinator": coordinator, "plan_digest": plan_digest, "mechanism": spend.mechanism,
-                        "epsilon": spend.epsilon if math.isfinite(spend.epsilon) else None, "delta": spend.delta,
-                        "accounting": spend.accounting,
-                        "budget": None if budget is None else [budget.epsilon, budget.delta]}
-                self._append(conn, rows, "reserve", run_id, dataset.key, body)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise self._fail(f"cannot be written ({exc})") from None
-        finally:
-            conn.close()
+        with self._write() as (conn, rows):
+            history = [r for r in _records(rows) if r.dataset == dataset.key]
+            if any(r.run_id == run_id for r in history):
+                raise LedgerError(f"run {run_id} is already in the privacy ledger {self.path}")
+            before = compose([r.spend for r in history], delta)
+            after = compose([*(r.spend for r in history), spend], delta)
+            if budget is not None and after.epsilon > budget.epsilon + _SLACK:
+                raise BudgetError(refusal_line(dataset, budget, before, after, spend))
+            body = {"fingerprint": dataset.fingerprint, "dataset_name": dataset.name,
+                    "coordinator": coordinator, "plan_digest": plan_digest, "mechanism": spend.mechanism,
+                    "epsilon": spend.epsilon if math.isfinite(spend.epsilon) else None, "delta": spend.delta,
+                    "accounting": spend.accounting,
+                    "budget": None if budget is None else [budget.epsilon, budget.delta]}
+            self._append(conn, rows, "reserve", run_id, dataset.key, body)
         return before, after
 
     def finish(self, run_id: str, state: str, reason: str | None = None) -> None:
         """Mark a reserved run ``completed`` or ``aborted`` (its spend stays counted either way)."""
         if state not in ("completed", "aborted"):
             raise LedgerError(f"a run ends completed or aborted, not {state!r}")
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = self._verify(conn)
-                match = [r for r in _records(rows) if r.run_id == run_id]
-                if not match:
-                    raise LedgerError(f"run {run_id} is not in the privacy ledger {self.path}")
-                self._append(conn, rows, "complete" if state == "completed" else "abort", run_id,
-                             match[0].dataset, {"reason": (reason or "")[:500]})
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise self._fail(f"cannot be written ({exc})") from None
-        finally:
-            conn.close()
+        with self._write() as (conn, rows):
+            match = [r for r in _records(rows) if r.run_id == run_id]
+            if not match:
+                raise LedgerError(f"run {run_id} is not in the privacy ledger {self.path}")
+            self._append(conn, rows, "complete" if state == "completed" else "abort", run_id,
+                         match[0].dataset, {"reason": (reason or "")[:500]})
 
     # ------------------------------------------------------------------ reading
     def runs(self, dataset: str | None = None) -> list[RunRecord]:
