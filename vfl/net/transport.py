@@ -195,6 +195,32 @@ def load_client_keys(curve_dir: str | Path, name: str) -> CurveClientKeys:
 
 
 # ------------------------------------------------------------------ sockets
+def poll_monitored(sock: zmq.Socket, monitor: zmq.Socket | None, seconds: float,
+                   on_event: Callable[[dict], None]) -> bool:
+    """True when ``sock`` has a message within ``seconds``; every socket-monitor event seen meanwhile (a refused
+    handshake, a connection that failed) goes to ``on_event`` first."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    if monitor is not None:
+        poller.register(monitor, zmq.POLLIN)
+    events = dict(poller.poll(max(0, int(seconds * 1000))))
+    if monitor is not None and monitor in events:
+        while monitor.poll(0):
+            on_event(recv_monitor_message(monitor))
+    return sock in events
+
+
+def close_monitor(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
+    """Stop ``sock``'s monitor and close its socket (nothing to do without one)."""
+    if monitor is None:
+        return
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:
+        pass
+    monitor.close(linger=0)
+
+
 class ServerTransport:
     """The coordinator's ROUTER socket.
 
@@ -310,15 +336,7 @@ class ServerTransport:
 
     def _poll(self, seconds: float) -> bool:
         """True when a message is ready within ``seconds``; failed handshakes seen meanwhile are logged."""
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        events = dict(poller.poll(max(0, int(seconds * 1000))))
-        if self._monitor is not None and self._monitor in events:
-            while self._monitor.poll(0):
-                self._refused_handshake(recv_monitor_message(self._monitor))
-        return self.sock in events
+        return poll_monitored(self.sock, self._monitor, seconds, self._refused_handshake)
 
     def _refused_handshake(self, event: dict) -> None:
         """A connection the handshake refused never becomes a peer; say why (rate-limited: a flood stays short)."""
@@ -364,13 +382,8 @@ class ServerTransport:
         self._limited(f"wire {who}", f"rejected wire input from {who}: {reason}", self.on_reject)
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
-        if self._monitor is not None:
-            try:
-                self.sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-            self._monitor.close(linger=0)
-            self._monitor = None
+        close_monitor(self.sock, self._monitor)
+        self._monitor = None
         self.sock.close(linger=linger_ms)
         if self._auth is not None:
             self._auth.stop()
@@ -430,18 +443,9 @@ class ClientTransport:
 
     def recv(self, timeout: float) -> Message | None:
         """Next message from the coordinator within ``timeout`` seconds, or None."""
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
         deadline = time.monotonic() + max(0.0, timeout)
-        while True:   # connection events (monitor) do not end the wait for a message
-            events = dict(poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
-            if self._monitor is not None and self._monitor in events:
-                while self._monitor.poll(0):
-                    self._on_event(recv_monitor_message(self._monitor))
-            if self.sock in events:
-                break
+        # connection events (monitor) do not end the wait for a message
+        while not poll_monitored(self.sock, self._monitor, deadline - time.monotonic(), self._on_event):
             if time.monotonic() >= deadline:
                 return None
         _, frames, _, problem = recv_message(self.sock, self.max_message_bytes, routed=False)
@@ -511,11 +515,6 @@ class ClientTransport:
             raise ProtocolError(f"message for another run ({msg.run})")
 
     def close(self) -> None:
-        if self._monitor is not None:
-            try:
-                self.sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-            self._monitor.close(linger=0)
-            self._monitor = None
+        close_monitor(self.sock, self._monitor)
+        self._monitor = None
         self.sock.close(linger=LINGER_MS)
