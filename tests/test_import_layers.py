@@ -34,6 +34,7 @@ TOP_LEVEL_LAYER = {
     "exceptions": "base",
     "rng": "base",
     "progress": "base",
+    "lazy": "base",
     "plots": "models",
     "__init__": "faces",
     "api": "faces",

@@ -8,9 +8,6 @@ protocol phases), :mod:`vfl.net` (wire, transport, roles), and the faces :mod:`v
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from vfl.exceptions import (
     DataBoundsWarning,
     DataValidationError,
@@ -19,6 +16,7 @@ from vfl.exceptions import (
     PrivacyParameterError,
     VFLError,
 )
+from vfl.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -65,15 +63,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``vfl.X`` for a name of :data:`_LAZY`: import its module now and cache the value in this module."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vfl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+# ``vfl.X`` for a name of _LAZY: imported from its module on first use and cached here (vfl.lazy)
+__getattr__, __dir__ = lazy_names('vfl', globals(), _LAZY)

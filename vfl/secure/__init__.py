@@ -15,8 +15,7 @@ Public entry points (see ``docs/secure_products.md``):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from vfl.lazy import lazy_names
 
 #: public name -> defining module, imported on first use (PEP 562) so that importing one light submodule
 #: (``vfl.secure.fastmath``'s names, ``vfl.secure.encoding``) does not load Paillier and the product machinery.
@@ -37,15 +36,5 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    """``vfl.secure.X`` for a name of :data:`_LAZY`: import its module now and cache the value."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vfl.secure' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+# ``vfl.secure.X`` for a name of _LAZY: imported from its module on first use and cached here (vfl.lazy)
+__getattr__, __dir__ = lazy_names('vfl.secure', globals(), _LAZY)
