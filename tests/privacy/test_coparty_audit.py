@@ -112,7 +112,7 @@ def label_owner_view(mech, parts, y_q, seeds: tuple[int, int]) -> np.ndarray:
     plan, n = mech.plan, len(y_q)
     values = simulate_release(plan, mech, parts, y_q, party_rngs=[np.random.default_rng(s) for s in seeds],
                               precision_bits=P_BITS)
-    own = block_generators(np.random.default_rng(seeds[LABEL]), plan)
+    own = block_generators(np.random.default_rng(seeds[LABEL]), plan, LABEL)
     view = []
     for b in plan.blocks:
         if b.name in ("alpha[0]", "M[0,0]"):

@@ -105,3 +105,20 @@ def test_a_grid_too_coarse_for_d_is_refused():
     assert 0 < fixed_point_shrink(15, 1) < 1
     with pytest.raises(ConfigurationError, match="too coarse"):
         fixed_point_shrink(16, 1)   # c = 1 - 4/4 = 0 would erase the data (and c < 0 breaks ||x|| <= 1)
+
+
+def test_two_parties_with_the_same_seed_draw_independent_noise_on_a_cross_block():
+    """Attacker: an operator (or a script) that starts both parties with one --seed. Invariant: the two draws of a cross
+    block are still different, so the released noise is not twice one draw that both parties know."""
+    from vfl.fm.dissection import DissectionPlan
+    from vfl.privacy.fixed_point import block_generators
+    from vfl.rng import make_rng
+
+    plan = DissectionPlan([2, 3], 0, model="linear")
+    a = block_generators(make_rng(7), plan, 0)
+    b = block_generators(make_rng(7), plan, 1)
+    again = block_generators(make_rng(7), plan, 0)
+    for block in plan.cross_blocks():
+        first, second, repeat = (g[block.name].standard_normal(4) for g in (a, b, again))
+        assert not np.allclose(first, second)          # different parties: different streams
+        np.testing.assert_array_equal(first, repeat)   # the same party and seed: reproducible

@@ -54,7 +54,7 @@ def _run(datas, seeds):
 def _own_draw(party: FMParty, seed: int, block) -> np.ndarray:
     """The noise share ``party`` added to ``block``, re-drawn from a fresh copy of its own block generator (raw units,
     product orientation), exactly as FMParty.respond / FMParty.decrypt draw it."""
-    rng = block_generators(np.random.default_rng(seed), party.plan)[block.name]
+    rng = block_generators(np.random.default_rng(seed), party.plan, party.index)[block.name]
     return cross_block_noise(party.plan, party.mech, block, product_shape(party.plan, block), n_samples=party.n,
                              precision_bits=P_BITS, rng=rng)
 

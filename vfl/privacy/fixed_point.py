@@ -22,7 +22,7 @@ import numpy as np
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink, round_to_grid
 from vfl.privacy.mechanisms import Mechanism, NoiseSpec, symmetric_noise
-from vfl.rng import spawn
+from vfl.rng import is_secure, spawn
 from vfl.secure.encoding import decode_products
 
 __all__ = ["exact_integer_gram", "orient", "prepare_fixed_point", "integer_noise",
@@ -189,8 +189,21 @@ def cross_block_offset(plan: DissectionPlan, block: Block, party: int, X_q: np.n
     return oriented.reshape(shape)
 
 
-def block_generators(party_rng: np.random.Generator, plan: DissectionPlan) -> dict[str, np.random.Generator]:
-    """One independent generator per block (spawned in plan order), as every party draws them."""
+_PARTY_KEY = 0x7061727479   # 'party': separates the per-party key from SeedSequence.spawn's own counter
+
+
+def block_generators(party_rng: np.random.Generator, plan: DissectionPlan, party: int
+                     ) -> dict[str, np.random.Generator]:
+    """One independent generator per block (spawned in plan order), as party ``party`` (its plan index) draws them.
+
+    A seeded generator's children are keyed by the party index too: two parties started with the same seed would
+    otherwise draw the same noise on every cross block, so the released noise would be twice one draw that both of
+    them know (two-sided noise, Xu et al. 2021's cross blocks). OS-entropy generators are independent anyway.
+    """
+    seed_seq = getattr(party_rng.bit_generator, "seed_seq", None)
+    if not is_secure(party_rng) and isinstance(seed_seq, np.random.SeedSequence):
+        party_rng = np.random.default_rng(np.random.SeedSequence(
+            seed_seq.entropy, spawn_key=(*seed_seq.spawn_key, _PARTY_KEY, int(party))))
     return dict(zip([b.name for b in plan.blocks], spawn(party_rng, len(plan.blocks)), strict=True))
 
 
@@ -205,7 +218,7 @@ def simulate_release(plan: DissectionPlan, mech: Mechanism, parts_q: Sequence[np
     """
     n = int(y_q.shape[0])
     p = precision_bits
-    rngs = [block_generators(r, plan) for r in party_rngs]
+    rngs = [block_generators(r, plan, k) for k, r in enumerate(party_rngs)]
     values: dict[str, np.ndarray] = {}
     for block in plan.blocks:
         if not block.cross:

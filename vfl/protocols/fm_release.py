@@ -459,7 +459,7 @@ class FMParty:
                                    noise_sharing="two-sided", **p.mechanism_options)
         # one independent generator per block (in plan order): the noise does not depend on the order in which
         # requests from different parties arrive, and no draw is ever reused across blocks
-        self.block_rngs = block_generators(rng, self.plan)
+        self.block_rngs = block_generators(rng, self.plan, self.index)
         self.encryptors: dict[str, ProductEncryptor] = {}
         self.outgoing: dict[str, tuple[ProductStreamHeader, Iterator[EncryptedChunk]]] = {}
         self.sent: dict[str, int] = {}
