@@ -335,7 +335,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
     # the signed roster (vfl.protocols.roster): each party's entry, then every entry in plan order
     MessageType.ROSTER_ENTRY: {"party": (True, _is_name), "plan": (True, _KEY), "registration": (True, _is_dict),
-                               "paillier": (True, _is_opt(_KEY)), "auth": (False, _AUTH)},
+                               "paillier": (True, _is_opt(_KEY)), "nonce": (True, _is_hex(32)),
+                               "auth": (False, _AUTH)},
     MessageType.ROSTER: {"entries": (True, _is_list(_is_dict, 10_000))},
     # federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md)
     MessageType.SCORE_PLAN: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_list(_is_name, 10_000)),
