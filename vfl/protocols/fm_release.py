@@ -337,10 +337,12 @@ class FMCoordinator:
         if len(got) < 2:
             return
         # Z = S^enc + S^resp mod n, unpacked with the public layout: every slot inside its declared range and
-        # nothing above the last slot, or the encryptor's operand was not what its request declared
+        # nothing above the last slot, or the encryptor's operand was not what its request declared (or the
+        # responder corrupted its share: the shares alone cannot tell which)
         encryptor = f"party {self.regs[block.encryptor].name}"  # type: ignore[index]
         total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
-                                      encryptor=encryptor)
+                                      encryptor=encryptor,
+                                      responder=f"party {self.regs[block.responder].name}")  # type: ignore[index]
         check_product_magnitude(total, n_rows=self.n, enc_bound=self._operand_bound(block, block.encryptor),
                                 resp_bound=self._operand_bound(block, block.responder),
                                 noise_std_raw=self._noise_std_raw(block), block=block.name, encryptor=encryptor)

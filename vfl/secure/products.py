@@ -930,20 +930,22 @@ def _packed_sum(shares: tuple[Any, ...], n_groups: int, modulus: int) -> np.ndar
 
 
 def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus: int,
-                          encryptor: str = "the encryptor") -> np.ndarray:
+                          encryptor: str = "the encryptor", responder: str | None = None) -> np.ndarray:
     """The product from its packed shares: ``d_a x d_b`` exact integers ``u_jk`` (units ``2^-2p``), range-checked.
 
     ``Z_kg = sum(shares) mod n`` is unpacked with the public layout (slot width ``w``, ``n_cols = d_a`` columns,
     ``layout.group_columns``); each slot must satisfy ``|slot - C| < 2^v`` (:func:`centring_constant`) and every bit
     of ``Z_kg`` above its last slot must be 0. An honest run always passes; anything the encryptor packed outside
     its declared slots (or an operand entry outside ``[0, 2O]``) lands there with overwhelming probability, so a
-    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect). The message
+    failure raises :class:`ProtocolError` naming ``encryptor`` and, if given, ``responder``: a share corrupted by the
+    responder has the same effect, and the coordinator cannot tell the two apart from the shares. The message
     never says which slot failed: it reaches every party (the coordinator's ABORT), and the position of the first
     failing slot would give a probing encryptor more than the one bit of the abort itself.
     """
     G = layout.n_groups(n_cols)
+    culprit = "" if responder is None else f", or {responder} corrupted its share"
     refused = ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its request "
-                            "declared (the combined block lies outside its declared slots); the run stops")
+                            f"declared{culprit} (the combined block lies outside its declared slots); the run stops")
     total = _packed_sum(shares, G, modulus)
     C, w = centring_constant(layout), layout.slot_bits
     bound, mask = 1 << layout.value_bits, (1 << w) - 1
