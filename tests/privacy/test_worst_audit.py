@@ -12,7 +12,8 @@ import pytest
 
 from vfl.exceptions import ConfigurationError, PrivacyLeakWarning
 from vfl.fm.dissection import DissectionPlan
-from vfl.privacy.audit import release_mean
+from vfl.models.estimators import release_objective
+from vfl.privacy.audit import observed_releases, release_mean
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.privacy.sensitivity import laplace_sensitivity_sum
@@ -169,8 +170,18 @@ def test_the_paper_calibration_is_caught_at_small_delta() -> None:
     assert r.epsilon_lower_bound < 1.0
 
 
-def test_the_loop_release_is_audited_the_same() -> None:
-    """n calls of the estimators' release_objective (the in-process release) give the same verdict."""
+def test_the_loop_release_is_the_estimators_release_and_is_audited_the_same() -> None:
+    """The one-at-a-time releases are bit-identical to the estimators' release_objective with the same generator,
+    and give the same verdict."""
+    mech = _gaussian("linear", 3, eps=2.0, release_beta=True)
+    rng = np.random.default_rng(12)
+    X, y = rng.uniform(-0.5, 0.5, (N, 3)), rng.uniform(-1, 1, N)
+    loop = observed_releases(mech, X, y, 5, np.random.default_rng(3), release="loop")
+    gen = np.random.default_rng(3)
+    for row in loop:
+        obj = release_objective(mech.plan, mech, [X], y, gen)
+        iu = np.triu_indices(3)
+        assert np.array_equal(row, np.concatenate([[obj.beta], obj.alpha, obj.M[iu]]))
     mech = _gaussian("linear", 2, eps=2.0)
     r = worst_case_audit(mech, 20_000, release="loop", random_state=4)
     assert 0.7 * r.mu_pair < r.mu_lower_bound <= r.mu_pair

@@ -34,12 +34,11 @@ from scipy import stats
 from vfl.exceptions import ConfigurationError
 from vfl.privacy.audit import (
     NeighbouringPair,
-    _independent,
     audit_statistics,
-    batched_block_noise,
     clopper_pearson_upper,
     likelihood_ratio_statistic,
     neighbouring_pair,
+    observed_releases,
     release_noise_specs,
 )
 from vfl.privacy.calibration import calibrate_mu, epsilon_of
@@ -48,7 +47,7 @@ from vfl.privacy.worst_pair import WorstRows, gaussian_worst_rows, released_coef
 from vfl.rng import RandomState, make_rng
 
 __all__ = ["WorstCaseAudit", "PAIR_KINDS", "gdp_mu_lower_bound", "audit_pair_rows", "pair_from_rows",
-           "observed_releases", "coefficient_differences", "worst_case_audit"]
+           "coefficient_differences", "worst_case_audit"]
 
 PAIR_KINDS = ("worst", "order-1", "order-2")
 
@@ -120,8 +119,8 @@ def audit_pair_rows(mechanism: GaussianFM, kind: str, *, random_state: RandomSta
 
 def pair_from_rows(rows: WorstRows, n_samples: int, model: str, *, random_state: RandomState = 0) -> NeighbouringPair:
     """D and D': N - 1 shared background rows and row 0 = (x, y) vs (x', y')."""
-    return neighbouring_pair(n_samples, rows.x0.size, model, x0=rows.x0, y0=rows.y0, x1=rows.x1, y1=rows.y1,
-                             random_state=random_state)
+    return neighbouring_pair(n_samples, rows.x0.size, model, x0=rows.x0.tolist(), y0=rows.y0, x1=rows.x1.tolist(),
+                             y1=rows.y1, random_state=random_state)
 
 
 def coefficient_differences(plan, pair: NeighbouringPair) -> tuple[float, float]:
@@ -133,29 +132,6 @@ def coefficient_differences(plan, pair: NeighbouringPair) -> tuple[float, float]
     iu = np.triu_indices(d)
     weight = np.where(iu[0] == iu[1], 1.0, 2.0)     # off-diagonal entries appear twice in the full matrix
     return float(np.linalg.norm(da)), float(math.sqrt(weight @ (dm * dm)))
-
-
-def observed_releases(mechanism: GaussianFM, X: np.ndarray, y: np.ndarray, n_runs: int, rng: np.random.Generator,
-                      release: str = "batched") -> np.ndarray:
-    """(n_runs, p) released coordinates from the library's release path: its block values plus its noise sampler
-    drawn for all runs at once (``"batched"``, bit-identical to per-run draws, tests/privacy/test_audit.py), or
-    ``n_runs`` calls of the estimators' in-process release (``"loop"``)."""
-    plan = mechanism.plan
-    parts = [X[:, sl] for sl in plan.feature_slices]
-    if release == "loop":
-        from vfl.models.estimators import release_objective
-
-        rows = []
-        for _ in range(n_runs):
-            values = plan.split(release_objective(plan, mechanism, parts, y, rng))
-            rows.append(np.concatenate([np.atleast_1d(_independent(b, values[b.name])) for b in plan.blocks]))
-        return np.array(rows)
-    if release != "batched":
-        raise ConfigurationError(f"release must be 'batched' or 'loop', got {release!r}")
-    children = [np.random.default_rng(s) for s in rng.integers(0, 2**63, size=len(plan.blocks))]
-    cols = [(_independent(b, plan.block_value(b, parts, y)[None] + batched_block_noise(mechanism, b, g, n_runs)))
-            .reshape(n_runs, -1) for b, g in zip(plan.blocks, children, strict=True)]
-    return np.concatenate(cols, axis=1)
 
 
 def worst_case_audit(mechanism: GaussianFM, n_runs: int = 1_000_000, *, pair: str = "worst", alpha: float = 0.05,

@@ -108,8 +108,9 @@ def _maximise(objective, d: int, model: str, starts: list[np.ndarray], bounds_x:
     [-1, 1] (linear) or enumerated over {0, 1}^2 (logistic)."""
     pairs = _label_pairs(model)
     best: WorstRows | None = None
+    candidates: list[tuple[float, float] | None] = list(pairs) if pairs else [None]
     for start in starts:
-        for labels in pairs or [None]:
+        for labels in candidates:
             def neg(z, labels=labels):
                 y0, y1 = (z[2 * d], z[2 * d + 1]) if labels is None else labels
                 return -objective(z[:d], y0, z[d:2 * d], y1)
