@@ -1,6 +1,6 @@
 """Statistical privacy audits behind docs/audit.md: every table there is printed by this script from the JSON it writes.
 
-    python benchmarks/privacy_audit.py --out docs/data/audit.json        # the committed numbers (about 3 min)
+    python benchmarks/privacy_audit.py --out docs/data/audit.json --update-docs docs/audit.md   # about 5 min
     python benchmarks/privacy_audit.py --quick --out /tmp/audit.json     # 1e5 runs per audit, a smoke run
 
 Sections (N = 50 and one party unless stated, alpha = 0.05, seeds fixed):
@@ -13,7 +13,8 @@ Sections (N = 50 and one party unless stated, alpha = 0.05, seeds fixed):
   test) for the paper calibration at delta 1e-2 and 1e-3 and for Laplace FM, on the pairs of docs/audit.md;
 * ``laplace_maxima``: the continuous maxima of the Laplace neighbour L1 difference
   (:func:`vfl.privacy.worst_pair.laplace_continuous_maximum`) against the declared sensitivities;
-* ``coparty``: :func:`vfl.privacy.audit.audit_view` (issue 20's setting, equal budget split).
+* ``coparty``: :func:`vfl.privacy.audit.audit_view` (issue 20's setting, equal budget split);
+* ``float_note``: the naive Laplace statistic that reads the floats' low-order bits (Mironov 2012).
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ import numpy as np
 
 from vfl.exceptions import PrivacyLeakWarning
 from vfl.fm.dissection import DissectionPlan
-from vfl.privacy.audit import audit_mechanism, audit_view, neighbouring_pair
+from vfl.privacy.audit import (
+    audit_mechanism,
+    audit_statistics,
+    audit_view,
+    neighbouring_pair,
+    release_mean,
+    sample_noise,
+)
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.privacy.sensitivity import laplace_sensitivity_sum
 from vfl.privacy.worst_audit import worst_case_audit
@@ -130,6 +138,23 @@ def coparty(runs: int) -> list[dict]:
     return rows
 
 
+def float_note(runs: int) -> dict:
+    """docs/audit.md's floating-point note: the naive Laplace statistic (|o - m0| - |o - m1|)/b separates the pair
+    through the low-order bits of the released floats (Mironov 2012); the audit's clipped form does not."""
+    plan = DissectionPlan([2], 0, model="linear")
+    mech = make_mechanism("laplace-fm", plan=plan, n_samples=N, epsilon=1.0)
+    pair = neighbouring_pair(N, 2, "linear")
+    m0, m1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)
+    rng = np.random.default_rng(0)
+    o0, o1 = m0 + sample_noise(mech, runs, rng), m1 + sample_noise(mech, runs, rng)
+
+    def naive(o: np.ndarray) -> np.ndarray:
+        return ((np.abs(o - m0) - np.abs(o - m1)) / mech.scale).sum(axis=1)
+
+    return {"n_runs": runs, "epsilon_pair": 0.25,
+            "naive_epsilon_lower_bound": audit_statistics(naive(o0), naive(o1), delta=0.0).epsilon_lower_bound}
+
+
 def _f(value: float | None, digits: int = 3) -> str:
     return "inf" if value is None or value == float("inf") else f"{value:.{digits}f}"
 
@@ -178,7 +203,34 @@ def markdown(doc: dict) -> dict[str, str]:
         lines.append(f"| {r['noise']} | {r['observer']} | {r['n_runs']} | {_f(r['epsilon_lower_bound'])} | "
                      f"{_f(r['epsilon_true'])} |")
     t["coparty"] = "\n".join(lines)
+    f = doc["float_note"]
+    t["float_note"] = "\n".join([
+        "| statistic | runs per dataset | exact eps_pair | eps lower bound |", "|---|---|---|---|",
+        f"| naive (rounds differently under D and D') | {f['n_runs']} | {f['epsilon_pair']:g} | "
+        f"{_f(f['naive_epsilon_lower_bound'])} |"])
     return t
+
+
+def run_line(doc: dict) -> str:
+    return (f"Measured in {doc['seconds']} s on 2 shared cores at commit {doc['vfl_commit']} (numpy {doc['numpy']}); "
+            f"{doc['runs']} runs per dataset for every worst-case audit.")
+
+
+def update_docs(path: Path, doc: dict) -> None:
+    """Replace the table after every ``<!-- generated: NAME -->`` marker and the line after ``<!-- run line -->``."""
+    tables = markdown(doc)
+    lines, out, i = path.read_text(encoding="utf-8").splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        name = line[len("<!-- generated: "):-len(" -->")] if line.startswith("<!-- generated: ") else None
+        if name is not None or line == "<!-- run line -->":
+            while i < len(lines) and (lines[i].startswith("|") or lines[i].startswith("Measured in ")
+                                      or (lines[i] == "" and i + 1 < len(lines) and lines[i + 1].startswith("|"))):
+                i += 1
+            out.append(tables[name] if name is not None else run_line(doc))
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
 def _threshold_table(rows: list[dict], *, with_delta: bool) -> str:
@@ -205,7 +257,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--quick", action="store_true", help="1e5 runs per audit instead of 1e6 (a smoke run)")
+    parser.add_argument("--update-docs", type=Path, help="rewrite the generated tables of this page (docs/audit.md)")
+    parser.add_argument("--from-json", action="store_true", help="do not measure: read --out and update the docs")
     args = parser.parse_args(argv)
+    if args.from_json:
+        doc = json.loads(args.out.read_text(encoding="utf-8"))
+        if args.update_docs:
+            update_docs(args.update_docs, doc)
+        return
     runs = 100_000 if args.quick else 1_000_000
     start = time.perf_counter()
     doc: dict = {"runs": runs, "n_samples": N, "vfl_commit": git_commit(), "numpy": np.__version__}
@@ -215,10 +274,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     doc["laplace"] = laplace(runs // 10)
     doc["laplace_maxima"] = laplace_maxima()
     doc["coparty"] = coparty(runs // 10)
+    doc["float_note"] = float_note(runs // 10)
     doc["seconds"] = round(time.perf_counter() - start)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     for name, table in markdown(doc).items():
         print(f"<!-- {name} -->\n{table}\n")
+    if args.update_docs:
+        update_docs(args.update_docs, doc)
     print(f"{doc['seconds']} s", file=sys.stderr)
 
 

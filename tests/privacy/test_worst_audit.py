@@ -120,6 +120,14 @@ def test_laplace_continuous_maxima_stay_below_every_declared_sensitivity(model, 
         assert found >= QUOTED[model, d] - 1e-9
 
 
+@pytest.mark.parametrize("model", ["linear", "logistic"])
+@pytest.mark.parametrize("d", [2, 4])
+def test_laplace_continuous_maxima_on_the_l2_ball_stay_below_its_declared_column(model, d) -> None:
+    found = laplace_continuous_maximum(model, d, n_starts=12, domain="l2").value
+    declared = laplace_sensitivity_sum(model, d, variant="tight", domain="l2", release_beta=True)
+    assert 0.5 * declared < found <= declared + 1e-9
+
+
 # ------------------------------------------------------------------------------ the Gaussian-DP bound
 def test_gdp_bound_on_an_exact_gaussian_shift() -> None:
     """T ~ N(-+mu^2/2, mu^2) is exactly a mu-GDP pair: the bound stays below mu and within 5 % of it."""

@@ -186,17 +186,22 @@ def sensitivity_rows(model: str, n_features: int, order: int) -> WorstRows:
 
 
 def laplace_continuous_maximum(model: str, n_features: int, *, release_beta: bool = True, n_starts: int = 200,
-                               random_state: RandomState = 0) -> WorstRows:
+                               domain: str = "linf", random_state: RandomState = 0) -> WorstRows:
     """max ||phi(x, y) - phi(x', y')||_1 (sum form) over x, x' in [-1, 1]^d and the labels, searched with L-BFGS-B
     then Powell from a construction (x = -1, x' = t 1 with opposite labels, t on a grid; for linear regression the
     best t is 2/(d + 1), giving 2d + 2d/(d + 1) + d(d + 1)/2 with beta released) and ``n_starts`` random points of
-    the box. A search gives a lower bound on the true maximum; the declared Laplace sensitivity must not be below it."""
+    the box. A search gives a lower bound on the true maximum; the declared Laplace sensitivity must not be below it.
+    ``domain="l2"`` searches the unit ball instead (SLSQP from random points of the ball)."""
     d = int(n_features)
 
     def value(x0, y0, x1, y1):
         return float(np.abs(row_coefficients(model, x0, y0, release_beta)
                             - row_coefficients(model, x1, y1, release_beta)).sum())
 
+    if domain == "l2":
+        return _maximise(value, d, model, _random_starts(d, n_starts, make_rng(random_state), box=False), None)
+    if domain != "linf":
+        raise ConfigurationError(f"domain must be 'linf' or 'l2', got {domain!r}")
     ones = np.ones(d)
     built = [np.concatenate([-ones, t * ones, [1.0, -1.0]]) for t in np.linspace(-1.0, 1.0, 9)]
     starts = built + _random_starts(d, n_starts, make_rng(random_state), box=True)
