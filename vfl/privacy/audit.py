@@ -22,6 +22,9 @@ What it cannot show: a lower bound below the claim proves nothing about other pa
 rarer than ~1/n_runs (delta ~ 1e-5 events are invisible at 1e5 runs), or about floating-point
 sampling (Mironov 2012, spec §6.1): it audits the declared distribution of the sampled noise.
 
+Pairs that reach the worst case of the calibration, and a Gaussian-DP bound that comes within a few per cent of
+the pair's exact mu, are in :mod:`vfl.privacy.worst_audit` (docs/audit.md, "Worst-case audit of Gaussian FM").
+
 The observed release is the vector of *independent* released coordinates: every block's entries,
 with diagonal M blocks reduced to their upper triangle (the lower one is a copy). The solver's w is
 post-processing of this vector, so auditing the coefficients is the strongest attack on FM.
