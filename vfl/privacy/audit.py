@@ -455,7 +455,9 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
     view's noise (``epsilon_pair``; inf when the view holds a changed coordinate without noise).
 
     ``pair`` defaults to :func:`party_neighbouring_pair` for the first party other than ``observer`` without the
-    label. The observer's own single-party blocks must not change (it holds that data): ConfigurationError.
+    label. The view is the library's coefficients plus the unknown noise; the statistic is centred on the
+    coefficients recomputed with numpy. The observer's own single-party blocks must not change (it holds that
+    data): ConfigurationError.
     """
     plan = mechanism.plan
     if pair is None:
@@ -464,7 +466,8 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
             raise ConfigurationError("no party other than the observer and the label owner to protect")
         pair = party_neighbouring_pair(plan, others[0], mechanism.n_samples, random_state=random_state)
     delta = float(getattr(mechanism, "delta", 0.0)) if delta is None else float(delta)
-    m0, m1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)
+    m0, m1 = released_coefficients(plan, pair.X0, pair.y0), released_coefficients(plan, pair.X1, pair.y1)
+    lib0, lib1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)   # the library's values
     specs = view_noise_specs(mechanism, observer)
     own = np.array([s.kind == "none" for s in specs]) & (m0 != m1)
     sizes = [len(_block_noise_specs(mechanism, b)) for b in plan.blocks]
@@ -472,8 +475,8 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
     if np.any(own & owners):
         raise ConfigurationError(f"the pair changes data the observer ({observer}) holds itself")
     rng = make_rng(random_state)
-    s0 = likelihood_ratio_statistic(m0 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
-    s1 = likelihood_ratio_statistic(m1 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    s0 = likelihood_ratio_statistic(lib0 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    s1 = likelihood_ratio_statistic(lib1 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
     res = audit_statistics(s0, s1, delta=delta, alpha=alpha)
     keep = np.flatnonzero([s.kind != "none" for s in specs])
     exact = math.inf if np.any(own) else pair_epsilon(m0[keep], m1[keep], [specs[i] for i in keep], delta)
