@@ -170,6 +170,23 @@ def test_a_mild_miscalibration_is_caught_by_the_gdp_bound() -> None:
     assert r.mu_lower_bound > r.mu_claimed and r.epsilon_gdp_lower_bound > 1.0
 
 
+class _DoubledAlphaPlan(DissectionPlan):
+    """A coefficient bug for the test: the released alpha block is twice the formula (so is its sensitivity)."""
+
+    def block_value(self, block, parts, y):
+        value = super().block_value(block, parts, y)
+        return 2.0 * value if block.kind == "alpha" else value
+
+
+def test_a_coefficient_bug_is_caught() -> None:
+    """The library's coefficients are not trusted: with alpha doubled by a bug the releases separate more than the
+    numpy coefficients allow (bound above mu_pair) and more than the calibration claims (above mu*)."""
+    plan = _DoubledAlphaPlan([2], 0, model="linear")
+    mech = make_mechanism("gaussian-fm", plan=plan, n_samples=N, epsilon=1.0, delta=DELTA, budget_split="equal")
+    r = worst_case_audit(mech, 200_000, random_state=6)
+    assert r.mu_lower_bound > r.mu_claimed > r.mu_pair
+
+
 def test_the_paper_calibration_is_caught_at_small_delta() -> None:
     """Tasnim et al.'s per-block calibration at claimed (1, 1e-5) (true eps 1.61): the threshold test cannot see it
     (docs/audit.md), the GDP bound on the worst pair can."""
