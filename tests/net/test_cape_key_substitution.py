@@ -102,15 +102,17 @@ def test_a_substituted_key_stops_the_real_site_before_its_masked_share(fake, tmp
         forged[1] = np.frombuffer(SecAggSite(1, 2, 1).public_key().to_bytes(256, "big"), dtype=np.uint8)
         fake.send(peers["site0"], MessageType.CAPE_KEYS, {"round": round_id, "auths": auths}, [forged])
         fake.send(peers["site1"], MessageType.CAPE_KEYS, {"round": round_id, "auths": auths}, [honest])
-        _, err = procs[0].communicate(timeout=GENEROUS)
-        line = _one_line(err)
-        assert procs[0].returncode == 4, err
-        assert "bad signature on the Diffie-Hellman value of site 1" in line and "'site1'" in line, line
         seen: set[tuple[str, MessageType]] = set()
         while not {("site1", MessageType.CAPE_MASKED), ("site0", MessageType.ERROR)} <= seen:
             got = fake.wait_for(MessageType.CAPE_MASKED, MessageType.ERROR, timeout=GENEROUS)
             assert got is not None, seen   # the control: site1, sent the honest table, does mask
+            assert (got[1].sender, got[1].type) != ("site0", MessageType.CAPE_MASKED), \
+                "site0 masked its noise share under the aggregator's substituted value"
             seen.add((got[1].sender, got[1].type))
+        _, err = procs[0].communicate(timeout=GENEROUS)
+        line = _one_line(err)
+        assert procs[0].returncode == 4, err
+        assert "bad signature on the Diffie-Hellman value of site 1" in line and "'site1'" in line, line
         sent0 = {m.type for _, m in fake.received if m.sender == "site0"}
         assert sent0 <= BEFORE_KEYS, sent0   # no CAPE_MASKED, no CAPE_RELEASE from the attacked site
     finally:
