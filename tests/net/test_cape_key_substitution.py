@@ -1,5 +1,6 @@
-"""A hostile capeFM aggregator substitutes Diffie-Hellman values, against real `vfl site` processes with real
-Ed25519 identities, at the socket level (:class:`fake_coordinator.FakeCoordinator` as the aggregator).
+"""A hostile CAPE aggregator substitutes Diffie-Hellman values, against real `vfl site` (capeFM) and
+`vfl djica-site` (capePCA + capeDJICA) processes with real Ed25519 identities, at the socket level
+(:class:`fake_coordinator.FakeCoordinator` as the aggregator).
 
 The attack: the aggregator puts its own value in place of site1's in the table it sends site0. Unauthenticated,
 site0 masks its noise share under a pair key the aggregator knows, so the aggregator unmasks e^_0 and, after the
@@ -22,10 +23,12 @@ from cape_identities import site_identities
 from fake_coordinator import FakeCoordinator
 
 from vfl.exceptions import IdentityError, PrivacyLeakWarning, ProtocolError
+from vfl.models.cape_ica import CapeICAConfig
 from vfl.net.cape_aggregator import CapeAggregator, CapeSettings
 from vfl.net.messages import Message, MessageType
 from vfl.net.site import SiteData, SiteNode
 from vfl.protocols.cape_aggregation import CapeFMAggregator
+from vfl.protocols.cape_djica_rounds import CapeICAPlan
 from vfl.secure.aggregation import SecAggSite
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]   # outer limit; the runs end far sooner
@@ -46,35 +49,49 @@ def _tables(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def _start_site(fake: FakeCoordinator, tmp, i: int, ids: str) -> subprocess.Popen:  # noqa: ANN001
+def _start_site(fake: FakeCoordinator, tmp, role: str, i: int, ids: str) -> subprocess.Popen:  # noqa: ANN001
+    """A real `vfl site` (capeFM: rows a, b, label y) or `vfl djica-site` (capeDJICA: time points of D = 3)."""
     X, y = _tables()[i]
     path = tmp / f"site{i}.csv"
-    rows = [f"{float(r[0])!r},{float(r[1])!r},{float(t)!r}\n" for r, t in zip(X, y, strict=True)]
-    path.write_text("a,b,y\n" + "".join(rows))
-    (tmp / "bounds.toml").write_text("[bounds]\na = [-1, 1]\nb = [-1, 1]\ny = [-2, 2]\n")
-    return subprocess.Popen([*VFL, "site", "--connect", fake.endpoint, "--name", f"site{i}", "--data", str(path),
-                             "--features", "a,b", "--label", "y", "--bounds", str(tmp / "bounds.toml"),
-                             "--timeout", str(GENEROUS), "--identity-dir", ids],
+    if role == "site":
+        rows = [f"{float(r[0])!r},{float(r[1])!r},{float(t)!r}\n" for r, t in zip(X, y, strict=True)]
+        path.write_text("a,b,y\n" + "".join(rows))
+        (tmp / "bounds.toml").write_text("[bounds]\na = [-1, 1]\nb = [-1, 1]\ny = [-2, 2]\n")
+        extra = ["--features", "a,b", "--label", "y", "--bounds", str(tmp / "bounds.toml")]
+    else:
+        T = np.column_stack([X, y / 2]) / 2   # every time point in the unit ball
+        path.write_text("d0,d1,d2\n" + "".join(",".join(repr(float(v)) for v in r) + "\n" for r in T))
+        extra = []
+    return subprocess.Popen([*VFL, role, "--connect", fake.endpoint, "--name", f"site{i}", "--data", str(path),
+                             *extra, "--timeout", str(GENEROUS), "--identity-dir", ids],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _plan_and_keys(fake: FakeCoordinator) -> tuple[dict[str, bytes], int, dict[str, Message]]:
-    """Register both sites, send them an ordinary capeFM plan naming them; their signed CAPE_KEY messages."""
+def _plan(role: str) -> tuple[dict, dict, int]:
+    """An ordinary plan of ``role``'s run: (plan body, extra CAPE_PLAN fields, round id of the first CAPE round)."""
+    if role == "site":
+        fm = CapeFMAggregator.new_plan("linear", 1.0, 1e-5, list(N_ROWS), 3)
+        return fm.to_body(), {"fit_intercept": True}, fm.round_id
+    ica = CapeICAPlan.new(CapeICAConfig(2, 1.0, 1e-5, max_iter=5), list(N_ROWS), 3)
+    return ica.to_body(), {}, ica.round_id
+
+
+def _plan_and_keys(fake: FakeCoordinator, role: str) -> tuple[dict[str, bytes], int, dict[str, Message]]:
+    """Register both sites, send them an ordinary plan naming them; their signed CAPE_KEY messages."""
     peers: dict[str, bytes] = {}
     for _ in N_ROWS:
         peer, body = fake.register(timeout=GENEROUS)
         peers[body["name"]] = peer
     names = sorted(peers)
-    plan = CapeFMAggregator.new_plan("linear", 1.0, 1e-5, list(N_ROWS), 3)
+    plan, extra, round_id = _plan(role)
     for i, name in enumerate(names):
-        fake.send(peers[name], MessageType.CAPE_PLAN, {"index": i, "plan": plan.to_body(), "sites": names,
-                                                        "fit_intercept": True})
+        fake.send(peers[name], MessageType.CAPE_PLAN, {"index": i, "plan": plan, "sites": names, **extra})
     keys: dict[str, Message] = {}
     while len(keys) < len(names):
         got = fake.wait_for(MessageType.CAPE_KEY, MessageType.ERROR, timeout=GENEROUS)
         assert got is not None and got[1].type is MessageType.CAPE_KEY, got
         keys[got[1].sender] = got[1]
-    return peers, plan.round_id, keys
+    return peers, round_id, keys
 
 
 def _one_line(err: str) -> str:
@@ -90,11 +107,12 @@ def fake():
     f.close()
 
 
-def test_a_substituted_key_stops_the_real_site_before_its_masked_share(fake, tmp_path):
+@pytest.mark.parametrize("role", ["site", "djica-site"])
+def test_a_substituted_key_stops_the_real_site_before_its_masked_share(fake, tmp_path, role):
     ids = site_identities(tmp_path, ("site0", "site1"))
-    procs = [_start_site(fake, tmp_path, i, ids) for i in range(2)]
+    procs = [_start_site(fake, tmp_path, role, i, ids) for i in range(2)]
     try:
-        peers, round_id, keys = _plan_and_keys(fake)
+        peers, round_id, keys = _plan_and_keys(fake, role)
         honest = np.stack([np.asarray(keys[n].array(0), dtype=np.uint8) for n in ("site0", "site1")])
         auths = [keys[n].body["auth"] for n in ("site0", "site1")]
         assert all(isinstance(a, str) and len(a) == 128 for a in auths)   # both sites signed their values
