@@ -142,5 +142,5 @@ def test_a_capefm_site_and_a_vertical_party_over_the_same_declarations_share_one
     key = dataset_key(party.feature_names, party.n_rows, bounds=party.bounds, label=party.label_name,
                       label_bounds=party.label_bounds)
     assert site.ledger_key() == key and site.ledger_key("crm").key == "name:crm"
-    with pytest.raises(ConfigurationError, match="needs a ledger"):
+    with pytest.raises(ConfigurationError, match="needs a ledger"), pytest.warns(Warning, match="WITHOUT identities"):
         SiteNode(site, "tcp://127.0.0.1:1", budget=Budget(1.0), insecure_no_identity=True)
