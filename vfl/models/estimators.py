@@ -35,6 +35,7 @@ from vfl.fm.solver import solve_details
 from vfl.models.base import LinearModelBase
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
@@ -137,7 +138,7 @@ class _FMRegression(LinearModelBase):
         check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
         rng = make_rng(self.random_state)
         objective = release_objective(plan, mech, [U], y_unit, rng)
-        floor = mech.lambda_floor if self.lambda_floor is None else float(self.lambda_floor)
+        floor = release_floor(objective, mech, self.lambda_floor)
         result = solve_details(objective, lambda_floor=floor, fallback=self.fallback)
         self.objective_ = objective
         self.solve_result_ = result
