@@ -41,10 +41,11 @@ def _noise_draw(mechanism: Mechanism, rng: np.random.Generator) -> QuadraticObje
     """One draw of the release's noise as (alpha, M): every block's calibrated noise, twice on a cross block when
     both of its parties add a draw (``noise_sharing="two-sided"``)."""
     plan = mechanism.plan
-    values = {}
+    values: dict[str, np.ndarray] = {}
     for block in plan.blocks:
-        draws = mechanism.cross_block_draws if block.cross else 1
-        values[block.name] = sum(mechanism.block_noise(block, rng) for _ in range(draws))
+        values[block.name] = mechanism.block_noise(block, rng)
+        if block.cross and mechanism.cross_block_draws == 2:
+            values[block.name] = values[block.name] + mechanism.block_noise(block, rng)
     return plan.assemble(values)
 
 
