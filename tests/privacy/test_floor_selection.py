@@ -119,20 +119,22 @@ def test_networked_release_uses_the_same_rule() -> None:
 
 
 def test_selected_floor_raises_accuracy_where_noise_swamps_m() -> None:
-    """Isotropic synthetic data, n = 5000, d = 10, epsilon = 0.5: over 20 paired noise draws the selected floor's
-    mean test accuracy beats the default floor lambda_0's by more than half a point (measured: 1.0 point)."""
-    X, y = _logistic_data(6000, 10, 7)
+    """Isotropic synthetic data, n = 10^4, d = 10, epsilon = 0.5: over 40 paired noise draws the selected floor's
+    mean test accuracy beats the default floor lambda_0's by more than 1 point (measured: 1.7 points, standard error
+    0.17), and never loses on a draw by more than 1 point."""
+    X, y = _logistic_data(12_500, 10, 7)
     U = _unit(X)
-    train, test = slice(0, 5000), slice(5000, None)
+    train, test = slice(0, 10_000), slice(10_000, None)
     plan = DissectionPlan([11], 0, model="logistic")
     exact = logistic_objective(U[train], y[train])
-    mech = make_mechanism("gaussian-fm", plan=plan, n_samples=5000, epsilon=0.5, delta=1e-5)
+    mech = make_mechanism("gaussian-fm", plan=plan, n_samples=10_000, epsilon=0.5, delta=1e-5)
     gains = []
-    for seed in range(20):
+    for seed in range(40):
         rng = np.random.default_rng(seed)
         noise = {b.name: mech.block_noise(b, rng) for b in plan.blocks}
         obj = plan.assemble({"alpha[0]": exact.alpha + noise["alpha[0]"], "M[0,0]": exact.M + noise["M[0,0]"]})
         acc = [float(np.mean((U[test] @ solve(obj, lambda_floor=f) > 0) == (y[test] == 1)))
                for f in (release_floor(obj, mech), mech.lambda_floor)]
         gains.append(acc[0] - acc[1])
-    assert np.mean(gains) > 0.005
+    assert np.mean(gains) > 0.01
+    assert min(gains) > -0.01

@@ -9,7 +9,10 @@ intercept being one coordinate of w), so a larger ridge costs nothing along the 
 :func:`select_floor` chooses lambda = m lambda_0 from the multipliers :data:`FLOOR_MULTIPLIERS` by a parametric
 bootstrap on the released objective (alpha^, M^) -- post-processing of the DP release, no privacy cost:
 
-1. plug-in truth: M~ = M^ with its eigenvalues floored at lambda_0, w~ = -(1/2) M~^-1 alpha^ (today's solution);
+1. plug-in truth: M~ = M^ with its eigenvalues floored at lambda_0, and w~ = -(1/2) M^_+^-1 alpha^ with the
+   eigenvalues of M^ floored lower, at :data:`TRUTH_FLOOR_FACTOR` lambda_0, so that weak directions keep what signal
+   the release shows there (with lambda_0 itself the truth is already shrunk along them and the bootstrap cannot
+   see what a larger ridge costs: measured, docs/privacy.md);
 2. K draws of the release's own noise (every block's calibrated distribution, a cross block twice under two-sided
    noise: :meth:`vfl.privacy.mechanisms.Mechanism.block_noise`), added to (alpha^, M~);
 3. for every candidate lambda, the solution w_k(lambda) of each draw and its score, the M~-correlation
@@ -30,10 +33,12 @@ import numpy as np
 from vfl.fm.objective import QuadraticObjective
 from vfl.privacy.mechanisms import Mechanism
 
-__all__ = ["FLOOR_MULTIPLIERS", "BOOTSTRAP_DRAWS", "select_floor", "release_floor", "selects_floor"]
+__all__ = ["FLOOR_MULTIPLIERS", "BOOTSTRAP_DRAWS", "TRUTH_FLOOR_FACTOR", "select_floor", "release_floor",
+           "selects_floor"]
 
 FLOOR_MULTIPLIERS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 BOOTSTRAP_DRAWS = 64
+TRUTH_FLOOR_FACTOR = 0.5   # the plug-in solution's floor, in units of lambda_0 (measured: docs/privacy.md)
 BOOTSTRAP_SEED = 24   # public: the selection is post-processing, its randomness need not be secret
 
 
@@ -57,9 +62,8 @@ def select_floor(objective: QuadraticObjective, mechanism: Mechanism, *, draws: 
     s, Q = np.linalg.eigh((objective.M + objective.M.T) / 2.0)
     if base <= 0.0:
         return base
-    floored = np.maximum(s, base)
-    m_plug = (Q * floored) @ Q.T
-    w_plug = -0.5 * (Q / floored) @ (Q.T @ objective.alpha)
+    m_plug = (Q * np.maximum(s, base)) @ Q.T
+    w_plug = -0.5 * (Q / np.maximum(s, TRUTH_FLOOR_FACTOR * base)) @ (Q.T @ objective.alpha)
     norm_plug = float(w_plug @ m_plug @ w_plug)
     candidates = np.array([m * base for m in FLOOR_MULTIPLIERS if m * base < s.max()])
     if norm_plug <= 0.0 or candidates.size <= 1:
