@@ -168,7 +168,9 @@ _COMMON_DOC = """
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
     block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
     ``out_of_bounds`` ("raise" | "clip"),
-    ``lambda_floor``, ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
+    ``lambda_floor`` (None: the public floor sigma_M sqrt(d); logistic Gaussian FM selects it from the release,
+    docs/privacy.md, "Logistic regression: the eigenvalue floor selected from the release"; a number: that floor),
+    ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
     an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``), ``accountant``
     (a :class:`~vfl.privacy.budget.BudgetAccountant`: the fit is refused unless it covers the fit's true
     (epsilon, delta), which it then spends; None: the process's default accountant records the fit and warns once
