@@ -1,10 +1,11 @@
 """The eigenvalue floor of a released logistic objective, selected from the release itself (issue 24).
 
 The solver floors the eigenvalues of the noisy M at lambda (:mod:`vfl.fm.solver`); below the noise scale the floor
-acts as a ridge. Its default lambda_0 = sqrt(d) tau_M (spec §2.5) keeps the objective bounded but is far below the
-noise's spectral edge sqrt(2d) tau_M (iso noise), so at small epsilon a logistic fit keeps inverting eigenvalues made
-mostly of noise. For classification only the *direction* of w matters (the class is the sign of x.w, the
-intercept being one coordinate of w), so a larger ridge costs nothing along the directions it shrinks evenly.
+acts as a ridge. Its default lambda_0 = sqrt(d) tau_M (spec §2.5) keeps the objective bounded but lies below the
+noise's spectral edge (about sqrt(2d) tau_M for iso noise, more where two-sided noise doubles a cross block's
+variance), so at small epsilon a logistic fit keeps inverting eigenvalues made mostly of noise. For classification
+only the *direction* of w matters (the class is the sign of x.w, the intercept being one coordinate of w), so a
+larger ridge costs nothing when M is isotropic and bends the direction when weak directions carry signal.
 
 :func:`select_floor` chooses lambda = m lambda_0 from the multipliers :data:`FLOOR_MULTIPLIERS` by a parametric
 bootstrap on the released objective (alpha^, M^) -- post-processing of the DP release, no privacy cost:
@@ -23,7 +24,8 @@ bootstrap on the released objective (alpha^, M^) -- post-processing of the DP re
 
 The bootstrap draws come from a fixed public seed, so the floor is a deterministic function of the released
 objective: a networked run and the in-process estimator get the same floor from the same release. Measured in
-docs/benchmarks_logistic.md; the reasoning is in docs/privacy.md ("Logistic regression: the eigenvalue floor").
+docs/benchmarks_logistic.md; the reasoning is in docs/privacy.md ("Logistic regression: the eigenvalue floor
+selected from the release").
 """
 
 from __future__ import annotations
