@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "logistic_utility.json"
 PAGE = ROOT / "docs" / "benchmarks_logistic.md"
@@ -73,8 +71,8 @@ def test_privacy_md_quotes_the_json() -> None:
         assert f"ε = {eps:g}: {r['gfm']:.4f} against {r['gfm_before']:.4f}" in section
 
 
-@pytest.mark.slow
 def test_quick_run_writes_the_same_kind_of_json(tmp_path) -> None:
+    """The smoke run (5 splits, one cell; about 7 s on the busy shared cores) writes JSON of the committed shape."""
     out = tmp_path / "l.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "logistic_utility.py"), "--quick", "--out", str(out)],
                    check=True, capture_output=True, timeout=600)
