@@ -9,7 +9,10 @@ coordinates N(2, 1.5^2) (de Jong et al. 2022's coefficient law) scaled to ||w*||
 logistic model with x.w* ~ N(0, 16) is 0.871), no intercept, y ~ Bernoulli(sigmoid(x.w*)); every feature is declared
 in [-3, 3] and clipped to it. ``synthetic-aniso`` (a robustness cell, not the study's): features 6-10 have standard
 deviation 0.3 and the signs of w* are random, with w* scaled so that the scores x.w* again have standard deviation 4
-(the second-moment matrix is far from isotropic, where a large ridge bends the direction).
+(the second-moment matrix is far from isotropic, where a large ridge bends the direction). ``forestfires (area > 0)``
+(real data): the 517 forest fires with the label "the fire burned a measurable area" (area > 0, 52 % of the rows),
+the parties of parties/ (A: 23 columns and the label, B: 4) and the declared bounds of
+vfl.data.datasets.public_bounds; 414 training rows, so every private method is near chance at small epsilon.
 
 Every method sees the same splits, bounds and clipping, with an intercept (the public constant column 1/sqrt(d) of
 the l2 domain), delta = 1e-5:
@@ -22,9 +25,10 @@ the l2 domain), delta = 1e-5:
 * ``gfm_before``: Gaussian FM as released before (eigenvalue floor lambda_0 = sqrt(d) tau_M);
 * ``gfm``: Gaussian FM as released now (the floor selected from the release, vfl.privacy.floor_selection).
 
-Both FM columns are released as a networked run releases them: the vertical plan of two parties (A: features 1-5,
-the constant column and the label; B: features 6-10), two-sided noise (both parties of every cross block add a full
-calibrated draw), equal budget split, ``fallback="ridge"``; paired (the same standard normal draws).
+Both FM columns are released as a networked run releases them: the vertical plan of two parties (synthetic:
+A: features 1-5, the constant column and the label; B: features 6-10), two-sided noise (both parties of every
+cross block add a full calibrated draw), equal budget split, ``fallback="ridge"``; paired (the same standard
+normal draws).
 
 Budget split (the alpha block's share of the joint budget; logistic keeps the equal split): ``gfm`` again with the
 alpha shares 0.2 and 0.7, same draws. The decomposition (``--quick`` too) separates the sources of the gap on the
@@ -44,10 +48,13 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from vfl.data.datasets import forest_fires, public_bounds
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.domain import ColumnBounds, prepare_party_block
 from vfl.fm.solver import solve_details
@@ -60,6 +67,7 @@ EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 DELTA = 1e-5
 N_TRAIN, D, FEATURE_BOUND, SCORE_SD = 10_000, 10, 3.0, 4.0
 PARTY_A = 5   # features of party A (the label owner, also holding the constant column)
+FOREST_FIRES = "forestfires (area > 0)"
 METHODS = ("nonprivate", "taylor", "objpert", "noisygd", "gfm_before", "gfm")
 DECOMPOSITION = ("alpha_noise_only", "m_noise_only", "both_floor0", "both_selected")
 SPLITS = (0.2, 0.7)   # other budget splits (the alpha block's share), selected floor: measured, not the default
@@ -69,8 +77,35 @@ SPLIT_COLUMNS = tuple(f"gfm_alpha_share_{s:g}" for s in SPLITS)
 TARGET_EPSILONS, TARGET_GAP = (0.25, 0.5, 1.0), 0.01
 
 
+@dataclass
+class Cell:
+    """A data set with party A's columns first (``p_a`` of them; A also holds the label and the constant column),
+    party B's after, and the declared public bounds (lo, hi) of every column."""
+
+    X: np.ndarray
+    y: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    p_a: int
+
+    def clipped(self) -> np.ndarray:
+        return np.clip(self.X, self.lo, self.hi)
+
+
+def forest_fires_cell(data_dir: Path | None) -> Cell:
+    """Forest fires (517 rows) with the label "the fire burned a measurable area" (area > 0, 52 % of the rows), the
+    parties of parties/ and the declared bounds of vfl.data.datasets.public_bounds."""
+    data = forest_fires(data_dir / "forestfires.csv" if data_dir else None)
+    bounds = public_bounds(data.name, dataset=data)
+    cols = [data.column_indices(c) for c in data.party_columns.values()]
+    order = cols[0] + cols[1]
+    names = [data.feature_names[j] for j in order]
+    return Cell(data.X[:, order], (data.y > 0).astype(float), np.array([bounds[f][0] for f in names]),
+                np.array([bounds[f][1] for f in names]), len(cols[0]))
+
+
 def make_data(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One sample of N_TRAIN / 0.8 rows of the cell ``kind`` (module docstring)."""
+    """One sample of N_TRAIN / 0.8 rows of the synthetic cell ``kind`` (module docstring)."""
     rng = np.random.default_rng([seed, sum(map(ord, kind))])
     n = int(round(N_TRAIN / 0.8))
     sd = np.ones(D) if kind == "synthetic" else np.array([1.0] * PARTY_A + [0.3] * (D - PARTY_A))
@@ -83,23 +118,31 @@ def make_data(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+def make_cell(kind: str, seed: int, data_dir: Path | None = None) -> Cell:
+    if kind == FOREST_FIRES:
+        return forest_fires_cell(data_dir)
+    X, y = make_data(kind, seed)
+    return Cell(X, y, np.full(D, -FEATURE_BOUND), np.full(D, FEATURE_BOUND), PARTY_A)
+
+
 class PreparedSplit:
     """One split prepared as a networked run prepares it: columns mapped by the declared bounds into the l2 domain
     (clipped), party A = its columns + the constant column 1/sqrt(d), party B = the rest; exact FM blocks."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> None:
-        self.bounds = ColumnBounds(np.full(D, -FEATURE_BOUND), np.full(D, FEATURE_BOUND))
-        d = D + 1
+    def __init__(self, cell: Cell, train: np.ndarray, test: np.ndarray) -> None:
+        X, y, p_a = cell.X, cell.y, cell.p_a
+        self.bounds = ColumnBounds(cell.lo, cell.hi)
+        d = X.shape[1] + 1
         self.n = train.size
-        prep = [np.hstack([u[:, :PARTY_A], np.full((u.shape[0], 1), 1.0 / math.sqrt(d)), u[:, PARTY_A:]])
+        prep = [np.hstack([u[:, :p_a], np.full((u.shape[0], 1), 1.0 / math.sqrt(d)), u[:, p_a:]])
                 for u in (prepare_party_block(X[idx], bounds=self.bounds, domain="l2", n_features_total=d,
                                               row_norm="scale", out_of_bounds="clip")[0] for idx in (train, test))]
         self.U, self.U_test = prep
         self.y, self.y_test = y[train], y[test]
-        self.X_clip = np.clip(X, -FEATURE_BOUND, FEATURE_BOUND)
+        self.X_clip = cell.clipped()
         self.train, self.test = train, test
-        self.plan = DissectionPlan([PARTY_A + 1, D - PARTY_A], 0, model="logistic")
-        parts = [self.U[:, : PARTY_A + 1], self.U[:, PARTY_A + 1:]]
+        self.plan = DissectionPlan([p_a + 1, X.shape[1] - p_a], 0, model="logistic")
+        parts = [self.U[:, : p_a + 1], self.U[:, p_a + 1:]]
         self.exact = {b.name: self.plan.block_value(b, parts, self.y) for b in self.plan.blocks}
 
     def accuracy(self, w: np.ndarray) -> float:
@@ -140,7 +183,7 @@ class PreparedSplit:
     def baseline(self, cls: type, epsilon: float, seed: np.random.SeedSequence) -> float:
         """Accuracy of a library baseline fitted on the raw clipped columns with the same declared bounds."""
         kw = {"delta": DELTA} if cls is NoisyGradientDescent else {}
-        est = cls(epsilon=epsilon, bounds=[(-FEATURE_BOUND, FEATURE_BOUND)] * D, out_of_bounds="clip",
+        est = cls(epsilon=epsilon, bounds=self.bounds, out_of_bounds="clip",
                   random_state=int(seed.generate_state(1)[0]), **kw).fit(self.X_clip[self.train], self.y)
         z = self.X_clip[self.test] @ est.coef_ + est.intercept_
         return float(np.mean((z > 0) == (self.y_test == 1.0)))
@@ -165,18 +208,19 @@ def split_scores(split: PreparedSplit, seeds: list[np.random.SeedSequence]) -> d
     return out
 
 
-def run_cell(kind: str, splits: int, seed: int) -> list[dict]:
-    X, y = make_data(kind, seed)
-    n = X.shape[0]
+def run_cell(kind: str, splits: int, seed: int, data_dir: Path | None = None) -> list[dict]:
+    cell = make_cell(kind, seed, data_dir)
+    n = cell.X.shape[0]
+    n_train = int(round(0.8 * n))
     master = np.random.SeedSequence([seed, sum(map(ord, kind)), 1])
     scores = []
     for child in master.spawn(splits):
         split_seed, *eps_seeds = child.spawn(1 + len(EPSILONS))
         perm = np.random.default_rng(split_seed).permutation(n)
-        scores.append(split_scores(PreparedSplit(X, y, perm[:N_TRAIN], perm[N_TRAIN:]), eps_seeds))
+        scores.append(split_scores(PreparedSplit(cell, perm[:n_train], perm[n_train:]), eps_seeds))
     rows = []
     for eps in EPSILONS:
-        row: dict = {"data": kind, "epsilon": eps, "splits": splits, "n_train": N_TRAIN, "n_test": n - N_TRAIN}
+        row: dict = {"data": kind, "epsilon": eps, "splits": splits, "n_train": n_train, "n_test": n - n_train}
         for m in METHODS + DECOMPOSITION + SPLIT_COLUMNS:
             row[m] = float(np.median([s[(m, 0.0 if m in ("nonprivate", "taylor") else eps)] for s in scores]))
         diff = np.array([s[("gfm", eps)] - s[("gfm_before", eps)] for s in scores])
@@ -244,16 +288,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--splits", type=int, default=50, help="random 80/20 splits per cell (default 50)")
     parser.add_argument("--quick", action="store_true", help="5 splits, the synthetic cell only (a smoke run)")
     parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--data-dir", type=Path, default=None, help="folder with the raw forest fires CSV")
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     splits = 5 if args.quick else args.splits
     if splits < 2:
         parser.error("--splits must be at least 2")
     start = time.perf_counter()
-    cells = ("synthetic",) if args.quick else ("synthetic", "synthetic-aniso")
-    with warnings.catch_warnings():
+    cells = ("synthetic",) if args.quick else ("synthetic", "synthetic-aniso", FOREST_FIRES)
+    # thousands of tiny eigendecompositions: a multi-threaded BLAS on the shared cores spent ~30 ms on each instead
+    # of well under 1 ms (measured); one BLAS thread (speed only)
+    with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")   # seeded noise and repeated fits warn per fit; the JSON says so
-        rows = [row for kind in cells for row in run_cell(kind, splits, args.seed)]
+        rows = [row for kind in cells for row in run_cell(kind, splits, args.seed, args.data_dir)]
     shown = list(sys.argv[1:] if argv is None else argv)
     doc = {"command": "python benchmarks/logistic_utility.py " + " ".join(shown), "vfl_commit": git_commit(),
            "delta": DELTA, "epsilons": list(EPSILONS), "splits": splits, "seed": args.seed,
