@@ -49,6 +49,7 @@ from vfl.privacy.fixed_point import (
     prepare_fixed_point,
     release_single_party_block,
 )
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
@@ -367,9 +368,10 @@ class FMCoordinator:
     def finish(self) -> FMRelease:
         """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""
         s, plan = self.settings, self.plan
-        floor = s.lambda_floor if s.lambda_floor is not None else self.mech.lambda_floor
         try:
-            sol = solve_details(plan.assemble(self.values), lambda_floor=floor)
+            objective = plan.assemble(self.values)
+            floor = release_floor(objective, self.mech, s.lambda_floor)
+            sol = solve_details(objective, lambda_floor=floor)
         except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
             if isinstance(exc, VFLError):
                 raise
