@@ -1,0 +1,656 @@
+/* vfl.secure._fastloops: the two inner loops of a secure product at C speed, on GMP (issue 25).
+ *
+ * Optional: setup.py builds it when a compiler and gmp.h exist; otherwise vfl.secure.fastmath runs the same
+ * loops in Python, bit for bit (VFL_PURE_PYTHON=1 forces that). The interface is bytes and small ints only
+ * (no gmpy2 C-API): big integers travel as big-endian bytes, exponents as native uint64 arrays.
+ *
+ *   Buckets(n_products, window, n_windows, modulus)   Pippenger buckets kept across chunks
+ *       .add(frame, width, n_groups, exponents, n_cols, first_product)
+ *       .result(product) -> bytes                     the running-product combination, then c squarings/window
+ *       .mults                                        multiplications counted like the Python loop
+ *   FixedBase(base, modulus, window, n_windows)       table[k][d] = base^(d 2^(ck)) mod N
+ *       .pow(exponent_le) -> bytes
+ *   mulmod_repeat(a, b, modulus, count) -> bytes     a b^count mod N by count multiplications (unit cost)
+ *
+ * Every length, count and exponent is checked here before it is used; ciphertext values are validated by the
+ * Python caller (vfl.secure.keys) before they reach this module, and nothing here parses a length from them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <gmp.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_WINDOW 16
+#define MAX_SLOTS ((Py_ssize_t)1 << 31)
+
+static int import_be(mpz_t out, const Py_buffer *buf) {
+    if (buf->len <= 0) {
+        PyErr_SetString(PyExc_ValueError, "an integer needs at least one byte");
+        return -1;
+    }
+    mpz_import(out, (size_t)buf->len, 1, 1, 1, 0, buf->buf);
+    return 0;
+}
+
+static PyObject *export_be(const mpz_t x) {
+    size_t count = (mpz_sizeinbase(x, 2) + 7) / 8;
+    if (mpz_sgn(x) == 0)
+        return PyBytes_FromStringAndSize("", 0);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    size_t written = 0;
+    mpz_export(PyBytes_AS_STRING(out), &written, 1, 1, 1, 0, x);
+    return out;
+}
+
+/* x <- x y mod m through the scratch t: GMP copies an operand that aliases the destination, so never alias */
+static inline void mulmod_into(mpz_t x, const mpz_t y, const mpz_t m, mpz_t t) {
+    mpz_mul(t, x, y);
+    mpz_tdiv_r(x, t, m);
+}
+
+static int positive_modulus(mpz_t m, const Py_buffer *buf) {
+    if (import_be(m, buf) < 0)
+        return -1;
+    if (mpz_cmp_ui(m, 1) <= 0) {
+        PyErr_SetString(PyExc_ValueError, "the modulus must be greater than 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ Buckets */
+typedef struct {
+    PyObject_HEAD
+    mpz_t modulus;
+    int window;
+    int n_windows;
+    Py_ssize_t n_products;
+    Py_ssize_t per_product;   /* n_windows << window */
+    mpz_t *slots;             /* n_products * per_product, initialised on first use */
+    unsigned char *used;
+    unsigned char *released;  /* per product, after result() */
+    unsigned long long mults;
+    int busy;                 /* add/result run without the GIL: one call at a time per object */
+    int ready;
+} BucketsObject;
+
+static void Buckets_dealloc(BucketsObject *self) {
+    if (self->slots != NULL && self->used != NULL) {
+        Py_ssize_t total = self->n_products * self->per_product;
+        for (Py_ssize_t i = 0; i < total; i++)
+            if (self->used[i])
+                mpz_clear(self->slots[i]);
+    }
+    PyMem_Free(self->slots);
+    PyMem_Free(self->used);
+    PyMem_Free(self->released);
+    if (self->ready)
+        mpz_clear(self->modulus);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t n_products;
+    int window, n_windows;
+    Py_buffer mod;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "niiy*", &n_products, &window, &n_windows, &mod))
+        return -1;
+    if (n_products < 1 || window < 1 || window > MAX_WINDOW || n_windows < 1 || (long)window * (n_windows - 1) >= 64) {
+        PyBuffer_Release(&mod);
+        PyErr_SetString(PyExc_ValueError, "Buckets needs n_products >= 1, 1 <= window <= 16 and exponents < 2^64");
+        return -1;
+    }
+    Py_ssize_t per_product = (Py_ssize_t)n_windows << window;
+    if (n_products > MAX_SLOTS / per_product) {
+        PyBuffer_Release(&mod);
+        PyErr_SetString(PyExc_ValueError, "too many buckets");
+        return -1;
+    }
+    mpz_init(self->modulus);
+    self->ready = 1;
+    int bad = positive_modulus(self->modulus, &mod);
+    PyBuffer_Release(&mod);
+    if (bad)
+        return -1;
+    self->window = window;
+    self->n_windows = n_windows;
+    self->n_products = n_products;
+    self->per_product = per_product;
+    Py_ssize_t total = n_products * per_product;
+    self->slots = PyMem_Malloc((size_t)total * sizeof(mpz_t));
+    self->used = PyMem_Calloc((size_t)total, 1);
+    self->released = PyMem_Calloc((size_t)n_products, 1);
+    if (self->slots == NULL || self->used == NULL || self->released == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* product index first + k * n_groups + g for column k of the exponents and group g of a row */
+static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
+    Py_buffer frame, exps;
+    Py_ssize_t width, n_groups, n_cols, first;
+    if (!PyArg_ParseTuple(args, "y*nny*nn", &frame, &width, &n_groups, &exps, &n_cols, &first))
+        return NULL;
+    PyObject *ret = NULL;
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        goto done;
+    }
+    if (width < 1 || n_groups < 1 || n_cols < 1 || first < 0 || n_cols > self->n_products / n_groups
+        || first > self->n_products - n_cols * n_groups) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: bad width, groups, columns or first product");
+        goto done;
+    }
+    if (frame.len % (width * n_groups) != 0) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: the frame is not a whole number of rows");
+        goto done;
+    }
+    Py_ssize_t rows = frame.len / (width * n_groups);
+    if (exps.len != rows * n_cols * (Py_ssize_t)sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: need one uint64 exponent per row and column");
+        goto done;
+    }
+    const int c = self->window;
+    const uint64_t mask = ((uint64_t)1 << c) - 1;
+    const int top_bits = c * self->n_windows;
+    const uint64_t *e = (const uint64_t *)exps.buf;
+    if (top_bits < 64)
+        for (Py_ssize_t i = 0; i < rows * n_cols; i++)
+            if (e[i] >> top_bits) {
+                PyErr_SetString(PyExc_ValueError, "Buckets.add: an exponent has more bits than the buckets");
+                goto done;
+            }
+    for (Py_ssize_t t = 0; t < n_cols * n_groups; t++)
+        if (self->released[first + t]) {
+            PyErr_SetString(PyExc_ValueError, "Buckets.add: that product's buckets were already combined");
+            goto done;
+        }
+    self->busy = 1;
+    unsigned long long mults = 0;
+    const unsigned char *bytes = (const unsigned char *)frame.buf;
+    Py_BEGIN_ALLOW_THREADS
+    const mp_bitcnt_t mod_bits = mpz_sizeinbase(self->modulus, 2);
+    mpz_t base, scratch;
+    mpz_init2(base, (mp_bitcnt_t)width * 8);
+    mpz_init2(scratch, 2 * mod_bits + (mp_bitcnt_t)width * 8);
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        for (Py_ssize_t g = 0; g < n_groups; g++) {
+            mpz_import(base, (size_t)width, 1, 1, 1, 0, bytes + (i * n_groups + g) * width);
+            for (Py_ssize_t k = 0; k < n_cols; k++) {
+                uint64_t x = e[i * n_cols + k];
+                Py_ssize_t off = (first + k * n_groups + g) * self->per_product;
+                for (int w = 0; x; w++, x >>= c) {
+                    uint64_t d = x & mask;
+                    if (!d)
+                        continue;
+                    Py_ssize_t s = off + ((Py_ssize_t)w << c) + (Py_ssize_t)d;
+                    if (!self->used[s]) {
+                        mpz_init2(self->slots[s], mod_bits > (mp_bitcnt_t)width * 8 ? mod_bits : (mp_bitcnt_t)width * 8);
+                        mpz_set(self->slots[s], base);
+                        self->used[s] = 1;
+                    } else {
+                        mulmod_into(self->slots[s], base, self->modulus, scratch);
+                        mults++;
+                    }
+                }
+            }
+        }
+    }
+    mpz_clears(base, scratch, NULL);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    self->mults += mults;
+    ret = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&frame);
+    PyBuffer_Release(&exps);
+    return ret;
+}
+
+/* prod over windows (high to low) of sum_d d * bucket_d, combined by a running product, c squarings per window;
+ * the same operations in the same order as fastmath.PyBucketAccumulator.result */
+static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
+    Py_ssize_t product = PyLong_AsSsize_t(arg);
+    if (product == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        return NULL;
+    }
+    if (product < 0 || product >= self->n_products) {
+        PyErr_SetString(PyExc_IndexError, "Buckets.result: no such product");
+        return NULL;
+    }
+    if (self->released[product]) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.result: that product's buckets were already combined");
+        return NULL;
+    }
+    self->busy = 1;
+    const int c = self->window;
+    Py_ssize_t off = product * self->per_product;
+    unsigned long long squarings = 0;
+    mpz_t result, running, acc, t;
+    Py_BEGIN_ALLOW_THREADS
+    mpz_inits(result, running, acc, t, NULL);
+    int have_result = 0;
+    for (int w = self->n_windows - 1; w >= 0; w--) {
+        if (have_result) {
+            for (int s = 0; s < c; s++) {
+                mpz_mul(t, result, result);
+                mpz_tdiv_r(result, t, self->modulus);
+            }
+            squarings += (unsigned long long)c;
+        }
+        int have_running = 0, have_acc = 0;
+        for (Py_ssize_t d = ((Py_ssize_t)1 << c) - 1; d >= 1; d--) {
+            Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
+            if (self->used[s]) {
+                if (!have_running) {
+                    mpz_set(running, self->slots[s]);
+                    have_running = 1;
+                } else {
+                    mulmod_into(running, self->slots[s], self->modulus, t);
+                }
+            }
+            if (have_running) {
+                if (!have_acc) {
+                    mpz_set(acc, running);
+                    have_acc = 1;
+                } else {
+                    mulmod_into(acc, running, self->modulus, t);
+                }
+            }
+        }
+        if (have_acc) {
+            if (!have_result) {
+                mpz_set(result, acc);
+                have_result = 1;
+            } else {
+                mulmod_into(result, acc, self->modulus, t);
+            }
+        }
+    }
+    if (!have_result)
+        mpz_set_ui(result, 1);
+    for (Py_ssize_t i = off; i < off + self->per_product; i++)
+        if (self->used[i]) {
+            mpz_clear(self->slots[i]);
+            self->used[i] = 0;
+        }
+    Py_END_ALLOW_THREADS
+    self->released[product] = 1;
+    self->mults += squarings;
+    self->busy = 0;
+    PyObject *out = export_be(result);
+    mpz_clears(result, running, acc, t, NULL);
+    return out;
+}
+
+static PyObject *Buckets_get_mults(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->mults);
+}
+
+static PyMethodDef Buckets_methods[] = {
+    {"add", (PyCFunction)Buckets_add, METH_VARARGS,
+     "add(frame, width, n_groups, exponents, n_cols, first_product): bucket every base of the frame"},
+    {"result", (PyCFunction)Buckets_result, METH_O, "result(product) -> big-endian bytes; releases its buckets"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Buckets_getset[] = {
+    {"mults", (getter)Buckets_get_mults, NULL, "modular multiplications counted so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BucketsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vfl.secure._fastloops.Buckets",
+    .tp_basicsize = sizeof(BucketsObject),
+    .tp_dealloc = (destructor)Buckets_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pippenger buckets of several multi-exponentiations kept across chunks",
+    .tp_methods = Buckets_methods,
+    .tp_getset = Buckets_getset,
+    .tp_init = (initproc)Buckets_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------------------------- Montgomery (1985) */
+/* For an odd modulus m of n limbs and R = B^n (B = 2^64): x~ = x R mod m, and REDC(t) = t / R mod m for t < R^2,
+ * word by word (Montgomery, "Modular multiplication without trial division", Math. Comp. 44, 1985): per limb add the
+ * multiple q m (q = t_j (-1/m) mod B) that clears it, then drop the n low limbs; one subtraction keeps the result
+ * below R. mont(x~, y~) = REDC(x~ y~) = (x y)~, so a chain of products never divides. Only public mpn calls. */
+typedef struct {
+    mp_size_t n;
+    mp_limb_t *m;      /* n limbs */
+    mp_limb_t minv;    /* -1/m mod B */
+} Montgomery;
+
+static int montgomery_init(Montgomery *mo, const mpz_t m) {
+    mo->n = (mp_size_t)mpz_size(m);
+    mo->m = PyMem_Calloc((size_t)mo->n, sizeof(mp_limb_t));
+    if (mo->m == NULL)
+        return -1;
+    memcpy(mo->m, mpz_limbs_read(m), (size_t)mo->n * sizeof(mp_limb_t));
+    mp_limb_t x = mo->m[0];   /* Newton: correct to 3 bits for odd m0, then 6, 12, 24, 48, 96 */
+    for (int i = 0; i < 5; i++)
+        x *= 2 - mo->m[0] * x;
+    mo->minv = -x;
+    return 0;
+}
+
+/* r <- t / R mod m, r < R (t: 2n limbs, overwritten; r must not overlap t) */
+static void redc(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
+    const mp_size_t n = mo->n;
+    for (mp_size_t j = 0; j < n; j++)
+        t[j] = mpn_addmul_1(t + j, mo->m, n, t[j] * mo->minv);
+    if (mpn_add_n(r, t + n, t, n))
+        mpn_sub_n(r, r, mo->m, n);
+}
+
+/* r <- REDC(x y); r may equal x or y (t: 2n limbs of scratch) */
+static void montmul(mp_limb_t *r, const mp_limb_t *x, const mp_limb_t *y, mp_limb_t *t, const Montgomery *mo) {
+    mpn_mul_n(t, x, y, mo->n);
+    redc(r, t, mo);
+}
+
+/* n limbs of x~ = x R mod m, from x >= 0 */
+static void to_montgomery(mp_limb_t *out, const mpz_t x, const mpz_t m, const Montgomery *mo) {
+    mpz_t t;
+    mpz_init(t);
+    mpz_mul_2exp(t, x, (mp_bitcnt_t)mo->n * GMP_NUMB_BITS);
+    mpz_tdiv_r(t, t, m);
+    memset(out, 0, (size_t)mo->n * sizeof(mp_limb_t));
+    memcpy(out, mpz_limbs_read(t), mpz_size(t) * sizeof(mp_limb_t));
+    mpz_clear(t);
+}
+
+/* out <- x / R mod m in [0, m) (x: n limbs < R; t: 2n limbs of scratch) */
+static void from_montgomery(mpz_t out, const mp_limb_t *x, mp_limb_t *t, const Montgomery *mo) {
+    const mp_size_t n = mo->n;
+    memcpy(t, x, (size_t)n * sizeof(mp_limb_t));
+    memset(t + n, 0, (size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *r = mpz_limbs_write(out, n);
+    redc(r, t, mo);   /* (x + q m) / R < 1 + m: at most one subtraction */
+    if (mpn_cmp(r, mo->m, n) >= 0)
+        mpn_sub_n(r, r, mo->m, n);
+    mpz_limbs_finish(out, n);
+}
+
+/* ---------------------------------------------------------------------------------------------- FixedBase */
+typedef struct {
+    PyObject_HEAD
+    mpz_t modulus;
+    int window;
+    int n_windows;
+    Py_ssize_t size;       /* n_windows << window entries */
+    Montgomery mo;         /* odd modulus: the table holds n-limb Montgomery forms */
+    mp_limb_t *limbs;
+    mpz_t *table;          /* even modulus: plain residues */
+    int ready;
+} FixedBaseObject;
+
+static void FixedBase_dealloc(FixedBaseObject *self) {
+    if (self->table != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++)
+            mpz_clear(self->table[i]);
+        PyMem_Free(self->table);
+    }
+    PyMem_Free(self->limbs);
+    PyMem_Free(self->mo.m);
+    if (self->ready)
+        mpz_clear(self->modulus);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* row k = [1, g, g^2, ..., g^(2^c - 1)] mod N with g = base^(2^(ck)): fastmath.FixedBaseTable's table */
+static int build_montgomery(FixedBaseObject *self, const mpz_t base) {
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    self->limbs = PyMem_Calloc((size_t)self->size * (size_t)n, sizeof(mp_limb_t));
+    mp_limb_t *g = PyMem_Calloc((size_t)(3 * n), sizeof(mp_limb_t));
+    if (self->limbs == NULL || g == NULL) {
+        PyMem_Free(g);
+        PyErr_NoMemory();
+        return -1;
+    }
+    mp_limb_t *t = g + n;
+    mpz_t one;
+    mpz_init_set_ui(one, 1);
+    to_montgomery(g, base, self->modulus, &self->mo);
+    for (int k = 0; k < self->n_windows; k++) {
+        mp_limb_t *row = self->limbs + (Py_ssize_t)k * row_len * n;
+        to_montgomery(row, one, self->modulus, &self->mo);
+        memcpy(row + n, g, (size_t)n * sizeof(mp_limb_t));
+        for (Py_ssize_t d = 2; d < row_len; d++)
+            montmul(row + d * n, row + (d - 1) * n, g, t, &self->mo);
+        montmul(g, row + (row_len - 1) * n, g, t, &self->mo);
+    }
+    mpz_clear(one);
+    PyMem_Free(g);
+    return 0;
+}
+
+static int build_plain(FixedBaseObject *self, mpz_t g) {
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    self->table = PyMem_Malloc((size_t)self->size * sizeof(mpz_t));
+    if (self->table == NULL) {
+        self->size = 0;
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->size; i++)
+        mpz_init(self->table[i]);
+    for (int k = 0; k < self->n_windows; k++) {
+        mpz_t *row = self->table + k * row_len;
+        mpz_set_ui(row[0], 1);
+        mpz_set(row[1], g);
+        for (Py_ssize_t d = 2; d < row_len; d++) {
+            mpz_mul(row[d], row[d - 1], g);
+            mpz_tdiv_r(row[d], row[d], self->modulus);
+        }
+        mpz_mul(g, row[row_len - 1], g);
+        mpz_tdiv_r(g, g, self->modulus);
+    }
+    return 0;
+}
+
+static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds) {
+    Py_buffer base, mod;
+    int window, n_windows;
+    (void)kwds;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "y*y*ii", &base, &mod, &window, &n_windows))
+        return -1;
+    int bad = 0;
+    if (window < 1 || window > MAX_WINDOW || n_windows < 1 || n_windows > 4096
+        || ((Py_ssize_t)n_windows << window) > ((Py_ssize_t)1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "FixedBase needs 1 <= window <= 16 and at most 2^24 table entries");
+        bad = 1;
+    }
+    mpz_t g;
+    mpz_init(g);
+    mpz_init(self->modulus);
+    self->ready = 1;
+    if (!bad)
+        bad = positive_modulus(self->modulus, &mod) < 0 || import_be(g, &base) < 0;
+    PyBuffer_Release(&base);
+    PyBuffer_Release(&mod);
+    if (!bad) {
+        self->window = window;
+        self->n_windows = n_windows;
+        self->size = (Py_ssize_t)n_windows << window;
+        if (mpz_odd_p(self->modulus))
+            bad = montgomery_init(&self->mo, self->modulus) < 0 ? (PyErr_NoMemory(), 1) : build_montgomery(self, g) < 0;
+        else
+            bad = build_plain(self, g) < 0;
+    }
+    mpz_clear(g);
+    return bad ? -1 : 0;
+}
+
+static unsigned long digit_of(const unsigned char *bytes, Py_ssize_t len, long first_bit, int c) {
+    unsigned long d = 0;
+    for (int b = 0; b < c; b++) {
+        long bit = first_bit + b;
+        if (bit / 8 < len && (bytes[bit / 8] >> (bit % 8)) & 1)
+            d |= 1UL << b;
+    }
+    return d;
+}
+
+static void pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    mp_limb_t *acc = PyMem_Malloc((size_t)(3 * n) * sizeof(mp_limb_t)), *t = acc + n;
+    int have = 0;
+    for (int k = 0; k < self->n_windows; k++) {
+        unsigned long d = digit_of(bytes, len, (long)k * self->window, self->window);
+        if (!d)
+            continue;
+        const mp_limb_t *entry = self->limbs + ((Py_ssize_t)k * row_len + (Py_ssize_t)d) * n;
+        if (!have)
+            memcpy(acc, entry, (size_t)n * sizeof(mp_limb_t));
+        else
+            montmul(acc, acc, entry, t, &self->mo);
+        have = 1;
+    }
+    if (have)
+        from_montgomery(out, acc, t, &self->mo);
+    else
+        mpz_set_ui(out, 1);
+    PyMem_Free(acc);
+}
+
+static void pow_plain(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    mpz_t t;
+    mpz_init(t);
+    mpz_set_ui(out, 1);
+    for (int k = 0; k < self->n_windows; k++) {
+        unsigned long d = digit_of(bytes, len, (long)k * self->window, self->window);
+        if (d)
+            mulmod_into(out, self->table[k * row_len + (Py_ssize_t)d], self->modulus, t);
+    }
+    mpz_clear(t);
+}
+
+/* exponent as little-endian bytes; every bit must lie below c * n_windows */
+static PyObject *FixedBase_pow(FixedBaseObject *self, PyObject *arg) {
+    Py_buffer e;
+    if (self->limbs == NULL && self->table == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is not initialised");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(arg, &e, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *bytes = (const unsigned char *)e.buf;
+    long bit_length = 0;
+    for (Py_ssize_t i = e.len - 1; i >= 0 && bit_length == 0; i--)
+        for (int b = 7; b >= 0; b--)
+            if ((bytes[i] >> b) & 1) {
+                bit_length = 8L * (long)i + b + 1;
+                break;
+            }
+    if (bit_length > (long)self->window * self->n_windows) {
+        PyBuffer_Release(&e);
+        PyErr_SetString(PyExc_ValueError, "FixedBase.pow: the exponent has more bits than the table");
+        return NULL;
+    }
+    mpz_t acc;
+    mpz_init(acc);
+    if (self->limbs != NULL)
+        pow_montgomery(self, acc, bytes, e.len);
+    else
+        pow_plain(self, acc, bytes, e.len);
+    PyBuffer_Release(&e);
+    PyObject *out = export_be(acc);
+    mpz_clear(acc);
+    return out;
+}
+
+static PyMethodDef FixedBase_methods[] = {
+    {"pow", (PyCFunction)FixedBase_pow, METH_O, "pow(exponent_le_bytes) -> big-endian bytes of base^e mod N"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FixedBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vfl.secure._fastloops.FixedBase",
+    .tp_basicsize = sizeof(FixedBaseObject),
+    .tp_dealloc = (destructor)FixedBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "fixed-base windowed table: base^e mod N in ceil(bits / c) multiplications (Montgomery for odd N)",
+    .tp_methods = FixedBase_methods,
+    .tp_init = (initproc)FixedBase_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------------------------------ mulmod_repeat */
+static PyObject *mulmod_repeat(PyObject *module, PyObject *args) {
+    Py_buffer a, b, mod;
+    Py_ssize_t count;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*y*n", &a, &b, &mod, &count))
+        return NULL;
+    PyObject *out = NULL;
+    mpz_t x, y, m;
+    mpz_inits(x, y, m, NULL);
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+    } else if (import_be(x, &a) == 0 && import_be(y, &b) == 0 && positive_modulus(m, &mod) == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        mpz_t t;
+        mpz_init(t);
+        for (Py_ssize_t i = 0; i < count; i++)
+            mulmod_into(x, y, m, t);
+        mpz_clear(t);
+        Py_END_ALLOW_THREADS
+        out = export_be(x);
+    }
+    mpz_clears(x, y, m, NULL);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&mod);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"mulmod_repeat", mulmod_repeat, METH_VARARGS,
+     "mulmod_repeat(a, b, modulus, count) -> a * b^count mod N by count multiplications (big-endian bytes)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastloops_module = {
+    PyModuleDef_HEAD_INIT, "_fastloops",
+    "Pippenger buckets and fixed-base tables on GMP (optional; vfl.secure.fastmath has the Python fallback)",
+    -1, module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastloops(void) {
+    if (PyType_Ready(&BucketsType) < 0 || PyType_Ready(&FixedBaseType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&fastloops_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Buckets", (PyObject *)&BucketsType) < 0
+        || PyModule_AddObjectRef(m, "FixedBase", (PyObject *)&FixedBaseType) < 0
+        || PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
