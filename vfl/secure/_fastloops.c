@@ -61,270 +61,6 @@ static int positive_modulus(mpz_t m, const Py_buffer *buf) {
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------ Buckets */
-typedef struct {
-    PyObject_HEAD
-    mpz_t modulus;
-    int window;
-    int n_windows;
-    Py_ssize_t n_products;
-    Py_ssize_t per_product;   /* n_windows << window */
-    mpz_t *slots;             /* n_products * per_product, initialised on first use */
-    unsigned char *used;
-    unsigned char *released;  /* per product, after result() */
-    unsigned long long mults;
-    int busy;                 /* add/result run without the GIL: one call at a time per object */
-    int ready;
-} BucketsObject;
-
-static void Buckets_dealloc(BucketsObject *self) {
-    if (self->slots != NULL && self->used != NULL) {
-        Py_ssize_t total = self->n_products * self->per_product;
-        for (Py_ssize_t i = 0; i < total; i++)
-            if (self->used[i])
-                mpz_clear(self->slots[i]);
-    }
-    PyMem_Free(self->slots);
-    PyMem_Free(self->used);
-    PyMem_Free(self->released);
-    if (self->ready)
-        mpz_clear(self->modulus);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
-    Py_ssize_t n_products;
-    int window, n_windows;
-    Py_buffer mod;
-    if (self->ready) {
-        PyErr_SetString(PyExc_RuntimeError, "Buckets is initialised once");
-        return -1;
-    }
-    if (!PyArg_ParseTuple(args, "niiy*", &n_products, &window, &n_windows, &mod))
-        return -1;
-    if (n_products < 1 || window < 1 || window > MAX_WINDOW || n_windows < 1 || (long)window * (n_windows - 1) >= 64) {
-        PyBuffer_Release(&mod);
-        PyErr_SetString(PyExc_ValueError, "Buckets needs n_products >= 1, 1 <= window <= 16 and exponents < 2^64");
-        return -1;
-    }
-    Py_ssize_t per_product = (Py_ssize_t)n_windows << window;
-    if (n_products > MAX_SLOTS / per_product) {
-        PyBuffer_Release(&mod);
-        PyErr_SetString(PyExc_ValueError, "too many buckets");
-        return -1;
-    }
-    mpz_init(self->modulus);
-    self->ready = 1;
-    int bad = positive_modulus(self->modulus, &mod);
-    PyBuffer_Release(&mod);
-    if (bad)
-        return -1;
-    self->window = window;
-    self->n_windows = n_windows;
-    self->n_products = n_products;
-    self->per_product = per_product;
-    Py_ssize_t total = n_products * per_product;
-    self->slots = PyMem_Malloc((size_t)total * sizeof(mpz_t));
-    self->used = PyMem_Calloc((size_t)total, 1);
-    self->released = PyMem_Calloc((size_t)n_products, 1);
-    if (self->slots == NULL || self->used == NULL || self->released == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
-/* product index first + k * n_groups + g for column k of the exponents and group g of a row */
-static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
-    Py_buffer frame, exps;
-    Py_ssize_t width, n_groups, n_cols, first;
-    if (!PyArg_ParseTuple(args, "y*nny*nn", &frame, &width, &n_groups, &exps, &n_cols, &first))
-        return NULL;
-    PyObject *ret = NULL;
-    if (self->slots == NULL || self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
-        goto done;
-    }
-    if (width < 1 || n_groups < 1 || n_cols < 1 || first < 0 || n_cols > self->n_products / n_groups
-        || first > self->n_products - n_cols * n_groups) {
-        PyErr_SetString(PyExc_ValueError, "Buckets.add: bad width, groups, columns or first product");
-        goto done;
-    }
-    if (frame.len % (width * n_groups) != 0) {
-        PyErr_SetString(PyExc_ValueError, "Buckets.add: the frame is not a whole number of rows");
-        goto done;
-    }
-    Py_ssize_t rows = frame.len / (width * n_groups);
-    if (exps.len != rows * n_cols * (Py_ssize_t)sizeof(uint64_t)) {
-        PyErr_SetString(PyExc_ValueError, "Buckets.add: need one uint64 exponent per row and column");
-        goto done;
-    }
-    const int c = self->window;
-    const uint64_t mask = ((uint64_t)1 << c) - 1;
-    const int top_bits = c * self->n_windows;
-    const uint64_t *e = (const uint64_t *)exps.buf;
-    if (top_bits < 64)
-        for (Py_ssize_t i = 0; i < rows * n_cols; i++)
-            if (e[i] >> top_bits) {
-                PyErr_SetString(PyExc_ValueError, "Buckets.add: an exponent has more bits than the buckets");
-                goto done;
-            }
-    for (Py_ssize_t t = 0; t < n_cols * n_groups; t++)
-        if (self->released[first + t]) {
-            PyErr_SetString(PyExc_ValueError, "Buckets.add: that product's buckets were already combined");
-            goto done;
-        }
-    self->busy = 1;
-    unsigned long long mults = 0;
-    const unsigned char *bytes = (const unsigned char *)frame.buf;
-    Py_BEGIN_ALLOW_THREADS
-    const mp_bitcnt_t mod_bits = mpz_sizeinbase(self->modulus, 2);
-    mpz_t base, scratch;
-    mpz_init2(base, (mp_bitcnt_t)width * 8);
-    mpz_init2(scratch, 2 * mod_bits + (mp_bitcnt_t)width * 8);
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        for (Py_ssize_t g = 0; g < n_groups; g++) {
-            mpz_import(base, (size_t)width, 1, 1, 1, 0, bytes + (i * n_groups + g) * width);
-            for (Py_ssize_t k = 0; k < n_cols; k++) {
-                uint64_t x = e[i * n_cols + k];
-                Py_ssize_t off = (first + k * n_groups + g) * self->per_product;
-                for (int w = 0; x; w++, x >>= c) {
-                    uint64_t d = x & mask;
-                    if (!d)
-                        continue;
-                    Py_ssize_t s = off + ((Py_ssize_t)w << c) + (Py_ssize_t)d;
-                    if (!self->used[s]) {
-                        mpz_init2(self->slots[s], mod_bits > (mp_bitcnt_t)width * 8 ? mod_bits : (mp_bitcnt_t)width * 8);
-                        mpz_set(self->slots[s], base);
-                        self->used[s] = 1;
-                    } else {
-                        mulmod_into(self->slots[s], base, self->modulus, scratch);
-                        mults++;
-                    }
-                }
-            }
-        }
-    }
-    mpz_clears(base, scratch, NULL);
-    Py_END_ALLOW_THREADS
-    self->busy = 0;
-    self->mults += mults;
-    ret = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&frame);
-    PyBuffer_Release(&exps);
-    return ret;
-}
-
-/* prod over windows (high to low) of sum_d d * bucket_d, combined by a running product, c squarings per window;
- * the same operations in the same order as fastmath.PyBucketAccumulator.result */
-static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
-    Py_ssize_t product = PyLong_AsSsize_t(arg);
-    if (product == -1 && PyErr_Occurred())
-        return NULL;
-    if (self->slots == NULL || self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
-        return NULL;
-    }
-    if (product < 0 || product >= self->n_products) {
-        PyErr_SetString(PyExc_IndexError, "Buckets.result: no such product");
-        return NULL;
-    }
-    if (self->released[product]) {
-        PyErr_SetString(PyExc_ValueError, "Buckets.result: that product's buckets were already combined");
-        return NULL;
-    }
-    self->busy = 1;
-    const int c = self->window;
-    Py_ssize_t off = product * self->per_product;
-    unsigned long long squarings = 0;
-    mpz_t result, running, acc, t;
-    Py_BEGIN_ALLOW_THREADS
-    mpz_inits(result, running, acc, t, NULL);
-    int have_result = 0;
-    for (int w = self->n_windows - 1; w >= 0; w--) {
-        if (have_result) {
-            for (int s = 0; s < c; s++) {
-                mpz_mul(t, result, result);
-                mpz_tdiv_r(result, t, self->modulus);
-            }
-            squarings += (unsigned long long)c;
-        }
-        int have_running = 0, have_acc = 0;
-        for (Py_ssize_t d = ((Py_ssize_t)1 << c) - 1; d >= 1; d--) {
-            Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
-            if (self->used[s]) {
-                if (!have_running) {
-                    mpz_set(running, self->slots[s]);
-                    have_running = 1;
-                } else {
-                    mulmod_into(running, self->slots[s], self->modulus, t);
-                }
-            }
-            if (have_running) {
-                if (!have_acc) {
-                    mpz_set(acc, running);
-                    have_acc = 1;
-                } else {
-                    mulmod_into(acc, running, self->modulus, t);
-                }
-            }
-        }
-        if (have_acc) {
-            if (!have_result) {
-                mpz_set(result, acc);
-                have_result = 1;
-            } else {
-                mulmod_into(result, acc, self->modulus, t);
-            }
-        }
-    }
-    if (!have_result)
-        mpz_set_ui(result, 1);
-    for (Py_ssize_t i = off; i < off + self->per_product; i++)
-        if (self->used[i]) {
-            mpz_clear(self->slots[i]);
-            self->used[i] = 0;
-        }
-    Py_END_ALLOW_THREADS
-    self->released[product] = 1;
-    self->mults += squarings;
-    self->busy = 0;
-    PyObject *out = export_be(result);
-    mpz_clears(result, running, acc, t, NULL);
-    return out;
-}
-
-static PyObject *Buckets_get_mults(BucketsObject *self, void *closure) {
-    (void)closure;
-    return PyLong_FromUnsignedLongLong(self->mults);
-}
-
-static PyMethodDef Buckets_methods[] = {
-    {"add", (PyCFunction)Buckets_add, METH_VARARGS,
-     "add(frame, width, n_groups, exponents, n_cols, first_product): bucket every base of the frame"},
-    {"result", (PyCFunction)Buckets_result, METH_O, "result(product) -> big-endian bytes; releases its buckets"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef Buckets_getset[] = {
-    {"mults", (getter)Buckets_get_mults, NULL, "modular multiplications counted so far", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject BucketsType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "vfl.secure._fastloops.Buckets",
-    .tp_basicsize = sizeof(BucketsObject),
-    .tp_dealloc = (destructor)Buckets_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Pippenger buckets of several multi-exponentiations kept across chunks",
-    .tp_methods = Buckets_methods,
-    .tp_getset = Buckets_getset,
-    .tp_init = (initproc)Buckets_init,
-    .tp_new = PyType_GenericNew,
-};
-
 /* ------------------------------------------------------------------------------------- Montgomery (1985) */
 /* For an odd modulus m of n limbs and R = B^n (B = 2^64): x~ = x R mod m, and REDC(t) = t / R mod m for t < R^2,
  * word by word (Montgomery, "Modular multiplication without trial division", Math. Comp. 44, 1985): per limb add the
@@ -334,7 +70,17 @@ typedef struct {
     mp_size_t n;
     mp_limb_t *m;      /* n limbs */
     mp_limb_t minv;    /* -1/m mod B */
+    mp_limb_t *ip;     /* 1/m mod B^n for GMP's own mpn_redc_n, or NULL */
 } Montgomery;
+
+/* GMP's subquadratic REDC (mullo + wrap-around product; what mpz_powm uses above ~40 limbs) is not part of the
+ * documented interface, but every shared libgmp 6.x exports it. Weak references: where it is missing they are NULL
+ * and the word-by-word REDC below runs instead; fastloops_init checks it against that one before trusting it. */
+extern void __gmpn_redc_n(mp_ptr, mp_ptr, mp_srcptr, mp_size_t, mp_srcptr) __attribute__((weak));
+extern void __gmpn_binvert(mp_ptr, mp_srcptr, mp_size_t, mp_ptr) __attribute__((weak));
+extern mp_size_t __gmpn_binvert_itch(mp_size_t) __attribute__((weak));
+#define REDC_N_MIN_LIMBS 48   /* measured: faster than word-by-word at 64 limbs (4096 bits), slower at 32 */
+static int redc_n_trusted = 0;
 
 static int montgomery_init(Montgomery *mo, const mpz_t m) {
     mo->n = (mp_size_t)mpz_size(m);
@@ -346,11 +92,29 @@ static int montgomery_init(Montgomery *mo, const mpz_t m) {
     for (int i = 0; i < 5; i++)
         x *= 2 - mo->m[0] * x;
     mo->minv = -x;
+    mo->ip = NULL;
+    if (redc_n_trusted && mo->n >= REDC_N_MIN_LIMBS) {
+        mp_size_t itch = __gmpn_binvert_itch(mo->n);
+        mp_limb_t *scratch = PyMem_Malloc((size_t)(itch > 0 ? itch : 1) * sizeof(mp_limb_t));
+        mo->ip = PyMem_Malloc((size_t)mo->n * sizeof(mp_limb_t));
+        if (scratch == NULL || mo->ip == NULL) {
+            PyMem_Free(scratch);
+            return -1;
+        }
+        __gmpn_binvert(mo->ip, mo->m, mo->n, scratch);
+        PyMem_Free(scratch);
+    }
     return 0;
 }
 
+static void montgomery_clear(Montgomery *mo) {
+    PyMem_Free(mo->m);
+    PyMem_Free(mo->ip);
+    mo->m = mo->ip = NULL;
+}
+
 /* r <- t / R mod m, r < R (t: 2n limbs, overwritten; r must not overlap t) */
-static void redc(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
+static void redc_words(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
     const mp_size_t n = mo->n;
     for (mp_size_t j = 0; j < n; j++)
         t[j] = mpn_addmul_1(t + j, mo->m, n, t[j] * mo->minv);
@@ -358,9 +122,22 @@ static void redc(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
         mpn_sub_n(r, r, mo->m, n);
 }
 
+static void redc(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
+    if (mo->ip != NULL)
+        __gmpn_redc_n(r, t, mo->m, mo->n, mo->ip);
+    else
+        redc_words(r, t, mo);
+}
+
 /* r <- REDC(x y); r may equal x or y (t: 2n limbs of scratch) */
 static void montmul(mp_limb_t *r, const mp_limb_t *x, const mp_limb_t *y, mp_limb_t *t, const Montgomery *mo) {
     mpn_mul_n(t, x, y, mo->n);
+    redc(r, t, mo);
+}
+
+/* r <- REDC(x^2) */
+static void montsqr(mp_limb_t *r, const mp_limb_t *x, mp_limb_t *t, const Montgomery *mo) {
+    mpn_sqr(t, x, mo->n);
     redc(r, t, mo);
 }
 
@@ -387,6 +164,370 @@ static void from_montgomery(mpz_t out, const mp_limb_t *x, mp_limb_t *t, const M
     mpz_limbs_finish(out, n);
 }
 
+/* fastloops_init: trust mpn_redc_n only if it agrees with the word-by-word REDC on a 64-limb odd modulus */
+static void check_redc_n(void) {
+    if (__gmpn_redc_n == NULL || __gmpn_binvert == NULL || __gmpn_binvert_itch == NULL)
+        return;
+    const mp_size_t n = 64;
+    mpz_t m, a, r1, r2;
+    mpz_inits(m, a, r1, r2, NULL);
+    gmp_randstate_t st;
+    gmp_randinit_default(st);
+    mpz_urandomb(m, st, (mp_bitcnt_t)n * GMP_NUMB_BITS);
+    mpz_setbit(m, (mp_bitcnt_t)n * GMP_NUMB_BITS - 1);
+    mpz_setbit(m, 0);
+    Montgomery words, fast;
+    redc_n_trusted = 0;
+    int ok = montgomery_init(&words, m) == 0;
+    redc_n_trusted = 1;
+    ok = ok && montgomery_init(&fast, m) == 0 && fast.ip != NULL;
+    mp_limb_t *x = PyMem_Calloc((size_t)(4 * n), sizeof(mp_limb_t)), *t = x + n;
+    for (int trial = 0; ok && x != NULL && trial < 8; trial++) {
+        mpz_t view;
+        mpz_urandomm(a, st, m);
+        memset(x, 0, (size_t)n * sizeof(mp_limb_t));
+        memcpy(x, mpz_limbs_read(a), mpz_size(a) * sizeof(mp_limb_t));
+        montmul(t + 2 * n, x, x, t, &words);   /* (x x / R) mod m, < R */
+        mpz_mod(r1, mpz_roinit_n(view, t + 2 * n, n), m);
+        mpn_mul_n(t, x, x, n);
+        __gmpn_redc_n(t + 2 * n, t, mpz_limbs_read(m), n, fast.ip);
+        mpz_mod(r2, mpz_roinit_n(view, t + 2 * n, n), m);
+        ok = mpz_cmp(r1, r2) == 0 && mpz_cmp_ui(r1, 0) != 0;
+    }
+    redc_n_trusted = ok && x != NULL;
+    PyMem_Free(x);
+    montgomery_clear(&words);
+    montgomery_clear(&fast);
+    gmp_randclear(st);
+    mpz_clears(m, a, r1, r2, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------------ Buckets */
+/* All arithmetic in the Montgomery domain of the odd modulus m. A base b < m enters as it is, i.e. as the Montgomery
+ * form of b' = b / R; the buckets and their combination then give prod b'^e = (prod b^e) R^(-E), E = sum of all the
+ * exponents of the product, and result() multiplies by R^E mod m once (one short powmod per product, not counted in
+ * mults: the multiplications counted are exactly fastmath.BucketAccumulator's). */
+typedef struct {
+    PyObject_HEAD
+    mpz_t modulus;
+    Montgomery mo;
+    int window;
+    int n_windows;
+    Py_ssize_t n_products;
+    Py_ssize_t per_product;   /* n_windows << window buckets */
+    mp_limb_t *slots;         /* n_products * per_product buckets of mo.n limbs */
+    unsigned char *used;
+    unsigned char *released;  /* per product, after result() */
+    uint64_t *exp_sum;        /* per product: E as two 64-bit halves (lo, hi) */
+    unsigned long long mults;
+    int busy;                 /* add/result run without the GIL: one call at a time per object */
+    int ready;
+} BucketsObject;
+
+static void Buckets_dealloc(BucketsObject *self) {
+    PyMem_Free(self->slots);
+    PyMem_Free(self->used);
+    PyMem_Free(self->released);
+    PyMem_Free(self->exp_sum);
+    montgomery_clear(&self->mo);
+    if (self->ready)
+        mpz_clear(self->modulus);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t n_products;
+    int window, n_windows;
+    Py_buffer mod;
+    (void)kwds;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "niiy*", &n_products, &window, &n_windows, &mod))
+        return -1;
+    if (n_products < 1 || window < 1 || window > MAX_WINDOW || n_windows < 1 || (long)window * (n_windows - 1) >= 64) {
+        PyBuffer_Release(&mod);
+        PyErr_SetString(PyExc_ValueError, "Buckets needs n_products >= 1, 1 <= window <= 16 and exponents < 2^64");
+        return -1;
+    }
+    mpz_init(self->modulus);
+    self->ready = 1;
+    int bad = positive_modulus(self->modulus, &mod);
+    PyBuffer_Release(&mod);
+    if (bad)
+        return -1;
+    if (!mpz_odd_p(self->modulus)) {
+        PyErr_SetString(PyExc_ValueError, "Buckets needs an odd modulus (Montgomery arithmetic)");
+        return -1;
+    }
+    Py_ssize_t per_product = (Py_ssize_t)n_windows << window;
+    Py_ssize_t n = (Py_ssize_t)mpz_size(self->modulus);
+    if (n_products > MAX_SLOTS / per_product || n_products * per_product > PY_SSIZE_T_MAX / 8 / n) {
+        PyErr_SetString(PyExc_ValueError, "too many buckets");
+        return -1;
+    }
+    if (montgomery_init(&self->mo, self->modulus) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->window = window;
+    self->n_windows = n_windows;
+    self->n_products = n_products;
+    self->per_product = per_product;
+    Py_ssize_t total = n_products * per_product;
+    self->slots = PyMem_Malloc((size_t)(total * n) * sizeof(mp_limb_t));   /* read only where used[] is set */
+    self->used = PyMem_Calloc((size_t)total, 1);
+    self->released = PyMem_Calloc((size_t)n_products, 1);
+    self->exp_sum = PyMem_Calloc((size_t)(2 * n_products), sizeof(uint64_t));
+    if (self->slots == NULL || self->used == NULL || self->released == NULL || self->exp_sum == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* every base of the frame as mo.n limbs; -1 if one is not below the modulus */
+static int import_bases(mp_limb_t *out, const unsigned char *bytes, Py_ssize_t count, Py_ssize_t width,
+                        const mpz_t modulus, mp_size_t n) {
+    mpz_t b;
+    mpz_init2(b, (mp_bitcnt_t)width * 8);
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < count && !bad; i++) {
+        mpz_import(b, (size_t)width, 1, 1, 1, 0, bytes + i * width);
+        if (mpz_cmp(b, modulus) >= 0) {
+            bad = 1;
+            break;
+        }
+        memset(out + i * n, 0, (size_t)n * sizeof(mp_limb_t));
+        memcpy(out + i * n, mpz_limbs_read(b), mpz_size(b) * sizeof(mp_limb_t));
+    }
+    mpz_clear(b);
+    return bad ? -1 : 0;
+}
+
+static int check_add_args(BucketsObject *self, Py_ssize_t frame_len, Py_ssize_t width, Py_ssize_t n_groups,
+                          const Py_buffer *exps, Py_ssize_t n_cols, Py_ssize_t first) {
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        return -1;
+    }
+    if (width < 1 || width > (1 << 20) || n_groups < 1 || n_cols < 1 || first < 0
+        || n_cols > self->n_products / n_groups || first > self->n_products - n_cols * n_groups) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: bad width, groups, columns or first product");
+        return -1;
+    }
+    Py_ssize_t rows = frame_len / (width * n_groups);
+    if (frame_len % (width * n_groups) != 0 || exps->len != rows * n_cols * (Py_ssize_t)sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: need whole rows and one uint64 exponent per row and column");
+        return -1;
+    }
+    const int top_bits = self->window * self->n_windows;
+    const uint64_t *e = (const uint64_t *)exps->buf;
+    for (Py_ssize_t i = 0; top_bits < 64 && i < rows * n_cols; i++)
+        if (e[i] >> top_bits) {
+            PyErr_SetString(PyExc_ValueError, "Buckets.add: an exponent has more bits than the buckets");
+            return -1;
+        }
+    for (Py_ssize_t t = 0; t < n_cols * n_groups; t++)
+        if (self->released[first + t]) {
+            PyErr_SetString(PyExc_ValueError, "Buckets.add: that product's buckets were already combined");
+            return -1;
+        }
+    return 0;
+}
+
+/* product index first + k * n_groups + g for column k of the exponents and group g of a row */
+static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
+    Py_buffer frame, exps;
+    Py_ssize_t width, n_groups, n_cols, first;
+    if (!PyArg_ParseTuple(args, "y*nny*nn", &frame, &width, &n_groups, &exps, &n_cols, &first))
+        return NULL;
+    PyObject *ret = NULL;
+    mp_limb_t *bases = NULL, *t = NULL;
+    if (check_add_args(self, frame.len, width, n_groups, &exps, n_cols, first) < 0)
+        goto done;
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t rows = frame.len / (width * n_groups);
+    bases = PyMem_Malloc((size_t)(rows * n_groups * n + 1) * sizeof(mp_limb_t));
+    t = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
+    if (bases == NULL || t == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->busy = 1;
+    int bad;
+    unsigned long long mults = 0;
+    const int c = self->window;
+    const uint64_t mask = ((uint64_t)1 << c) - 1;
+    const uint64_t *e = (const uint64_t *)exps.buf;
+    Py_BEGIN_ALLOW_THREADS
+    bad = import_bases(bases, (const unsigned char *)frame.buf, rows * n_groups, width, self->modulus, n);
+    for (Py_ssize_t i = 0; i < rows && !bad; i++) {
+        for (Py_ssize_t g = 0; g < n_groups; g++) {
+            const mp_limb_t *b = bases + (i * n_groups + g) * n;
+            for (Py_ssize_t k = 0; k < n_cols; k++) {
+                uint64_t x = e[i * n_cols + k];
+                Py_ssize_t product = first + k * n_groups + g;
+                uint64_t *sum = self->exp_sum + 2 * product;
+                sum[0] += x;
+                sum[1] += sum[0] < x;
+                Py_ssize_t off = product * self->per_product;
+                for (int w = 0; x; w++, x >>= c) {
+                    uint64_t d = x & mask;
+                    if (!d)
+                        continue;
+                    Py_ssize_t s = off + ((Py_ssize_t)w << c) + (Py_ssize_t)d;
+                    mp_limb_t *slot = self->slots + s * n;
+                    if (!self->used[s]) {
+                        memcpy(slot, b, (size_t)n * sizeof(mp_limb_t));
+                        self->used[s] = 1;
+                    } else {
+                        montmul(slot, slot, b, t, &self->mo);
+                        mults++;
+                    }
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    self->mults += mults;
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: a base is not below the modulus (validate ciphertexts first)");
+    else
+        ret = Py_NewRef(Py_None);
+done:
+    PyMem_Free(bases);
+    PyMem_Free(t);
+    PyBuffer_Release(&frame);
+    PyBuffer_Release(&exps);
+    return ret;
+}
+
+/* the Montgomery form of prod_d bucket_d^d over the windows, high to low, by fastmath.BucketAccumulator.result's
+ * running product and c squarings per window; 0 if every bucket is empty */
+static int combine(BucketsObject *self, Py_ssize_t product, mp_limb_t *result, mp_limb_t *work,
+                   unsigned long long *squarings) {
+    const mp_size_t n = self->mo.n;
+    const int c = self->window;
+    mp_limb_t *running = work, *acc = work + n, *t = work + 2 * n;
+    const Py_ssize_t off = product * self->per_product;
+    int have_result = 0;
+    for (int w = self->n_windows - 1; w >= 0; w--) {
+        if (have_result) {
+            for (int s = 0; s < c; s++)
+                montsqr(result, result, t, &self->mo);
+            *squarings += (unsigned long long)c;
+        }
+        int have_running = 0, have_acc = 0;
+        for (Py_ssize_t d = ((Py_ssize_t)1 << c) - 1; d >= 1; d--) {
+            Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
+            if (self->used[s]) {
+                if (!have_running)
+                    memcpy(running, self->slots + s * n, (size_t)n * sizeof(mp_limb_t));
+                else
+                    montmul(running, running, self->slots + s * n, t, &self->mo);
+                have_running = 1;
+            }
+            if (have_running) {
+                if (!have_acc)
+                    memcpy(acc, running, (size_t)n * sizeof(mp_limb_t));
+                else
+                    montmul(acc, acc, running, t, &self->mo);
+                have_acc = 1;
+            }
+        }
+        if (have_acc) {
+            if (!have_result)
+                memcpy(result, acc, (size_t)n * sizeof(mp_limb_t));
+            else
+                montmul(result, result, acc, t, &self->mo);
+            have_result = 1;
+        }
+    }
+    return have_result;
+}
+
+static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
+    Py_ssize_t product = PyLong_AsSsize_t(arg);
+    if (product == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        return NULL;
+    }
+    if (product < 0 || product >= self->n_products) {
+        PyErr_SetString(PyExc_IndexError, "Buckets.result: no such product");
+        return NULL;
+    }
+    if (self->released[product]) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.result: that product's buckets were already combined");
+        return NULL;
+    }
+    const mp_size_t n = self->mo.n;
+    mp_limb_t *work = PyMem_Malloc((size_t)(6 * n) * sizeof(mp_limb_t));
+    if (work == NULL)
+        return PyErr_NoMemory();
+    self->busy = 1;
+    unsigned long long squarings = 0;
+    mpz_t value, r_mod, e_total;
+    Py_BEGIN_ALLOW_THREADS
+    mpz_inits(value, r_mod, e_total, NULL);
+    if (combine(self, product, work + 5 * n, work, &squarings)) {
+        from_montgomery(value, work + 5 * n, work + n, &self->mo);   /* (prod b^e) R^(-E) mod m */
+        mpz_set_ui(e_total, (unsigned long)self->exp_sum[2 * product + 1]);
+        mpz_mul_2exp(e_total, e_total, 64);
+        mpz_add_ui(e_total, e_total, (unsigned long)self->exp_sum[2 * product]);
+        mpz_set_ui(r_mod, 1);
+        mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)n * GMP_NUMB_BITS);
+        mpz_powm(r_mod, r_mod, e_total, self->modulus);
+        mpz_mul(value, value, r_mod);
+        mpz_tdiv_r(value, value, self->modulus);
+    } else {
+        mpz_set_ui(value, 1);
+    }
+    memset(self->used + product * self->per_product, 0, (size_t)self->per_product);
+    Py_END_ALLOW_THREADS
+    self->released[product] = 1;
+    self->mults += squarings;
+    self->busy = 0;
+    PyMem_Free(work);
+    PyObject *out = export_be(value);
+    mpz_clears(value, r_mod, e_total, NULL);
+    return out;
+}
+
+static PyObject *Buckets_get_mults(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->mults);
+}
+
+static PyMethodDef Buckets_methods[] = {
+    {"add", (PyCFunction)Buckets_add, METH_VARARGS,
+     "add(frame, width, n_groups, exponents, n_cols, first_product): bucket every base of the frame"},
+    {"result", (PyCFunction)Buckets_result, METH_O, "result(product) -> big-endian bytes; releases its buckets"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Buckets_getset[] = {
+    {"mults", (getter)Buckets_get_mults, NULL, "modular multiplications counted so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BucketsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vfl.secure._fastloops.Buckets",
+    .tp_basicsize = sizeof(BucketsObject),
+    .tp_dealloc = (destructor)Buckets_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pippenger buckets of several multi-exponentiations kept across chunks (Montgomery arithmetic)",
+    .tp_methods = Buckets_methods,
+    .tp_getset = Buckets_getset,
+    .tp_init = (initproc)Buckets_init,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---------------------------------------------------------------------------------------------- FixedBase */
 typedef struct {
     PyObject_HEAD
@@ -407,7 +548,7 @@ static void FixedBase_dealloc(FixedBaseObject *self) {
         PyMem_Free(self->table);
     }
     PyMem_Free(self->limbs);
-    PyMem_Free(self->mo.m);
+    montgomery_clear(&self->mo);
     if (self->ready)
         mpz_clear(self->modulus);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -641,6 +782,7 @@ static struct PyModuleDef fastloops_module = {
 };
 
 PyMODINIT_FUNC PyInit__fastloops(void) {
+    check_redc_n();
     if (PyType_Ready(&BucketsType) < 0 || PyType_Ready(&FixedBaseType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastloops_module);
@@ -648,7 +790,8 @@ PyMODINIT_FUNC PyInit__fastloops(void) {
         return NULL;
     if (PyModule_AddObjectRef(m, "Buckets", (PyObject *)&BucketsType) < 0
         || PyModule_AddObjectRef(m, "FixedBase", (PyObject *)&FixedBaseType) < 0
-        || PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version) < 0) {
+        || PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version) < 0
+        || PyModule_AddIntConstant(m, "GMP_REDC_N", redc_n_trusted) < 0) {
         Py_DECREF(m);
         return NULL;
     }

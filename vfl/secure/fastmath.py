@@ -599,8 +599,8 @@ class BucketAccumulator:
 
 
 def bucket_accumulator(n_products: int, exponent_bits: int, window: int, modulus: Any) -> Any:
-    """A :class:`BucketAccumulator`, in C when the extension is built and the exponents fit 64 bits
-    (:mod:`vfl.secure.native`; same results and multiplication counts)."""
-    if native.fastloops is not None and exponent_bits <= native.MAX_EXPONENT_BITS and window <= 16:
+    """A :class:`BucketAccumulator`, in C when the extension is built, the exponents fit 64 bits and the modulus is
+    odd (Montgomery arithmetic; :mod:`vfl.secure.native`): the same results and multiplication counts."""
+    if native.fastloops is not None and exponent_bits <= native.MAX_EXPONENT_BITS and window <= 16 and modulus % 2:
         return native.CBucketAccumulator(n_products, exponent_bits, window, modulus)
     return BucketAccumulator(n_products, exponent_bits, window, modulus)
