@@ -177,11 +177,16 @@ def test_the_factories_choose_c_only_where_it_applies():
 
 
 @needs_c
-def test_mulmod_repeat_is_the_plain_chain_of_multiplications():
-    m = ODD_MODULI[3]
-    a, b = m // 3, m // 7
-    assert native.mulmod_repeat(a, b, m, 0) == a
-    assert native.mulmod_repeat(a, b, m, 50) == a * pow(b, 50, m) % m
+@pytest.mark.parametrize("modulus", ODD_MODULI, ids=MODULUS_IDS)
+def test_mulmod_repeat_is_the_plain_chain_of_multiplications(modulus):
+    """The benchmark's unit costs: GMP's mul + mod, and the Montgomery product (a b^k R^-k) of the buckets."""
+    a, b, r = modulus // 3, modulus // 7, 1 << (64 * ((modulus.bit_length() + 63) // 64))
+    assert native.mulmod_repeat(a, b, modulus, 0) == a
+    assert native.mulmod_repeat(a, b, modulus, 50) == a * pow(b, 50, modulus) % modulus
+    assert native.mulmod_repeat(a, b, modulus, 50, montgomery=True) == a * pow(b * pow(r, -1, modulus), 50,
+                                                                              modulus) % modulus
+    with pytest.raises(ValueError, match="odd modulus"):
+        native.mulmod_repeat(a, b, modulus + 1, 5, montgomery=True)
 
 
 # ----------------------------------------------------------------------------- whole products, both loops

@@ -10,7 +10,7 @@
  *       .mults                                        multiplications counted like the Python loop
  *   FixedBase(base, modulus, window, n_windows)       table[k][d] = base^(d 2^(ck)) mod N
  *       .pow(exponent_le) -> bytes
- *   mulmod_repeat(a, b, modulus, count) -> bytes     a b^count mod N by count multiplications (unit cost)
+ *   mulmod_repeat(a, b, modulus, count, montgomery)  count multiplications mod N (the unit cost of one)
  *
  * Every length, count and exponent is checked here before it is used; ciphertext values are validated by the
  * Python caller (vfl.secure.keys) before they reach this module, and nothing here parses a length from them.
@@ -84,7 +84,7 @@ static int redc_n_trusted = 0;
 
 static int montgomery_init(Montgomery *mo, const mpz_t m) {
     mo->n = (mp_size_t)mpz_size(m);
-    mo->m = PyMem_Calloc((size_t)mo->n, sizeof(mp_limb_t));
+    mo->m = PyMem_RawCalloc((size_t)mo->n, sizeof(mp_limb_t));
     if (mo->m == NULL)
         return -1;
     memcpy(mo->m, mpz_limbs_read(m), (size_t)mo->n * sizeof(mp_limb_t));
@@ -95,21 +95,21 @@ static int montgomery_init(Montgomery *mo, const mpz_t m) {
     mo->ip = NULL;
     if (redc_n_trusted && mo->n >= REDC_N_MIN_LIMBS) {
         mp_size_t itch = __gmpn_binvert_itch(mo->n);
-        mp_limb_t *scratch = PyMem_Malloc((size_t)(itch > 0 ? itch : 1) * sizeof(mp_limb_t));
-        mo->ip = PyMem_Malloc((size_t)mo->n * sizeof(mp_limb_t));
+        mp_limb_t *scratch = PyMem_RawMalloc((size_t)(itch > 0 ? itch : 1) * sizeof(mp_limb_t));
+        mo->ip = PyMem_RawMalloc((size_t)mo->n * sizeof(mp_limb_t));
         if (scratch == NULL || mo->ip == NULL) {
-            PyMem_Free(scratch);
+            PyMem_RawFree(scratch);
             return -1;
         }
         __gmpn_binvert(mo->ip, mo->m, mo->n, scratch);
-        PyMem_Free(scratch);
+        PyMem_RawFree(scratch);
     }
     return 0;
 }
 
 static void montgomery_clear(Montgomery *mo) {
-    PyMem_Free(mo->m);
-    PyMem_Free(mo->ip);
+    PyMem_RawFree(mo->m);
+    PyMem_RawFree(mo->ip);
     mo->m = mo->ip = NULL;
 }
 
@@ -741,11 +741,34 @@ static PyTypeObject FixedBaseType = {
 };
 
 /* ------------------------------------------------------------------------------------------ mulmod_repeat */
+/* the unit cost of one multiplication for benchmarks/secure_products.py: count multiplications x <- x y mod m, by
+ * GMP's mpz_mul + mpz_tdiv_r, or (montgomery=1, odd m, a and b below m) by the Montgomery product the buckets use,
+ * which returns a b^count R^(-count) mod m */
+static int montgomery_chain(mpz_t x, const mpz_t y, const mpz_t m, Py_ssize_t count) {
+    Montgomery mo;
+    if (montgomery_init(&mo, m) < 0)
+        return -1;
+    const mp_size_t n = mo.n;
+    mp_limb_t *xs = PyMem_RawCalloc((size_t)(4 * n), sizeof(mp_limb_t)), *ys = xs + n, *t = xs + 2 * n;
+    if (xs != NULL) {
+        memcpy(xs, mpz_limbs_read(x), mpz_size(x) * sizeof(mp_limb_t));
+        memcpy(ys, mpz_limbs_read(y), mpz_size(y) * sizeof(mp_limb_t));
+        for (Py_ssize_t i = 0; i < count; i++)
+            montmul(xs, xs, ys, t, &mo);
+        mpz_t view;
+        mpz_mod(x, mpz_roinit_n(view, xs, n), m);
+    }
+    PyMem_RawFree(xs);
+    montgomery_clear(&mo);
+    return xs == NULL ? -1 : 0;
+}
+
 static PyObject *mulmod_repeat(PyObject *module, PyObject *args) {
     Py_buffer a, b, mod;
     Py_ssize_t count;
+    int montgomery = 0;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*y*y*n", &a, &b, &mod, &count))
+    if (!PyArg_ParseTuple(args, "y*y*y*n|p", &a, &b, &mod, &count, &montgomery))
         return NULL;
     PyObject *out = NULL;
     mpz_t x, y, m;
@@ -753,14 +776,23 @@ static PyObject *mulmod_repeat(PyObject *module, PyObject *args) {
     if (count < 0) {
         PyErr_SetString(PyExc_ValueError, "count must be >= 0");
     } else if (import_be(x, &a) == 0 && import_be(y, &b) == 0 && positive_modulus(m, &mod) == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        mpz_t t;
-        mpz_init(t);
-        for (Py_ssize_t i = 0; i < count; i++)
-            mulmod_into(x, y, m, t);
-        mpz_clear(t);
-        Py_END_ALLOW_THREADS
-        out = export_be(x);
+        if (montgomery && (!mpz_odd_p(m) || mpz_cmp(x, m) >= 0 || mpz_cmp(y, m) >= 0)) {
+            PyErr_SetString(PyExc_ValueError, "Montgomery needs an odd modulus and operands below it");
+        } else {
+            int failed = 0;
+            Py_BEGIN_ALLOW_THREADS
+            if (montgomery) {
+                failed = montgomery_chain(x, y, m, count);
+            } else {
+                mpz_t t;
+                mpz_init(t);
+                for (Py_ssize_t i = 0; i < count; i++)
+                    mulmod_into(x, y, m, t);
+                mpz_clear(t);
+            }
+            Py_END_ALLOW_THREADS
+            out = failed ? PyErr_NoMemory() : export_be(x);
+        }
     }
     mpz_clears(x, y, m, NULL);
     PyBuffer_Release(&a);
@@ -771,7 +803,7 @@ static PyObject *mulmod_repeat(PyObject *module, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"mulmod_repeat", mulmod_repeat, METH_VARARGS,
-     "mulmod_repeat(a, b, modulus, count) -> a * b^count mod N by count multiplications (big-endian bytes)"},
+     "mulmod_repeat(a, b, modulus, count, montgomery=False) -> a b^count mod N (a b^count R^-count for Montgomery)"},
     {NULL, NULL, 0, NULL},
 };
 

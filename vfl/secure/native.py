@@ -142,8 +142,11 @@ class CFixedBaseTable:
         return mpz(int.from_bytes(self._c.pow(exponent.to_bytes(self._nbytes, "little")), "big"))
 
 
-def mulmod_repeat(a: int, b: int, modulus: int, count: int) -> int:
-    """``a b^count mod N`` by ``count`` multiplications in C: the unit cost of one multiplication at C speed."""
+def mulmod_repeat(a: int, b: int, modulus: int, count: int, montgomery: bool = False) -> int:
+    """``count`` multiplications modulo ``N`` in C (the unit cost of one at C speed): ``a b^count mod N`` by GMP's
+    ``mpz_mul`` + ``mpz_tdiv_r``, or with ``montgomery=True`` (odd ``N``, ``a, b < N``) by the Montgomery product the
+    buckets use, which gives ``a b^count R^(-count) mod N`` with ``R = 2^(64 limbs(N))``."""
     if fastloops is None:
         raise RuntimeError(f"the C loops are not available: {IMPLEMENTATION}")
-    return int.from_bytes(fastloops.mulmod_repeat(_to_bytes(a), _to_bytes(b), _to_bytes(modulus), count), "big")
+    out = fastloops.mulmod_repeat(_to_bytes(a), _to_bytes(b), _to_bytes(modulus), count, montgomery)
+    return int.from_bytes(out, "big")
