@@ -220,6 +220,7 @@ typedef struct {
     unsigned char *released;  /* per product, after result() */
     uint64_t *exp_sum;        /* per product: E as two 64-bit halves (lo, hi) */
     unsigned long long mults;
+    unsigned long long combination_mults;   /* running products of result(): fastmath.multiexp counts them too */
     int busy;                 /* add/result run without the GIL: one call at a time per object */
     int ready;
 } BucketsObject;
@@ -408,7 +409,7 @@ done:
 /* the Montgomery form of prod_d bucket_d^d over the windows, high to low, by fastmath.BucketAccumulator.result's
  * running product and c squarings per window; 0 if every bucket is empty */
 static int combine(BucketsObject *self, Py_ssize_t product, mp_limb_t *result, mp_limb_t *work,
-                   unsigned long long *squarings) {
+                   unsigned long long *squarings, unsigned long long *others) {
     const mp_size_t n = self->mo.n;
     const int c = self->window;
     mp_limb_t *running = work, *acc = work + n, *t = work + 2 * n;
@@ -424,25 +425,31 @@ static int combine(BucketsObject *self, Py_ssize_t product, mp_limb_t *result, m
         for (Py_ssize_t d = ((Py_ssize_t)1 << c) - 1; d >= 1; d--) {
             Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
             if (self->used[s]) {
-                if (!have_running)
+                if (!have_running) {
                     memcpy(running, self->slots + s * n, (size_t)n * sizeof(mp_limb_t));
-                else
+                } else {
                     montmul(running, running, self->slots + s * n, t, &self->mo);
+                    ++*others;
+                }
                 have_running = 1;
             }
             if (have_running) {
-                if (!have_acc)
+                if (!have_acc) {
                     memcpy(acc, running, (size_t)n * sizeof(mp_limb_t));
-                else
+                } else {
                     montmul(acc, acc, running, t, &self->mo);
+                    ++*others;
+                }
                 have_acc = 1;
             }
         }
         if (have_acc) {
-            if (!have_result)
+            if (!have_result) {
                 memcpy(result, acc, (size_t)n * sizeof(mp_limb_t));
-            else
+            } else {
                 montmul(result, result, acc, t, &self->mo);
+                ++*others;
+            }
             have_result = 1;
         }
     }
@@ -470,11 +477,11 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
     if (work == NULL)
         return PyErr_NoMemory();
     self->busy = 1;
-    unsigned long long squarings = 0;
+    unsigned long long squarings = 0, others = 0;
     mpz_t value, r_mod, e_total;
     Py_BEGIN_ALLOW_THREADS
     mpz_inits(value, r_mod, e_total, NULL);
-    if (combine(self, product, work + 5 * n, work, &squarings)) {
+    if (combine(self, product, work + 5 * n, work, &squarings, &others)) {
         from_montgomery(value, work + 5 * n, work + n, &self->mo);   /* (prod b^e) R^(-E) mod m */
         mpz_set_ui(e_total, (unsigned long)self->exp_sum[2 * product + 1]);
         mpz_mul_2exp(e_total, e_total, 64);
@@ -491,6 +498,7 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
     Py_END_ALLOW_THREADS
     self->released[product] = 1;
     self->mults += squarings;
+    self->combination_mults += others;
     self->busy = 0;
     PyMem_Free(work);
     PyObject *out = export_be(value);
@@ -510,8 +518,15 @@ static PyMethodDef Buckets_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *Buckets_get_combination_mults(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->combination_mults);
+}
+
 static PyGetSetDef Buckets_getset[] = {
-    {"mults", (getter)Buckets_get_mults, NULL, "modular multiplications counted so far", NULL},
+    {"mults", (getter)Buckets_get_mults, NULL, "bucket multiplications and squarings (BucketAccumulator's count)", NULL},
+    {"combination_mults", (getter)Buckets_get_combination_mults, NULL,
+     "the running-product multiplications of result() (fastmath.multiexp counts these too)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -286,6 +286,14 @@ def multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any,
     if max_bits == 0:
         return mpz(1), 0
     c = window or best_bucket_window(len(bases), max_bits)
+    fast = native.c_multiexp(bases, exponents, modulus, c, max_bits)   # the same value and count, in C
+    if fast is not None:
+        return mpz(fast[0]), fast[1]
+    return _multiexp_python(bases, exponents, modulus, c, max_bits)
+
+
+def _multiexp_python(bases: Sequence[Any], exponents: Sequence[int], modulus: Any, c: int,
+                     max_bits: int) -> tuple[Any, int]:
     n_windows = math.ceil(max_bits / c)
     digit_mask = (1 << c) - 1
     result = None

@@ -142,6 +142,24 @@ class CFixedBaseTable:
         return mpz(int.from_bytes(self._c.pow(exponent.to_bytes(self._nbytes, "little")), "big"))
 
 
+def c_multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any, window: int,
+               exponent_bits: int) -> tuple[int, int] | None:
+    """:func:`fastmath.multiexp` by the C buckets: ``(value, multiplications counted as multiexp counts them)``, or
+    ``None`` where the C loops do not apply (not built, even modulus, a base not below it, exponents over 64 bits)."""
+    m = int(modulus)
+    if fastloops is None or not m % 2 or exponent_bits > MAX_EXPONENT_BITS or window > 16:
+        return None
+    values = [int(b) for b in bases]
+    if not values or min(values) < 0 or max(values) >= m:
+        return None
+    acc = CBucketAccumulator(1, exponent_bits, window, m)
+    width = (m.bit_length() + 7) // 8
+    acc.add_frame(b"".join(v.to_bytes(width, "big") for v in values), width, 1,
+                  [[int(e)] for e in exponents])
+    value = int(acc.result(0))
+    return value, acc.mults + int(acc._c.combination_mults)
+
+
 def mulmod_repeat(a: int, b: int, modulus: int, count: int, montgomery: bool = False) -> int:
     """``count`` multiplications modulo ``N`` in C (the unit cost of one at C speed): ``a b^count mod N`` by GMP's
     ``mpz_mul`` + ``mpz_tdiv_r``, or with ``montgomery=True`` (odd ``N``, ``a, b < N``) by the Montgomery product the
