@@ -668,10 +668,13 @@ static unsigned long digit_of(const unsigned char *bytes, Py_ssize_t len, long f
     return d;
 }
 
-static void pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
+static int pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
     const mp_size_t n = self->mo.n;
     const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
-    mp_limb_t *acc = PyMem_Malloc((size_t)(3 * n) * sizeof(mp_limb_t)), *t = acc + n;
+    mp_limb_t *acc = PyMem_Malloc((size_t)(3 * n) * sizeof(mp_limb_t));
+    if (acc == NULL)
+        return -1;
+    mp_limb_t *t = acc + n;
     int have = 0;
     for (int k = 0; k < self->n_windows; k++) {
         unsigned long d = digit_of(bytes, len, (long)k * self->window, self->window);
@@ -689,6 +692,7 @@ static void pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char
     else
         mpz_set_ui(out, 1);
     PyMem_Free(acc);
+    return 0;
 }
 
 static void pow_plain(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
@@ -728,12 +732,13 @@ static PyObject *FixedBase_pow(FixedBaseObject *self, PyObject *arg) {
     }
     mpz_t acc;
     mpz_init(acc);
+    int failed = 0;
     if (self->limbs != NULL)
-        pow_montgomery(self, acc, bytes, e.len);
+        failed = pow_montgomery(self, acc, bytes, e.len);
     else
         pow_plain(self, acc, bytes, e.len);
     PyBuffer_Release(&e);
-    PyObject *out = export_be(acc);
+    PyObject *out = failed ? PyErr_NoMemory() : export_be(acc);
     mpz_clear(acc);
     return out;
 }

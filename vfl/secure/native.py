@@ -40,7 +40,7 @@ def _load() -> tuple[ModuleType | None, str]:
 
 
 fastloops, IMPLEMENTATION = _load()
-"""The loaded extension module (``None``: Python loops) and a one-line description for ``vfl doctor``."""
+"""The loaded extension module (``None``: Python loops) and the one line ``vfl --version`` and ``vfl --help`` print."""
 
 
 def _to_bytes(x: Any) -> bytes:
