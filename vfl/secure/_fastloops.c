@@ -1,19 +1,21 @@
 /* vfl.secure._fastloops: the two inner loops of a secure product at C speed, on GMP (issue 25).
  *
  * Optional: setup.py builds it when a compiler and gmp.h exist; otherwise vfl.secure.fastmath runs the same
- * loops in Python, bit for bit (VFL_PURE_PYTHON=1 forces that). The interface is bytes and small ints only
+ * loops in Python with the same results (VFL_PURE_PYTHON=1 forces that). The interface is bytes and small ints only
  * (no gmpy2 C-API): big integers travel as big-endian bytes, exponents as native uint64 arrays.
  *
- *   Buckets(n_products, window, n_windows, modulus)   Pippenger buckets kept across chunks
+ *   Buckets(n_products, window, n_windows, modulus)   Pippenger buckets kept across chunks (odd modulus)
  *       .add(frame, width, n_groups, exponents, n_cols, first_product)
  *       .result(product) -> bytes                     the running-product combination, then c squarings/window
- *       .mults                                        multiplications counted like the Python loop
+ *       .mults, .combination_mults                    multiplications counted like the Python loops
  *   FixedBase(base, modulus, window, n_windows)       table[k][d] = base^(d 2^(ck)) mod N
  *       .pow(exponent_le) -> bytes
  *   mulmod_repeat(a, b, modulus, count, montgomery)  count multiplications mod N (the unit cost of one)
  *
- * Every length, count and exponent is checked here before it is used; ciphertext values are validated by the
- * Python caller (vfl.secure.keys) before they reach this module, and nothing here parses a length from them.
+ * Products modulo an odd N are Montgomery products (no division); see the Montgomery section below.
+ * Every length, count and exponent is checked here before it is used, and every base must lie below the modulus;
+ * ciphertexts are validated by the Python caller (vfl.secure.keys) before they reach this module, and nothing here
+ * parses a length out of them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
