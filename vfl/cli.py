@@ -49,6 +49,7 @@ from vfl.protocols.settings import (
     RANDOMNESS_MODES,
 )
 from vfl.protocols.settings import MECHANISMS as VERTICAL_MECHANISMS
+from vfl.secure.native import IMPLEMENTATION as INNER_LOOPS
 
 __all__ = ["cli", "main", "exit_code_for"]
 
@@ -105,8 +106,9 @@ def check_writable(out: str, *, force: bool) -> None:
         raise ConfigurationError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="vfl")
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+             epilog=f"Secure-product inner loops: {INNER_LOOPS}.")
+@click.version_option(package_name="vfl", message=f"%(prog)s %(version)s; inner loops: {INNER_LOOPS}")
 def cli() -> None:
     """Differentially private linear/logistic regression on vertically partitioned data.
 

@@ -66,6 +66,7 @@ from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
     BucketAccumulator,
     RandomnessPool,
+    bucket_accumulator,
     cached_encrypter,
     mpz,
     multiexp_cost,
@@ -80,6 +81,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
+from vfl.secure.native import CBucketAccumulator
 from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
@@ -676,11 +678,11 @@ class ResponderFold:
         self._buckets = self._persistent_buckets(d_b)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
 
-    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
+    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | CBucketAccumulator | None:
         """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
-        chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
-        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Executor
-        tasks (process pools, Dask) stay pure functions of one chunk."""
+        chosen for all ``n`` rows (:func:`bucket_accumulator`, in C when built; issue 25), when that counts fewer
+        multiplications than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`.
+        Executor tasks (process pools, Dask) stay pure functions of one chunk."""
         if not isinstance(self._executor, InlineExecutor):
             return None
         stream, products = self.stream, d_b * self._G
@@ -688,7 +690,7 @@ class ResponderFold:
         c = persistent_bucket_window(stream.layout.n_rows, bits, products, self._width)
         kept = math.ceil(bits / c) * (stream.layout.n_rows + (2 << c))
         per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
-        return BucketAccumulator(products, bits, c, self._n2) if kept < per_chunk else None
+        return bucket_accumulator(products, bits, c, self._n2) if kept < per_chunk else None
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -716,14 +718,8 @@ class ResponderFold:
             self._fold_one()
 
     def _bucket_chunk(self, frame: bytes, block: np.ndarray) -> None:
-        G, width, acc = self._G, self._width, self._buckets
-        assert acc is not None
-        rows = len(frame) // (width * G)
-        bases = [[mpz(int.from_bytes(frame[(i * G + g) * width:(i * G + g + 1) * width], "big"))
-                  for i in range(rows)] for g in range(G)]
-        for k, exps in enumerate(np.asarray(block).T.tolist()):
-            for g in range(G):
-                acc.add(k * G + g, bases[g], exps)
+        assert self._buckets is not None
+        self._buckets.add_frame(frame, self._width, self._G, block)
 
     def _fold_one(self) -> None:
         future, lo = self._pending.popleft()
