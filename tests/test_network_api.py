@@ -12,7 +12,7 @@ from vfl.api import Party, fit
 from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.objective import logistic_objective
-from vfl.fm.solver import solve
+from vfl.fm.solver import DEFAULT_REGULARIZATION, solve
 from vfl.models.estimators import release_objective
 from vfl.privacy.mechanisms import make_mechanism
 
@@ -64,7 +64,8 @@ def _reference_w(blocks, y, mechanism, epsilon, rng, model="linear"):
     mech = make_mechanism(mechanism, plan=plan, n_samples=y.size, epsilon=epsilon, delta=1e-5)
     scale = 1 / np.sqrt(sum(d)) if mech.domain == "l2" else 1.0
     parts = [b * scale for b in blocks]
-    return solve(release_objective(plan, mech, parts, y, rng), lambda_floor=mech.lambda_floor)
+    return solve(release_objective(plan, mech, parts, y, rng), lambda_floor=mech.lambda_floor,
+                 regularization=DEFAULT_REGULARIZATION[model], alpha_noise_var=mech.alpha_noise_variance())
 
 
 def _compare_noise(n_seeds):
@@ -205,5 +206,9 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     y_q = prepare_fixed_point(y_unit, precision_bits=p, domain="linf", n_features_total=total)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)][:2]   # as vfl.fit seeds
     values = simulate_release(plan, mech, parts, y_q, party_rngs=rngs, precision_bits=p)
-    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor)
+    # the coordinator's solve: the model's default regularisation with the two-sided release's alpha noise variances
+    two_sided = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5,
+                               noise_sharing="two-sided", **options)
+    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor, regularization=DEFAULT_REGULARIZATION[model_name],
+              alpha_noise_var=two_sided.alpha_noise_variance())
     assert np.array_equal(net.w, w)
