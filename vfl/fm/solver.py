@@ -115,7 +115,7 @@ def solve_details(objective: QuadraticObjective, *, lambda_floor: float, min_pos
         return _solve_unpenalised_intercept(objective, intercept, lambda_floor=lambda_floor, min_pos=min_pos,
                                             fallback=fallback, alpha_noise_var=noise_var)
     s, Q = np.linalg.eigh(_symmetric(objective.M))
-    if noise_var is not None:
+    if noise_var is not None and np.any(noise_var > 0):   # no noise: exactly the floor solve
         alpha = Q @ _wiener(Q.T @ alpha, (Q * Q).T @ noise_var)
     if lambda_floor == 0.0:
         tol = max(s.max(initial=0.0), 0.0) * s.size * np.finfo(float).eps * 10
