@@ -153,7 +153,8 @@ class PreparedFM:
 
     ``fit(mechanism, rng)`` adds one fresh noise draw per block (same order as
     :func:`vfl.models.estimators.release_objective`), solves with the projected eigendecomposition (spec §2.5,
-    ``fallback="ridge"``, the model's default regularisation) and returns (coef, intercept) in original units plus whether the fallback was used.
+    ``fallback="ridge"``, the model's default regularisation) and returns (coef, intercept) in original units plus
+    whether the fallback was used.
     """
 
     def __init__(self, model: str, X: np.ndarray, y: np.ndarray, *, bounds: Sequence[tuple[float, float]],
