@@ -173,9 +173,10 @@ def test_release_depends_on_the_data_only_through_its_fixed_point_statistics(mec
     assert np.array_equal(w0, w1)
 
 
-@pytest.mark.parametrize("model_name,mechanism,options", [("linear", "gaussian-fm", {}), ("logistic", "laplace-fm", {}),
-                                                           ("logistic", "gaussian-fm", {"sym": "mirror"})])
-def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options):
+@pytest.mark.parametrize("model_name,mechanism,options,regularization", [
+    ("linear", "gaussian-fm", {}, None), ("linear", "gaussian-fm", {}, "floor"), ("logistic", "laplace-fm", {}, None),
+    ("logistic", "gaussian-fm", {"sym": "mirror"}, "adaptive")])
+def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options, regularization):
     """Spec §1 test (v): with common seeds the networked protocol and the in-process release
     (vfl.privacy.fixed_point.simulate_release) give the identical w: the secure products reveal exactly the integer
     products plus the responder's noise, and every party draws its noise from the same generators."""
@@ -191,7 +192,7 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     parties = [Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=None if logistic else (-1, 1)),
                Party("b", blocks[1], bounds=(-1, 1))]
     net = fit(parties, model=model_name, mechanism=mechanism, epsilon=2.0, random_state=seed, precision_bits=p,
-              **FAST, **options)
+              regularization=regularization, **FAST, **options)
 
     plan = DissectionPlan([blocks[0].shape[1] + 1, blocks[1].shape[1]], 0, model=model_name)  # + intercept at a
     mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, **options)
@@ -209,6 +210,10 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     # the coordinator's solve: the model's default regularisation with the two-sided release's alpha noise variances
     two_sided = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5,
                                noise_sharing="two-sided", **options)
-    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor, regularization=DEFAULT_REGULARIZATION[model_name],
+    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor,
+              regularization=regularization or DEFAULT_REGULARIZATION[model_name],
               alpha_noise_var=two_sided.alpha_noise_variance())
     assert np.array_equal(net.w, w)
+    other = "adaptive" if (regularization or DEFAULT_REGULARIZATION[model_name]) == "floor" else "floor"
+    assert not np.array_equal(w, solve(plan.assemble(values), lambda_floor=mech.lambda_floor, regularization=other,
+                                       alpha_noise_var=two_sided.alpha_noise_variance()))   # the option matters
