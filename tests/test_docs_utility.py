@@ -124,3 +124,15 @@ def test_privacy_md_adaptive_and_intercept_sections_quote_the_json() -> None:
             f"{f['gfm_adaptive']:.3f} against {f['gfm_risk']:.3f}").replace("-", "−") in adaptive
     intercept = text.split("### Unpenalised intercept (measured, not a default)", 1)[1].split("### ", 1)[0]
     assert f"(forest fires ε = 1: {f['gfm_free_icpt']:.1f} median test R²)".replace("-", "−") in intercept
+
+
+def test_readme_quotes_the_utility_and_real_data_json() -> None:
+    """README's real-data bullet: in-sample medians (examples' results.json) and out-of-sample medians (utility)."""
+    rows = {(r["dataset"], r["epsilon"]): r for r in _doc()["rows"]}
+    f, g = rows[("forestfires", 1.0)], rows[("garment", 1.0)]
+    ins = [json.loads((ROOT / "docs" / "data" / "real_data" / n / "results.json").read_text(encoding="utf-8"))
+           ["by_epsilon"]["1"]["gaussian-fm"]["r2_median"] for n in ("forestfires", "garment")]
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"{ins[0]:.3f} / {ins[1]:.3f} against OLS's (with intercept)" in readme
+    assert (f"noise) {f['gfm_adaptive']:.3f} / {g['gfm_adaptive']:.3f} against the constant predictor's "
+            f"{f['constant']:.3f} / {g['constant']:.3f} and AdaSSP's {f['adassp']:.3f} / {g['adassp']:.3f}") in readme
