@@ -214,6 +214,7 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
               regularization=regularization or DEFAULT_REGULARIZATION[model_name],
               alpha_noise_var=two_sided.alpha_noise_variance())
     assert np.array_equal(net.w, w)
+    assert net.extra["regularization"] == (regularization or DEFAULT_REGULARIZATION[model_name])   # the model file
     other = "adaptive" if (regularization or DEFAULT_REGULARIZATION[model_name]) == "floor" else "floor"
     assert not np.array_equal(w, solve(plan.assemble(values), lambda_floor=mech.lambda_floor, regularization=other,
                                        alpha_noise_var=two_sided.alpha_noise_variance()))   # the option matters

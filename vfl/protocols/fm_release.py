@@ -149,6 +149,7 @@ class FMRelease:
     intercept_party: int | None
     lambda_floor: float
     n_floored: int
+    regularization: str
     domain: str
     precision_bits: int
 
@@ -386,6 +387,7 @@ class FMCoordinator:
                  if self.mech.domain == "l2" else 1.0)
         return FMRelease(w=sol.w, report=report, label_bounds=label_bounds, column_scale=scale,
                          intercept_party=self.intercept_party, lambda_floor=floor, n_floored=sol.n_floored,
+                         regularization=self.regularization,
                          domain=self.mech.domain, precision_bits=self.precision_bits)
 
     def _report(self) -> tuple[dict, list[float] | None]:
