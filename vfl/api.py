@@ -72,9 +72,9 @@ class Party:
 def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gaussian-fm", epsilon: float | None = 1.0,
         delta: float | None = 1e-5, *, random_state: RandomState = None, key_bits: int = 2048,
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
-        lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, tol: float | None = None,
-        max_run_seconds: float | None = 86400.0, fit_intercept: bool = True, randomness: str = "short-exponent",
-        min_rows: int = 1, out: str | None = None,
+        lambda_floor: float | None = None, regularization: str | None = None, gamma: float = 1.2, rounds: int = 5,
+        tol: float | None = None, max_run_seconds: float | None = 86400.0, fit_intercept: bool = True,
+        randomness: str = "short-exponent", min_rows: int = 1, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -83,9 +83,11 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     seeds every party's noise (reproducible experiments only: reports flag it). ``key_bits < 2048``
     needs ``allow_insecure_keys=True`` (tests). ``fit_intercept`` (FM runs) gives the label owner a public
     constant column, which counts against its row-norm radius. ``randomness="standard"`` uses textbook
-    Paillier encryption randomness instead of the faster short-exponent variant. ``mechanism_options`` go to the
-    mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
-    maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.models.bcd.run_bcd`.
+    Paillier encryption randomness instead of the faster short-exponent variant. ``regularization`` ("floor" or
+    "adaptive"; None: the model's default) is the FM solve's, as in :class:`vfl.LinearRegression`.
+    ``mechanism_options`` go to the mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``,
+    ``domain="l2"``). (DP-)BCD: ``rounds`` is the maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by
+    the rule of :func:`vfl.models.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
     (after the row alignment when the parties give ``ids``) below which the run stops.
     """
@@ -94,6 +96,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     settings = RunSettings(n_parties=len(parties), model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,
                            key_bits=key_bits, allow_insecure_keys=allow_insecure_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
+                           regularization=regularization,
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
                            fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows)
     settings.validate()

@@ -47,6 +47,7 @@ from vfl.protocols.settings import (
     MODELS,
     NOISE_CALIBRATIONS,
     RANDOMNESS_MODES,
+    REGULARIZATIONS,
 )
 from vfl.protocols.settings import MECHANISMS as VERTICAL_MECHANISMS
 from vfl.secure.native import IMPLEMENTATION as INNER_LOOPS
@@ -57,7 +58,8 @@ MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint
 TEST_NOISE_MODES = ("none", "zero-sum-only")
 #: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
 VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
-                         "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split")
+                         "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split",
+                         "regularization")
 
 
 def _budget_split(value: str) -> str | float:
@@ -170,6 +172,10 @@ def cli() -> None:
               help="gaussian-fm: share of the Gaussian budget between the linear and quadratic terms: risk "
                    "(default, from d, N, epsilon, delta), equal, or the linear terms' share in (0, 1) "
                    "(docs/privacy.md, 'Budget split between the blocks').")
+@click.option("--regularization", type=click.Choice(REGULARIZATIONS), default=None,
+              help="FM solve: floor (the public eigenvalue floor alone) or adaptive (the floor plus shrinking the "
+                   "released linear term by its signal-to-noise ratio; post-processing, no extra epsilon). Default: "
+                   "adaptive for linear, floor for logistic (docs/privacy.md, 'Adaptive regularisation').")
 @click.option("--fm-sensitivity", type=click.Choice(LAPLACE_VARIANTS), default=None,
               help="laplace-fm sensitivity variant (see docs/privacy.md).")
 @click.option("--gamma", type=float, default=1.2, show_default=True,
@@ -205,7 +211,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
                 bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
-                budget_split: str | None, fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None,
+                budget_split: str | None, regularization: str | None, fm_sensitivity: str | None, gamma: float,
+                rounds: int, tol: float | None,
                 abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, min_rows: int, quiet: bool, force: bool, allow_plaintext_public: bool) -> None:
@@ -254,7 +261,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                            key_bits=key_bits, allow_insecure_keys=insecure_test_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=options, gamma=gamma, rounds=rounds, tol=tol,
                            max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness,
-                           min_rows=min_rows)
+                           min_rows=min_rows, regularization=regularization)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

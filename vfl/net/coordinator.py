@@ -324,7 +324,8 @@ def fm_model(s: RunSettings, regs: list[Registration], release: FMRelease, run_i
     return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
                        regs[0].n_rows, run_id,
                        {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
-                        "domain": release.domain, "precision_bits": release.precision_bits, "key_bits": s.key_bits},
+                        "regularization": release.regularization, "domain": release.domain,
+                        "precision_bits": release.precision_bits, "key_bits": s.key_bits},
                        label_name=next((r.label for r in regs if r.label_owner), None))
 
 
