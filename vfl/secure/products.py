@@ -30,6 +30,7 @@ The responder answers each session once.
 from __future__ import annotations
 
 import math
+import os
 import re
 import secrets
 from collections import deque
@@ -56,11 +57,16 @@ from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
 from vfl.secure.executors import (
     InlineExecutor,
+    PinnedPool,
     bounded_map,
+    bucket_add_task,
+    bucket_discard_task,
+    bucket_result_task,
     encrypt_rows_task,
     executor_workers,
     multiexp_rows_task,
     open_executor,
+    residues_task,
 )
 from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
@@ -643,8 +649,13 @@ def _task_rows(chunk_rows: int, n_chunks: int, parallel: int) -> int:
 
 class ResponderFold:
     """The responder's side of one streamed product: folds each :class:`EncryptedChunk` into running
-    per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (multi-exponentiation per chunk on
-    the executor), then masks, noises and re-randomises exactly as :meth:`ProductResponder.respond`.
+    per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (Pippenger buckets kept across chunks
+    in the calling thread or in each local worker for its columns; one multi-exponentiation per chunk on other
+    executors), then masks, noises and re-randomises exactly as :meth:`ProductResponder.respond`.
+
+    The ``d_b x n_groups`` re-randomisers ``r^n mod n^2`` (``r`` uniform in ``Z*_n`` from :mod:`secrets`, one per
+    response ciphertext, each used once) do not depend on the data: they are submitted to the executor when the
+    fold opens, so they are computed while the key holder encrypts (issue 25), not after the last chunk.
 
     Chunks must arrive in order (index 0, 1, ...); at most ``2 x workers + 1`` chunk tasks are pending, so the
     responder never holds more than a few chunks of ciphertexts. Use :meth:`add` per chunk, then :meth:`finish`.
@@ -671,24 +682,63 @@ class ResponderFold:
         parts = 1 if stream.n_chunks >= 2 * self._parallel else min(d_b, self._parallel)
         bounds = np.linspace(0, d_b, parts + 1).round().astype(int)
         self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-        self._pending: deque[tuple[Future, int]] = deque()
+        self._pending: deque[tuple[Future, int | None]] = deque()
         self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
-        self._buckets = self._persistent_buckets(d_b)
+        self._token: str | None = None   # set while this fold's buckets live in PinnedPool workers
+        self._pinned = self._pinned_parts(d_b)
+        self._buckets = None if self._pinned else self._persistent_buckets(d_b)
+        self._rerandomisers = self._start_rerandomisers(d_b * self._G)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
+
+    def _kept_window(self, n_rows: int, products: int) -> int | None:
+        """The bucket window for ``products`` multi-exponentiations over ``n_rows`` rows when buckets kept across
+        chunks count fewer multiplications than one multi-exponentiation per chunk (else ``None``)."""
+        stream, bits = self.stream, self.stream.layout.exponent_bits
+        c = persistent_bucket_window(n_rows, bits, products, self._width)
+        kept = math.ceil(bits / c) * (n_rows + (2 << c))
+        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
+        return c if kept < per_chunk * n_rows / stream.layout.n_rows else None
+
+    def _pinned_parts(self, d_b: int) -> list[tuple[int, int]]:
+        """On a :class:`PinnedPool`, each worker keeps the buckets of its own columns across every chunk (all
+        columns, and chunks dealt round-robin, when there are fewer columns than workers); ``[]`` otherwise.
+        Sets the window in ``self._window``."""
+        ex, G = self._executor, self._G
+        if not isinstance(ex, PinnedPool):
+            return []
+        W = ex.workers
+        if d_b >= W:
+            bounds = np.linspace(0, d_b, W + 1).round().astype(int)
+            parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            rows, widest = self.stream.layout.n_rows, max(b - a for a, b in parts)
+        else:
+            parts = [(0, d_b)] * W
+            rows, widest = math.ceil(self.stream.layout.n_rows / W), d_b
+        window = self._kept_window(rows, widest * G)
+        if window is None:
+            return []
+        self._window, self._token = window, os.urandom(16).hex()   # an id, not a secret
+        return parts
+
+    def _start_rerandomisers(self, count: int) -> list[Future]:
+        """Submit the ``count`` re-randomisers ``r^n mod n^2`` now (``r`` drawn here from :mod:`secrets`, uniform
+        in ``Z*_n``, full-size: see :meth:`finish`), split over the executor's workers."""
+        enc = cached_encrypter(self.stream.public_key.n, randomness=RERANDOMISATION)
+        state = enc.task_state()   # no factors: the responder has none
+        draws = [enc.draw() for _ in range(count)]
+        per_task = max(1, math.ceil(count / self._parallel))
+        return [self._executor.submit(residues_task, state, draws[i:i + per_task]) for i in range(0, count, per_task)]
 
     def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
         """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
         chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
-        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Executor
-        tasks (process pools, Dask) stay pure functions of one chunk."""
+        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Other
+        executors (Dask) get pure tasks of one chunk; a :class:`PinnedPool` keeps buckets in its workers."""
         if not isinstance(self._executor, InlineExecutor):
             return None
-        stream, products = self.stream, d_b * self._G
-        bits = stream.layout.exponent_bits
-        c = persistent_bucket_window(stream.layout.n_rows, bits, products, self._width)
-        kept = math.ceil(bits / c) * (stream.layout.n_rows + (2 << c))
-        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
-        return BucketAccumulator(products, bits, c, self._n2) if kept < per_chunk else None
+        products = d_b * self._G
+        c = self._kept_window(self.stream.layout.n_rows, products)
+        return None if c is None else BucketAccumulator(products, self.stream.layout.exponent_bits, c, self._n2)
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -708,6 +758,9 @@ class ResponderFold:
             self._bucket_chunk(chunk.frame, block)
             self._bar.update(1)
             return
+        if self._pinned:
+            self._pin_chunk(chunk, block)
+            return
         for lo, hi in self._col_parts:
             future = self._executor.submit(multiexp_rows_task, self._n2, chunk.frame, self._width, self._G,
                                            np.ascontiguousarray(block[:, lo:hi]))
@@ -725,14 +778,44 @@ class ResponderFold:
             for g in range(G):
                 acc.add(k * G + g, bases[g], exps)
 
-    def _fold_one(self) -> None:
-        future, lo = self._pending.popleft()
-        values, mults = future.result()
+    def _pin_chunk(self, chunk: EncryptedChunk, block: np.ndarray) -> None:
+        """Send the chunk to the workers that keep the buckets of its columns (or, by rows, to one worker)."""
+        assert isinstance(self._executor, PinnedPool)
+        by_rows = len(self._pinned) > 1 and self._pinned[0] == self._pinned[1]
+        bits = self.stream.layout.exponent_bits
+        for p, (lo, hi) in enumerate(self._pinned):
+            if by_rows and p != chunk.index % len(self._pinned):
+                continue
+            future = self._executor.submit_to(p, bucket_add_task, self._token, self._n2, self._window, bits,
+                                              chunk.frame, self._width, self._G, np.ascontiguousarray(block[:, lo:hi]))
+            self._pending.append((future, None))
+        self._bar.update(1)
+        while len(self._pending) > 2 * self._parallel + 1:
+            self._fold_one()
+
+    def _collect_pinned(self) -> None:
+        """Each worker's products of its buckets, multiplied into the running products."""
+        assert isinstance(self._executor, PinnedPool)
+        futures = [self._executor.submit_to(p, bucket_result_task, self._token) for p in range(len(self._pinned))]
+        self._token = None
+        for (lo, _), future in zip(self._pinned, futures, strict=True):
+            result = future.result()
+            if result is not None:
+                self._multiply_in(*result, lo)
+
+    def _multiply_in(self, values: list[int], mults: int, lo: int) -> None:
         G, n2 = self._G, self._n2
         for t, value in enumerate(values):
             idx = lo * G + t  # values are ordered (k - lo) * G + g
             self._acc[idx] = self._acc[idx] * mpz(value) % n2
         self._mults += mults
+
+    def _fold_one(self) -> None:
+        future, lo = self._pending.popleft()
+        if lo is None:   # a chunk put into a pinned worker's buckets
+            future.result()
+            return
+        self._multiply_in(*future.result(), lo)
         if lo == 0:
             self._bar.update(1)
 
@@ -741,6 +824,15 @@ class ResponderFold:
         for future, _ in self._pending:
             future.cancel()
         self._pending.clear()
+        for future in self._rerandomisers:
+            future.cancel()
+        if self._token is not None and isinstance(self._executor, PinnedPool):
+            for p in range(len(self._pinned)):   # an abandoned fold: free its buckets in a pool that outlives it
+                try:
+                    self._executor.submit_to(p, bucket_discard_task, self._token)
+                except RuntimeError:   # the pool is shut down already
+                    break
+            self._token = None
         self._bar.close()
         self._stack.close()
 
@@ -756,9 +848,13 @@ class ResponderFold:
                 raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
             while self._pending:
                 self._fold_one()
+            if self._pinned and self._token is not None:
+                self._collect_pinned()
             if self._buckets is not None:
                 self._acc = [self._buckets.result(t) for t in range(len(self._acc))]
                 self._mults += self._buckets.mults
+            rerandomisers = [mpz(r) for future in self._rerandomisers for r in future.result()]
+            self._rerandomisers = []
         finally:
             self.close()
         stream, lay = self.stream, self.stream.layout
@@ -785,7 +881,7 @@ class ResponderFold:
             # one uniform mask over the WHOLE plaintext space: D = P + M mod n is uniform whatever P is, so an
             # encryptor that packed anything outside its declared slots decrypts nothing about B
             mask = secrets.randbelow(modulus)
-            c = enc.rerandomise(enc.add_plain(self._acc[t], (mask + int(addend[k, g])) % modulus))
+            c = enc.add_plain(self._acc[t], (mask + int(addend[k, g])) % modulus) * rerandomisers[t] % enc.n2
             cts.append(int(c))
             share[k, g] = (int(own[k, g]) - mask) % modulus
         response = MaskedResponse(stream.session, stream.public_key, lay.slot_bits, d_a, d_b, G, cts)

@@ -1,0 +1,150 @@
+"""Benchmark: wall and CPU of one streamed secure product on 1 and on 2 workers (issue 25, "parallelism that pays").
+
+Usage::
+
+    nice -n 10 python benchmarks/parallel_scaling.py --out docs/data/parallel_scaling.json    # ~3 min idle
+    nice -n 10 python benchmarks/parallel_scaling.py --quick                                # ~30 s
+
+Both roles run in this process through the wire format of the streamed protocol (stream header, chunks parsed
+and validated by the responder, masked response, decryption), exactly as two parties run it, with ``workers=1``
+(everything in the calling thread) and ``workers=2`` (each role's local process pool). Shapes: the forest-fires
+shape 517 x 13 x 14 and 10^5 x 10 x 10 (``--quick``: 2 x 10^4 x 10 x 10), uniform data in [-1, 1], 2048-bit
+keys, p = 24. For each run: wall seconds, CPU seconds (``getrusage`` of this process and its reaped pool
+workers), the parent's wall seconds per phase (encrypting, folding, finishing the response, decrypting), and an
+exact check against numpy's integer product. Prints the speed-up ``wall(1 worker) / wall(2 workers)`` per shape
+(median of ``--repeats``) and the 1-minute load average at the start and end (``os.getloadavg``): on a shared
+machine the speed-up is a lower bound of what two idle cores give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
+from vfl.secure.encoding import DEFAULT_PRECISION_BITS, to_fixed_point_ints
+from vfl.secure.products import EncryptedChunk, MaskedResponse, ProductStreamHeader, combine_packed_shares
+
+P = DEFAULT_PRECISION_BITS
+FULL_SHAPES = [("forest 517 x 13 x 14", 517, 13, 14), ("10^5 x 10 x 10", 100_000, 10, 10)]
+QUICK_SHAPES = [("forest 517 x 13 x 14", 517, 13, 14), ("2 x 10^4 x 10 x 10", 20_000, 10, 10)]
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """User + system CPU of this process and of its reaped children (pool workers end with each run)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def streamed_product(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int,
+                     executor: Any = None) -> dict[str, Any]:
+    """One product through the wire format; wall, CPU, per-phase parent wall seconds and the exact check."""
+    pk, sk = keypair
+    phases = dict.fromkeys(("encrypt", "fold", "finish", "decrypt"), 0.0)
+    (own0, kids0), t0 = cpu_seconds(), time.perf_counter()
+    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=workers, executor=executor)
+    responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
+    header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
+    fold = responder.open(header)
+    chunks = holder.encrypted_chunks()
+    while True:
+        t = time.perf_counter()
+        chunk = next(chunks, None)
+        phases["encrypt"] += time.perf_counter() - t
+        if chunk is None:
+            break
+        t = time.perf_counter()
+        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), header))
+        phases["fold"] += time.perf_counter() - t
+    t = time.perf_counter()
+    response, share_b = fold.finish()
+    phases["finish"] += time.perf_counter() - t
+    t = time.perf_counter()
+    share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
+    phases["decrypt"] += time.perf_counter() - t
+    wall = time.perf_counter() - t0
+    own, kids = cpu_seconds()
+    own, kids = own - own0, kids - kids0
+    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
+    exact = to_fixed_point_ints(A, P, 1.0).T.dot(to_fixed_point_ints(B, P, 1.0))
+    # on two idle cores the run takes at least the parent's own CPU and at least half of all CPU: the wall time an
+    # idle machine would give if the workers' share were perfectly balanced (a bound, not a measurement)
+    return {"wall_s": wall, "cpu_s": own + kids, "parent_cpu_s": own, "workers_cpu_s": kids,
+            "idle_wall_bound_s": max(own, (own + kids) / 2) if kids else own + kids, "phases_s": phases,
+            "exact": total.tolist() == exact.tolist(),
+            "workers": responder.stats.get("workers", workers)}
+
+
+def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: int, worker_counts: list[int],
+            executor: Any = None) -> list[dict[str, Any]]:
+    out = []
+    for name, n, d_a, d_b in shapes:
+        rng = np.random.default_rng(n)
+        A, B = rng.uniform(-1, 1, (n, d_a)), rng.uniform(-1, 1, (n, d_b))
+        row: dict[str, Any] = {"shape": name, "n": n, "d_a": d_a, "d_b": d_b}
+        for workers in worker_counts:
+            runs = [streamed_product(A, B, keypair, workers, executor if workers > 1 else None)
+                    for _ in range(repeats)]
+            med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+            row[f"workers_{workers}"] = {
+                "wall_s": med["wall_s"], "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                "parent_cpu_s": statistics.median(r["parent_cpu_s"] for r in runs),
+                "workers_cpu_s": statistics.median(r["workers_cpu_s"] for r in runs),
+                "idle_wall_bound_s": statistics.median(r["idle_wall_bound_s"] for r in runs),
+                "walls_s": [r["wall_s"] for r in runs], "phases_s": med["phases_s"],
+                "exact": all(r["exact"] for r in runs)}
+            got = row[f"workers_{workers}"]
+            print(f"{name}: {workers} worker(s): wall {got['wall_s']:.2f} s, CPU {got['cpu_s']:.2f} s (parent "
+                  f"{got['parent_cpu_s']:.2f}, workers {got['workers_cpu_s']:.2f}), parent wall per phase "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in med["phases_s"].items()) + f", exact {got['exact']}",
+                  flush=True)
+        if 1 in worker_counts and 2 in worker_counts:
+            one, two = row["workers_1"], row["workers_2"]
+            row["speedup_2_over_1"] = one["wall_s"] / two["wall_s"]
+            row["cpu_ratio_2_over_1"] = two["cpu_s"] / one["cpu_s"]
+            row["idle_speedup_bound"] = one["cpu_s"] / two["idle_wall_bound_s"]
+            print(f"{name}: wall speed-up 2 workers over 1 = {row['speedup_2_over_1']:.2f}x; CPU 2 / 1 workers = "
+                  f"{row['cpu_ratio_2_over_1']:.2f}; bound on two idle cores (1-worker CPU / max(parent CPU, "
+                  f"all CPU / 2)) = {row['idle_speedup_bound']:.2f}x", flush=True)
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 x 10^4 rows instead of 10^5")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per shape and worker count (median)")
+    parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    load0 = os.getloadavg()[0]
+    keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
+    t0 = time.perf_counter()
+    rows = measure(QUICK_SHAPES if args.quick else FULL_SHAPES, keypair, args.repeats, [1, 2])
+    report = {
+        "command": "python benchmarks/parallel_scaling.py" + (" --quick" if args.quick else "")
+                   + f" --repeats {args.repeats}",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_count": os.cpu_count(), "key_bits": args.key_bits, "precision_bits": P,
+        "load_1min_start": load0, "load_1min_end": os.getloadavg()[0],
+        "seconds": time.perf_counter() - t0, "shapes": rows,
+    }
+    print(f"1-minute load average: {report['load_1min_start']:.2f} at the start, {report['load_1min_end']:.2f} at "
+          f"the end; {report['seconds']:.0f} s in all")
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if all(r[f"workers_{w}"]["exact"] for r in rows for w in (1, 2)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
