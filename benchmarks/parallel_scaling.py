@@ -4,6 +4,7 @@ Usage::
 
     nice -n 10 python benchmarks/parallel_scaling.py --out docs/data/parallel_scaling.json    # ~3 min idle
     nice -n 10 python benchmarks/parallel_scaling.py --quick                                # ~30 s
+    nice -n 10 python benchmarks/parallel_scaling.py --dask --out docs/data/parallel_scaling.json   # + Dask, ~5 min
 
 Both roles run in this process through the wire format of the streamed protocol (stream header, chunks parsed
 and validated by the responder, masked response, decryption), exactly as two parties run it, with ``workers=1``
@@ -14,6 +15,10 @@ workers), the parent's wall seconds per phase (encrypting, folding, finishing th
 exact check against numpy's integer product. Prints the speed-up ``wall(1 worker) / wall(2 workers)`` per shape
 (median of ``--repeats``) and the 1-minute load average at the start and end (``os.getloadavg``): on a shared
 machine the speed-up is a lower bound of what two idle cores give.
+
+``--dask``: the same products with ``executor="tcp://127.0.0.1:PORT"`` on a real Dask cluster started from the
+command line (``dask scheduler``, then ``dask worker tcp://127.0.0.1:PORT --nthreads 1 --no-nanny``, one or two
+worker processes: :class:`DaskProcesses`), checked exact against numpy as above.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ import datetime
 import json
 import os
 import resource
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +44,73 @@ from vfl.secure.encoding import DEFAULT_PRECISION_BITS, to_fixed_point_ints
 from vfl.secure.products import EncryptedChunk, MaskedResponse, ProductStreamHeader, combine_packed_shares
 
 P = DEFAULT_PRECISION_BITS
+ROOT = Path(__file__).resolve().parents[1]
 FULL_SHAPES = [("forest 517 x 13 x 14", 517, 13, 14), ("10^5 x 10 x 10", 100_000, 10, 10)]
 QUICK_SHAPES = [("forest 517 x 13 x 14", 517, 13, 14), ("2 x 10^4 x 10 x 10", 20_000, 10, 10)]
+
+
+class DaskProcesses:
+    """A Dask scheduler and ``workers`` single-threaded worker processes started from the command line on loopback
+    (``dask scheduler --host 127.0.0.1 --port PORT``, ``dask worker tcp://127.0.0.1:PORT --nthreads 1
+    --no-nanny``), with this checkout first on their ``PYTHONPATH``; all stopped by process id on exit."""
+
+    def __init__(self, workers: int, start_timeout: float = 180.0) -> None:
+        self.workers = workers
+        self.start_timeout = start_timeout
+        self.procs: list[subprocess.Popen] = []
+        self.address = ""
+
+    def __enter__(self) -> DaskProcesses:
+        from dask.distributed import Client
+
+        dask = Path(sys.executable).with_name("dask")
+        if not dask.exists():
+            raise RuntimeError(f"the dask command is not next to {sys.executable}: pip install 'vfl[dask]'")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self._logs = tempfile.TemporaryDirectory(prefix="vfl-dask-")
+        commands = [[str(dask), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]]
+        commands += [[str(dask), "worker", self.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                      "--host", "127.0.0.1"] for _ in range(self.workers)]
+        try:
+            for i, command in enumerate(commands):
+                log = open(Path(self._logs.name) / f"{i}.log", "wb")   # noqa: SIM115 - closed with the process
+                self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+                log.close()
+            with Client(self.address, timeout=self.start_timeout) as client:
+                client.wait_for_workers(self.workers, timeout=self.start_timeout)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def workers_cpu_seconds(self) -> float:
+        """User + system CPU of the worker processes so far (``/proc/PID/stat``; they are not reaped per run)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for proc in self.procs[1:]:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
+    def logs(self) -> str:
+        """The processes' output so far (for a failing test's message)."""
+        return "\n".join(p.read_text(errors="replace") for p in sorted(Path(self._logs.name).glob("*.log")))
+
+    def __exit__(self, *exc: Any) -> None:
+        for proc in reversed(self.procs):   # workers first, then the scheduler
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=60)
+        self._logs.cleanup()
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -85,15 +158,27 @@ def streamed_product(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int,
             "workers": responder.stats.get("workers", workers)}
 
 
+def dask_run(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int) -> dict[str, Any]:
+    """One product on a command-line Dask cluster of ``workers`` worker processes (a warm-up product first)."""
+    with DaskProcesses(workers) as cluster:
+        streamed_product(A[:50], B[:50], keypair, 1, cluster.address)   # workers import vfl
+        before = cluster.workers_cpu_seconds()
+        out = streamed_product(A, B, keypair, workers, cluster.address)
+        kids = cluster.workers_cpu_seconds() - before
+    own = out["parent_cpu_s"]
+    out.update(workers_cpu_s=kids, cpu_s=own + kids, idle_wall_bound_s=max(own, (own + kids) / workers))
+    return out
+
+
 def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: int, worker_counts: list[int],
-            executor: Any = None) -> list[dict[str, Any]]:
-    out = []
+            dask: bool = False) -> list[dict[str, Any]]:
+    out, kind = [], "Dask" if dask else "local"
     for name, n, d_a, d_b in shapes:
         rng = np.random.default_rng(n)
         A, B = rng.uniform(-1, 1, (n, d_a)), rng.uniform(-1, 1, (n, d_b))
         row: dict[str, Any] = {"shape": name, "n": n, "d_a": d_a, "d_b": d_b}
         for workers in worker_counts:
-            runs = [streamed_product(A, B, keypair, workers, executor if workers > 1 else None)
+            runs = [dask_run(A, B, keypair, workers) if dask else streamed_product(A, B, keypair, workers)
                     for _ in range(repeats)]
             med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
             row[f"workers_{workers}"] = {
@@ -104,7 +189,7 @@ def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: in
                 "walls_s": [r["wall_s"] for r in runs], "phases_s": med["phases_s"],
                 "exact": all(r["exact"] for r in runs)}
             got = row[f"workers_{workers}"]
-            print(f"{name}: {workers} worker(s): wall {got['wall_s']:.2f} s, CPU {got['cpu_s']:.2f} s (parent "
+            print(f"{name}: {workers} {kind} worker(s): wall {got['wall_s']:.2f} s, CPU {got['cpu_s']:.2f} s (parent "
                   f"{got['parent_cpu_s']:.2f}, workers {got['workers_cpu_s']:.2f}), parent wall per phase "
                   + ", ".join(f"{k} {v:.2f}" for k, v in med["phases_s"].items()) + f", exact {got['exact']}",
                   flush=True)
@@ -113,7 +198,7 @@ def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: in
             row["speedup_2_over_1"] = one["wall_s"] / two["wall_s"]
             row["cpu_ratio_2_over_1"] = two["cpu_s"] / one["cpu_s"]
             row["idle_speedup_bound"] = one["cpu_s"] / two["idle_wall_bound_s"]
-            print(f"{name}: wall speed-up 2 workers over 1 = {row['speedup_2_over_1']:.2f}x; CPU 2 / 1 workers = "
+            print(f"{name}: {kind}: wall speed-up 2 workers over 1 = {row['speedup_2_over_1']:.2f}x; CPU 2 / 1 = "
                   f"{row['cpu_ratio_2_over_1']:.2f}; bound on two idle cores (1-worker CPU / max(parent CPU, "
                   f"all CPU / 2)) = {row['idle_speedup_bound']:.2f}x", flush=True)
         out.append(row)
@@ -125,25 +210,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 x 10^4 rows instead of 10^5")
     parser.add_argument("--repeats", type=int, default=3, help="runs per shape and worker count (median)")
     parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--dask", action="store_true", help="also 1 and 2 command-line Dask worker processes")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     load0 = os.getloadavg()[0]
     keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
     t0 = time.perf_counter()
-    rows = measure(QUICK_SHAPES if args.quick else FULL_SHAPES, keypair, args.repeats, [1, 2])
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    rows = measure(shapes, keypair, args.repeats, [1, 2])
+    dask_rows = measure(shapes, keypair, 1, [1, 2], dask=True) if args.dask else []
     report = {
         "command": "python benchmarks/parallel_scaling.py" + (" --quick" if args.quick else "")
-                   + f" --repeats {args.repeats}",
+                   + (" --dask" if args.dask else "") + f" --repeats {args.repeats}",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_count": os.cpu_count(), "key_bits": args.key_bits, "precision_bits": P,
         "load_1min_start": load0, "load_1min_end": os.getloadavg()[0],
-        "seconds": time.perf_counter() - t0, "shapes": rows,
+        "seconds": time.perf_counter() - t0, "shapes": rows, "dask_shapes": dask_rows,
     }
     print(f"1-minute load average: {report['load_1min_start']:.2f} at the start, {report['load_1min_end']:.2f} at "
           f"the end; {report['seconds']:.0f} s in all")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
-    return 0 if all(r[f"workers_{w}"]["exact"] for r in rows for w in (1, 2)) else 1
+    return 0 if all(r[f"workers_{w}"]["exact"] for r in rows + dask_rows for w in (1, 2)) else 1
 
 
 if __name__ == "__main__":
