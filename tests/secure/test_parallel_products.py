@@ -171,3 +171,26 @@ def _bucket_folds() -> int:
     from vfl.secure import executors
 
     return len(executors._FOLD_BUCKETS)
+
+
+def test_one_workers_rerandomisers_are_computed_while_the_fold_waits_for_chunks(keypair):
+    """With one worker the re-randomisers run on a background thread from open(): they are all ready before the
+    first chunk arrives (a network party's thread is idle while the key holder encrypts), not after the last."""
+    import time
+
+    pk, sk = keypair
+    rng = np.random.default_rng(15)
+    A, B = rng.uniform(-1, 1, (20, 2)), rng.uniform(-1, 1, (20, 3))
+    holder = ProductEncryptor(sk, A, response_cols=3, precision_bits=P, workers=1)
+    header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
+    fold = ProductResponder(B, precision_bits=P, workers=1).open(header)
+    deadline = time.monotonic() + 120
+    while not all(f.done() for f in fold._rerandomisers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fold._rerandomisers and all(f.done() for f in fold._rerandomisers)   # no chunk was added yet
+    for chunk in holder.encrypted_chunks():
+        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), header))
+    response, share_b = fold.finish()
+    share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
+    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=2, modulus=int(pk.n))
+    assert total.tolist() == exact(A, B).tolist()

@@ -35,7 +35,7 @@ import re
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -726,8 +726,14 @@ class ResponderFold:
         enc = cached_encrypter(self.stream.public_key.n, randomness=RERANDOMISATION)
         state = enc.task_state()   # no factors: the responder has none
         draws = [enc.draw() for _ in range(count)]
+        executor: Executor = self._executor
+        if isinstance(executor, InlineExecutor):
+            # one worker: a background thread, so they are computed while this party waits for the key holder's
+            # chunks (a network party's thread is idle then) instead of delaying the credit or the response
+            executor = ThreadPoolExecutor(1, thread_name_prefix="vfl-rerandomisers")
+            self._stack.callback(executor.shutdown, wait=False, cancel_futures=True)   # close() never waits on it
         per_task = max(1, math.ceil(count / self._parallel))
-        return [self._executor.submit(residues_task, state, draws[i:i + per_task]) for i in range(0, count, per_task)]
+        return [executor.submit(residues_task, state, draws[i:i + per_task]) for i in range(0, count, per_task)]
 
     def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
         """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
