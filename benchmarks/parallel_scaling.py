@@ -205,6 +205,29 @@ def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: in
     return out
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The two tables of docs/secure_products.md, "Parallel workers" (checked against the JSON by
+    tests/test_docs_parallel.py)."""
+    lines = ["| machine | |", "|---|---:|",
+             f"| 1-minute load at the start / end of the run | {report['load_1min_start']:.2f} / "
+             f"{report['load_1min_end']:.2f} |", "",
+             "| run | wall (s) | CPU (s) | parent CPU (s) | workers' CPU (s) | exact |",
+             "|---|---:|---:|---:|---:|---|"]
+    groups = [("local", r) for r in report["shapes"]] + [("Dask", r) for r in report.get("dask_shapes", [])]
+    for kind, row in groups:
+        for w in (1, 2):
+            got = row[f"workers_{w}"]
+            lines.append(f"| {row['shape']}, {w} {kind} worker{'s' if w > 1 else ''} | {got['wall_s']:.2f} | "
+                         f"{got['cpu_s']:.2f} | {got['parent_cpu_s']:.2f} | {got['workers_cpu_s']:.2f} | "
+                         f"{'yes' if got['exact'] else 'NO'} |")
+    lines += ["", "| 2 workers against 1 | wall speed-up | CPU ratio | bound on two idle cores |",
+              "|---|---:|---:|---:|"]
+    for kind, row in groups:
+        lines.append(f"| {row['shape']}, {kind} | {row['speedup_2_over_1']:.2f} | {row['cpu_ratio_2_over_1']:.2f} | "
+                     f"{row['idle_speedup_bound']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 x 10^4 rows instead of 10^5")
@@ -229,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"1-minute load average: {report['load_1min_start']:.2f} at the start, {report['load_1min_end']:.2f} at "
           f"the end; {report['seconds']:.0f} s in all")
+    print(markdown(report))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if all(r[f"workers_{w}"]["exact"] for r in rows + dask_rows for w in (1, 2)) else 1
