@@ -194,3 +194,16 @@ def test_one_workers_rerandomisers_are_computed_while_the_fold_waits_for_chunks(
     share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
     total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=2, modulus=int(pk.n))
     assert total.tolist() == exact(A, B).tolist()
+
+
+def test_a_request_that_fits_one_frame_is_cut_into_pipeline_chunks(keypair):
+    """517 rows fit one frame, but the key holder cuts them into 4 chunks of 130 rows so that the responder folds
+    one chunk while the next is encrypted (issue 25); under 256 rows a request stays one chunk. Exact either way."""
+    from vfl.secure.products import pipeline_chunk_rows
+
+    assert [pipeline_chunk_rows(n) for n in (100, 255, 256, 517, 10**5)] == [100, 255, 128, 130, 25_000]
+    rng = np.random.default_rng(16)
+    A, B = rng.uniform(-1, 1, (517, 2)), rng.uniform(-1, 1, (517, 2))
+    total, frames, _, stats, header = run(keypair, A, B, max_frame_bytes=2**20)
+    assert header.chunk_rows == 130 and len(frames) == stats["chunks"] == 4
+    assert total.tolist() == exact(A, B).tolist()

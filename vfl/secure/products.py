@@ -104,6 +104,11 @@ this size, not n, sets its memory: at 10^6 rows 16 MiB frames cost 176-240 MB mo
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
 MAX_COLS = 100_000
+PIPELINE_CHUNKS = 4
+"""Fewest chunks a key holder cuts its request into while each keeps :data:`MIN_PIPELINE_ROWS` rows: the responder
+folds chunk ``t`` while the key holder encrypts chunk ``t + 1``, so a product that fits one frame is not encrypted
+and then folded in series (issue 25)."""
+MIN_PIPELINE_ROWS = 128
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -217,6 +222,12 @@ def stream_chunk_rows(public_key: paillier.PaillierPublicKey, n_groups: int,
         raise ConfigurationError(f"max_frame_bytes must be an int >= one row of ciphertexts ({per_row} bytes), "
                                  f"got {max_frame_bytes!r}")
     return max(1, min(MAX_ROWS, max_frame_bytes // per_row))
+
+
+def pipeline_chunk_rows(n_rows: int) -> int:
+    """Rows per chunk for ``min(PIPELINE_CHUNKS, n_rows // MIN_PIPELINE_ROWS)`` equal chunks (at least one): an upper
+    bound on top of the frame limit of :func:`stream_chunk_rows` (517 rows: 4 chunks of 130; under 256 rows: one)."""
+    return math.ceil(n_rows / max(1, min(PIPELINE_CHUNKS, n_rows // MIN_PIPELINE_ROWS)))
 
 
 @dataclass
@@ -449,7 +460,8 @@ class ProductEncryptor:
             noise_bits=default_noise_bits(precision_bits) if noise_bits is None else noise_bits,
             guard_bits=guard_bits,
         )
-        self.chunk_rows = stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes)
+        self.chunk_rows = min(stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes),
+                              pipeline_chunk_rows(self.n_rows))
         # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
         self._encrypter = cached_encrypter(self.public_key.n, p=private_key.p, q=private_key.q,
                                            randomness=randomness)
