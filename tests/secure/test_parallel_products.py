@@ -207,3 +207,25 @@ def test_a_request_that_fits_one_frame_is_cut_into_pipeline_chunks(keypair):
     total, frames, _, stats, header = run(keypair, A, B, max_frame_bytes=2**20)
     assert header.chunk_rows == 130 and len(frames) == stats["chunks"] == 4
     assert total.tolist() == exact(A, B).tolist()
+
+
+def test_buckets_lost_in_a_worker_refuse_the_product_instead_of_dropping_rows(keypair):
+    """Each worker reports how many chunks its buckets hold; a worker that lost them (here: told to discard them,
+    as a replaced process would have) makes finish() refuse, never return a product without those rows."""
+    from vfl.exceptions import ProtocolError
+    from vfl.secure.executors import bucket_discard_task
+
+    pk, sk = keypair
+    rng = np.random.default_rng(17)
+    A, B = rng.uniform(-1, 1, (60, 2)), rng.uniform(-1, 1, (60, 2))
+    with open_executor(None, 2) as pool:
+        holder = ProductEncryptor(sk, A, response_cols=2, precision_bits=P, executor=pool,
+                                  max_frame_bytes=20 * ciphertext_byte_length(pk))
+        header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
+        fold = ProductResponder(B, precision_bits=P, executor=pool).open(header)
+        for chunk in holder.encrypted_chunks():
+            fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), header))
+            if chunk.index == 1:
+                pool.submit_to(0, bucket_discard_task, fold._token).result(timeout=120)
+        with pytest.raises(ProtocolError, match="holds 1 of the 3 chunks"):
+            fold.finish()

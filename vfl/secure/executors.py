@@ -243,6 +243,7 @@ def residues_task(state: tuple, draws: list[Any]) -> list[int]:
 
 # ----------------------------------------------------------------------------- buckets kept in a pinned worker
 _FOLD_BUCKETS: dict[str, BucketAccumulator] = {}
+_FOLD_CHUNKS: dict[str, int] = {}
 
 
 def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, frame: bytes, width: int,
@@ -255,24 +256,28 @@ def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, f
         acc = _FOLD_BUCKETS.get(token)
         if acc is None:
             acc = _FOLD_BUCKETS[token] = BucketAccumulator(exps.shape[1] * n_groups, exponent_bits, window, modulus)
+        _FOLD_CHUNKS[token] = _FOLD_CHUNKS.get(token, 0) + 1
     bases = frame_bases(frame, width, n_groups)
     for k, column in enumerate(exps.T.tolist()):
         for g in range(n_groups):
             acc.add(k * n_groups + g, bases[g], column)
 
 
-def bucket_result_task(token: str) -> tuple[list[int], int] | None:
-    """The products of fold ``token`` in this worker (ordered ``k * n_groups + g``) and their multiplication
-    count, releasing its buckets; ``None`` if no chunk of the fold reached this worker."""
+def bucket_result_task(token: str) -> tuple[list[int], int, int]:
+    """The products of fold ``token`` in this worker (ordered ``k * n_groups + g``), their multiplication count and
+    the number of chunks put into them, releasing its buckets (``([], 0, 0)`` if no chunk reached this worker: the
+    caller checks the count against the chunks it sent, so lost buckets can never pass as an empty product)."""
     with _TASK_LOCK:
         acc = _FOLD_BUCKETS.pop(token, None)
+        chunks = _FOLD_CHUNKS.pop(token, 0)
     if acc is None:
-        return None
+        return [], 0, 0
     values = [int(acc.result(t)) for t in range(len(acc.buckets))]
-    return values, acc.mults
+    return values, acc.mults, chunks
 
 
 def bucket_discard_task(token: str) -> None:
     """Drop fold ``token``'s buckets (an abandoned fold on an executor that outlives it)."""
     with _TASK_LOCK:
         _FOLD_BUCKETS.pop(token, None)
+        _FOLD_CHUNKS.pop(token, None)

@@ -730,6 +730,7 @@ class ResponderFold:
         if window is None:
             return []
         self._window, self._token = window, os.urandom(16).hex()   # an id, not a secret
+        self._pinned_chunks = [0] * len(parts)
         return parts
 
     def _start_rerandomisers(self, count: int) -> list[Future]:
@@ -804,6 +805,7 @@ class ResponderFold:
         for p, (lo, hi) in enumerate(self._pinned):
             if by_rows and p != chunk.index % len(self._pinned):
                 continue
+            self._pinned_chunks[p] += 1
             future = self._executor.submit_to(p, bucket_add_task, self._token, self._n2, self._window, bits,
                                               chunk.frame, self._width, self._G, np.ascontiguousarray(block[:, lo:hi]))
             self._pending.append((future, None))
@@ -816,10 +818,13 @@ class ResponderFold:
         assert isinstance(self._executor, PinnedPool)
         futures = [self._executor.submit_to(p, bucket_result_task, self._token) for p in range(len(self._pinned))]
         self._token = None
-        for (lo, _), future in zip(self._pinned, futures, strict=True):
-            result = future.result()
-            if result is not None:
-                self._multiply_in(*result, lo)
+        for (lo, _), future, sent in zip(self._pinned, futures, self._pinned_chunks, strict=True):
+            values, mults, chunks = future.result()
+            if chunks != sent:
+                raise ProtocolError(f"a local worker holds {chunks} of the {sent} chunks sent to it (its process "
+                                    "was replaced?); the product is refused rather than computed without them")
+            if chunks:
+                self._multiply_in(values, mults, lo)
 
     def _multiply_in(self, values: list[int], mults: int, lo: int) -> None:
         G, n2 = self._G, self._n2
