@@ -229,3 +229,38 @@ def test_buckets_lost_in_a_worker_refuse_the_product_instead_of_dropping_rows(ke
                 pool.submit_to(0, bucket_discard_task, fold._token).result(timeout=120)
         with pytest.raises(ProtocolError, match="holds 1 of the 3 chunks"):
             fold.finish()
+
+
+def test_the_key_holders_own_local_workers_get_its_factors_other_executors_never(keypair):
+    """A PinnedPool passed in (as a CLI party passes its per-run pool) is the party's own processes: its encryption
+    tasks get p and q for CRT encryption (identical ciphertexts, less CPU); any other executor gets n and h_s only."""
+
+    class Recording(PinnedPool):
+        states: list = []
+
+        def submit_to(self, index, fn, /, *args, **kwargs):
+            if fn.__name__ == "encrypt_rows_task":
+                self.states.append(args[0])
+            return super().submit_to(index, fn, *args, **kwargs)
+
+    class RecordingThreads(RecordingExecutor):
+        states: list = []
+
+        def submit(self, fn, /, *args, **kwargs):
+            if fn.__name__ == "encrypt_rows_task":
+                self.states.append(args[0])
+            return super().submit(fn, *args, **kwargs)
+
+    pk, sk = keypair
+    rng = np.random.default_rng(18)
+    A, B = rng.uniform(-1, 1, (40, 2)), rng.uniform(-1, 1, (40, 2))
+    pool = Recording(2)
+    try:
+        local = run(keypair, A, B, executor=pool)
+    finally:
+        pool.shutdown()
+    with RecordingThreads() as threads:
+        other = run(keypair, A, B, executor=threads)
+    assert pool.states and all(s[1] == int(sk.p) and s[2] == int(sk.q) for s in pool.states)
+    assert threads.states and all(s[1] is None and s[2] is None for s in threads.states)
+    assert local[0].tolist() == other[0].tolist() == exact(A, B).tolist()

@@ -505,9 +505,10 @@ class ProductEncryptor:
         workers = resolve_workers(self.workers, n_items * per_item_ms) if self.executor is None else 1
         groups = [(r.start, r.stop) for r in (lay.group_columns(self.n_cols, g) for g in range(G))]
         width = ciphertext_byte_length(self.public_key)
-        # the party's own process or local pool may use its factors (CRT short-exponent encryption, issue 25); an
-        # external executor (a Dask cluster) never receives them for short-exponent randomness
-        state = enc.task_state(with_factors=self.executor is None)
+        # the party's own process or local workers (a PinnedPool, also when a CLI party passes its own) may use its
+        # factors (CRT short-exponent encryption, issue 25); other executors (a Dask cluster) never receive them for
+        # short-exponent randomness
+        state = enc.task_state(with_factors=self.executor is None or isinstance(self.executor, PinnedPool))
         header = ProductStreamHeader(self.session, self.public_key, lay, self.n_cols, self.chunk_rows)
         col_sums = np.zeros(self.n_cols, dtype=object)
         with open_executor(self.executor, workers) as ex, _progress_bar(self.progress, n_items,
