@@ -660,6 +660,16 @@ def _task_rows(chunk_rows: int, n_chunks: int, parallel: int) -> int:
     return max(1, math.ceil(chunk_rows / (2 * parallel)))
 
 
+def _kept_window(stream: ProductStreamHeader, n_rows: int, products: int, width: int) -> int | None:
+    """The bucket window for ``products`` multi-exponentiations over ``n_rows`` of the stream's rows when buckets kept
+    across chunks count fewer multiplications than one multi-exponentiation per chunk (else ``None``)."""
+    bits = stream.layout.exponent_bits
+    c = persistent_bucket_window(n_rows, bits, products, width)
+    kept = math.ceil(bits / c) * (n_rows + (2 << c))
+    per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
+    return c if kept < per_chunk * n_rows / stream.layout.n_rows else None
+
+
 class ResponderFold:
     """The responder's side of one streamed product: folds each :class:`EncryptedChunk` into running
     per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (Pippenger buckets kept across chunks
@@ -703,15 +713,6 @@ class ResponderFold:
         self._rerandomisers = self._start_rerandomisers(d_b * self._G)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
 
-    def _kept_window(self, n_rows: int, products: int) -> int | None:
-        """The bucket window for ``products`` multi-exponentiations over ``n_rows`` rows when buckets kept across
-        chunks count fewer multiplications than one multi-exponentiation per chunk (else ``None``)."""
-        stream, bits = self.stream, self.stream.layout.exponent_bits
-        c = persistent_bucket_window(n_rows, bits, products, self._width)
-        kept = math.ceil(bits / c) * (n_rows + (2 << c))
-        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
-        return c if kept < per_chunk * n_rows / stream.layout.n_rows else None
-
     def _pinned_parts(self, d_b: int) -> list[tuple[int, int]]:
         """On a :class:`PinnedPool`, each worker keeps the buckets of its own columns across every chunk (all
         columns, and chunks dealt round-robin, when there are fewer columns than workers); ``[]`` otherwise.
@@ -727,7 +728,7 @@ class ResponderFold:
         else:
             parts = [(0, d_b)] * W
             rows, widest = math.ceil(self.stream.layout.n_rows / W), d_b
-        window = self._kept_window(rows, widest * G)
+        window = _kept_window(self.stream, rows, widest * G, self._width)
         if window is None:
             return []
         self._window, self._token = window, os.urandom(16).hex()   # an id, not a secret
@@ -757,7 +758,7 @@ class ResponderFold:
         if not isinstance(self._executor, InlineExecutor):
             return None
         products = d_b * self._G
-        c = self._kept_window(self.stream.layout.n_rows, products)
+        c = _kept_window(self.stream, self.stream.layout.n_rows, products, self._width)
         return None if c is None else BucketAccumulator(products, self.stream.layout.exponent_bits, c, self._n2)
 
     def add(self, chunk: EncryptedChunk) -> None:
