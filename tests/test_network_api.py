@@ -182,6 +182,7 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
     from vfl.fm.solver import solve
     from vfl.privacy.fixed_point import prepare_fixed_point, simulate_release
+    from vfl.privacy.floor_selection import release_floor
     from vfl.privacy.mechanisms import make_mechanism
 
     logistic = model_name == "logistic"
@@ -193,7 +194,8 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
               **FAST, **options)
 
     plan = DissectionPlan([blocks[0].shape[1] + 1, blocks[1].shape[1]], 0, model=model_name)  # + intercept at a
-    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, **options)
+    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, noise_sharing="two-sided",
+                          **options)
     total = plan.n_features
     parts = []
     for k, X in enumerate(blocks):
@@ -205,5 +207,6 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     y_q = prepare_fixed_point(y_unit, precision_bits=p, domain="linf", n_features_total=total)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)][:2]   # as vfl.fit seeds
     values = simulate_release(plan, mech, parts, y_q, party_rngs=rngs, precision_bits=p)
-    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor)
+    objective = plan.assemble(values)
+    w = solve(objective, lambda_floor=release_floor(objective, mech))   # logistic gaussian-fm: the selected floor
     assert np.array_equal(net.w, w)

@@ -210,12 +210,15 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
         by_name = sorted(range(len(sites)), key=lambda i: sites[i].name)
         for gen, i in zip(spawn(make_rng(random_state), len(sites)), by_name, strict=True):
             seeds[i] = gen
-    aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
-                                seeded=random_state is not None)
-    nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise,
-                              policy=SitePolicy.permissive())
-             for i, s in enumerate(sites)}
-    return _run_on_loopback(aggregator.run, nodes)
+    # throwaway signing identities, pinned by every site (vfl.protocols.cape_keys): the checks of a deployment
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:
+        write_identities(identities, [s.name for s in sites])
+        aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
+                                    seeded=random_state is not None)
+        nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise,
+                                  policy=SitePolicy.permissive(), identity_dir=identities)
+                 for i, s in enumerate(sites)}
+        return _run_on_loopback(aggregator.run, nodes)
 
 
 # ---------------------------------------------------------------------------------------------- capeDJICA sites
@@ -253,9 +256,11 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
     settings = CapeICASettings(len(sites), config, timeout, max_run_seconds)
     settings.validate()
     datas = [ICASiteData.build(name, X, scale=scale) for name, X in sites.items()]
-    aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
-                                      seeded=random_state is not None)
-    nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state, noise=noise,
-                                   policy=SitePolicy.permissive())
-             for d in datas}
-    return _run_on_loopback(aggregator.run, nodes)
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:   # throwaway, as fit_sites
+        write_identities(identities, [d.name for d in datas])
+        aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
+                                          seeded=random_state is not None)
+        nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state,
+                                       noise=noise, policy=SitePolicy.permissive(), identity_dir=identities)
+                 for d in datas}
+        return _run_on_loopback(aggregator.run, nodes)

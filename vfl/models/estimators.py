@@ -35,6 +35,7 @@ from vfl.fm.solver import solve_details
 from vfl.models.base import LinearModelBase
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
@@ -137,7 +138,7 @@ class _FMRegression(LinearModelBase):
         check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
         rng = make_rng(self.random_state)
         objective = release_objective(plan, mech, [U], y_unit, rng)
-        floor = mech.lambda_floor if self.lambda_floor is None else float(self.lambda_floor)
+        floor = release_floor(objective, mech, self.lambda_floor)
         result = solve_details(objective, lambda_floor=floor, fallback=self.fallback)
         self.objective_ = objective
         self.solve_result_ = result
@@ -167,7 +168,9 @@ _COMMON_DOC = """
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
     block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
     ``out_of_bounds`` ("raise" | "clip"),
-    ``lambda_floor``, ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
+    ``lambda_floor`` (None: the public floor sigma_M sqrt(d); logistic Gaussian FM selects it from the release,
+    docs/privacy.md, "Logistic regression: the eigenvalue floor selected from the release"; a number: that floor),
+    ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
     an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``), ``accountant``
     (a :class:`~vfl.privacy.budget.BudgetAccountant`: the fit is refused unless it covers the fit's true
     (epsilon, delta), which it then spends; None: the process's default accountant records the fit and warns once

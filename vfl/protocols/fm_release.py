@@ -49,6 +49,7 @@ from vfl.privacy.fixed_point import (
     prepare_fixed_point,
     release_single_party_block,
 )
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
@@ -337,10 +338,12 @@ class FMCoordinator:
         if len(got) < 2:
             return
         # Z = S^enc + S^resp mod n, unpacked with the public layout: every slot inside its declared range and
-        # nothing above the last slot, or the encryptor's operand was not what its request declared
+        # nothing above the last slot, or the encryptor's operand was not what its request declared (or the
+        # responder corrupted its share: the shares alone cannot tell which)
         encryptor = f"party {self.regs[block.encryptor].name}"  # type: ignore[index]
         total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
-                                      encryptor=encryptor)
+                                      encryptor=encryptor,
+                                      responder=f"party {self.regs[block.responder].name}")  # type: ignore[index]
         check_product_magnitude(total, n_rows=self.n, enc_bound=self._operand_bound(block, block.encryptor),
                                 resp_bound=self._operand_bound(block, block.responder),
                                 noise_std_raw=self._noise_std_raw(block), block=block.name, encryptor=encryptor)
@@ -365,9 +368,10 @@ class FMCoordinator:
     def finish(self) -> FMRelease:
         """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""
         s, plan = self.settings, self.plan
-        floor = s.lambda_floor if s.lambda_floor is not None else self.mech.lambda_floor
         try:
-            sol = solve_details(plan.assemble(self.values), lambda_floor=floor)
+            objective = plan.assemble(self.values)
+            floor = release_floor(objective, self.mech, s.lambda_floor)
+            sol = solve_details(objective, lambda_floor=floor)
         except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
             if isinstance(exc, VFLError):
                 raise

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.secure.fastmath import BucketAccumulator, Encrypter, _context, die_with_parent, mpz, multiexp
+from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, mpz, multiexp
 from vfl.secure.packing import pack
 
 __all__ = ["InlineExecutor", "PinnedPool", "open_executor", "bounded_map", "encrypt_rows_task",
@@ -242,25 +242,24 @@ def residues_task(state: tuple, draws: list[Any]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- buckets kept in a pinned worker
-_FOLD_BUCKETS: dict[str, BucketAccumulator] = {}
+_FOLD_BUCKETS: dict[str, Any] = {}
 _FOLD_CHUNKS: dict[str, int] = {}
 
 
 def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, frame: bytes, width: int,
                     n_groups: int, exponents: np.ndarray) -> None:
     """Put a chunk's bases into this worker's buckets of fold ``token`` (created on first use): product
-    ``k * n_groups + g`` gets ``c_ig`` by the digits of ``exponents[i, k]`` (:class:`BucketAccumulator`). Only for
-    :meth:`PinnedPool.submit_to` (state stays in the worker process until :func:`bucket_result_task`)."""
+    ``k * n_groups + g`` gets ``c_ig`` by the digits of ``exponents[i, k]`` (:func:`bucket_accumulator`, in C when
+    built). Only for :meth:`PinnedPool.submit_to` (state stays in the worker process until
+    :func:`bucket_result_task`)."""
     exps = np.asarray(exponents)
     with _TASK_LOCK:
-        acc = _FOLD_BUCKETS.get(token)
-        if acc is None:
-            acc = _FOLD_BUCKETS[token] = BucketAccumulator(exps.shape[1] * n_groups, exponent_bits, window, modulus)
+        entry = _FOLD_BUCKETS.get(token)
+        if entry is None:
+            products = exps.shape[1] * n_groups
+            entry = _FOLD_BUCKETS[token] = (bucket_accumulator(products, exponent_bits, window, modulus), products)
         _FOLD_CHUNKS[token] = _FOLD_CHUNKS.get(token, 0) + 1
-    bases = frame_bases(frame, width, n_groups)
-    for k, column in enumerate(exps.T.tolist()):
-        for g in range(n_groups):
-            acc.add(k * n_groups + g, bases[g], column)
+    entry[0].add_frame(frame, width, n_groups, exps)
 
 
 def bucket_result_task(token: str) -> tuple[list[int], int, int]:
@@ -268,11 +267,12 @@ def bucket_result_task(token: str) -> tuple[list[int], int, int]:
     the number of chunks put into them, releasing its buckets (``([], 0, 0)`` if no chunk reached this worker: the
     caller checks the count against the chunks it sent, so lost buckets can never pass as an empty product)."""
     with _TASK_LOCK:
-        acc = _FOLD_BUCKETS.pop(token, None)
+        entry = _FOLD_BUCKETS.pop(token, None)
         chunks = _FOLD_CHUNKS.pop(token, 0)
-    if acc is None:
+    if entry is None:
         return [], 0, 0
-    values = [int(acc.result(t)) for t in range(len(acc.buckets))]
+    acc, products = entry
+    values = [int(acc.result(t)) for t in range(products)]
     return values, acc.mults, chunks
 
 

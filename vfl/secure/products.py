@@ -72,6 +72,7 @@ from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
     BucketAccumulator,
     RandomnessPool,
+    bucket_accumulator,
     cached_encrypter,
     mpz,
     multiexp_cost,
@@ -86,6 +87,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
+from vfl.secure.native import CBucketAccumulator
 from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
@@ -750,16 +752,16 @@ class ResponderFold:
         per_task = max(1, math.ceil(count / self._parallel))
         return [executor.submit(residues_task, state, draws[i:i + per_task]) for i in range(0, count, per_task)]
 
-    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
+    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | CBucketAccumulator | None:
         """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
-        chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
-        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Other
-        executors (Dask) get pure tasks of one chunk; a :class:`PinnedPool` keeps buckets in its workers."""
+        chosen for all ``n`` rows (:func:`bucket_accumulator`, in C when built; issue 25), when that counts fewer
+        multiplications than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`.
+        Other executors (Dask) get pure tasks of one chunk; a :class:`PinnedPool` keeps buckets in its workers."""
         if not isinstance(self._executor, InlineExecutor):
             return None
         products = d_b * self._G
         c = _kept_window(self.stream, self.stream.layout.n_rows, products, self._width)
-        return None if c is None else BucketAccumulator(products, self.stream.layout.exponent_bits, c, self._n2)
+        return None if c is None else bucket_accumulator(products, self.stream.layout.exponent_bits, c, self._n2)
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -790,14 +792,8 @@ class ResponderFold:
             self._fold_one()
 
     def _bucket_chunk(self, frame: bytes, block: np.ndarray) -> None:
-        G, width, acc = self._G, self._width, self._buckets
-        assert acc is not None
-        rows = len(frame) // (width * G)
-        bases = [[mpz(int.from_bytes(frame[(i * G + g) * width:(i * G + g + 1) * width], "big"))
-                  for i in range(rows)] for g in range(G)]
-        for k, exps in enumerate(np.asarray(block).T.tolist()):
-            for g in range(G):
-                acc.add(k * G + g, bases[g], exps)
+        assert self._buckets is not None
+        self._buckets.add_frame(frame, self._width, self._G, block)
 
     def _pin_chunk(self, chunk: EncryptedChunk, block: np.ndarray) -> None:
         """Send the chunk to the workers that keep the buckets of its columns (or, by rows, to one worker)."""
@@ -1051,20 +1047,22 @@ def _packed_sum(shares: tuple[Any, ...], n_groups: int, modulus: int) -> np.ndar
 
 
 def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus: int,
-                          encryptor: str = "the encryptor") -> np.ndarray:
+                          encryptor: str = "the encryptor", responder: str | None = None) -> np.ndarray:
     """The product from its packed shares: ``d_a x d_b`` exact integers ``u_jk`` (units ``2^-2p``), range-checked.
 
     ``Z_kg = sum(shares) mod n`` is unpacked with the public layout (slot width ``w``, ``n_cols = d_a`` columns,
     ``layout.group_columns``); each slot must satisfy ``|slot - C| < 2^v`` (:func:`centring_constant`) and every bit
     of ``Z_kg`` above its last slot must be 0. An honest run always passes; anything the encryptor packed outside
     its declared slots (or an operand entry outside ``[0, 2O]``) lands there with overwhelming probability, so a
-    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect). The message
+    failure raises :class:`ProtocolError` naming ``encryptor`` and, if given, ``responder``: a share corrupted by the
+    responder has the same effect, and the coordinator cannot tell the two apart from the shares. The message
     never says which slot failed: it reaches every party (the coordinator's ABORT), and the position of the first
     failing slot would give a probing encryptor more than the one bit of the abort itself.
     """
     G = layout.n_groups(n_cols)
+    culprit = "" if responder is None else f", or {responder} corrupted its share"
     refused = ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its request "
-                            "declared (the combined block lies outside its declared slots); the run stops")
+                            f"declared{culprit} (the combined block lies outside its declared slots); the run stops")
     total = _packed_sum(shares, G, modulus)
     C, w = centring_constant(layout), layout.slot_bits
     bound, mask = 1 << layout.value_bits, (1 << w) - 1
