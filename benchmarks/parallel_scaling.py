@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
+from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair, native
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, to_fixed_point_ints
 from vfl.secure.executors import PinnedPool, open_executor
 from vfl.secure.products import EncryptedChunk, MaskedResponse, ProductStreamHeader, combine_packed_shares
@@ -290,10 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/parallel_scaling.py" + (" --quick" if args.quick else "")
                    + (" --dask" if args.dask else "") + f" --repeats {args.repeats}",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_count": os.cpu_count(), "key_bits": args.key_bits, "precision_bits": P,
+        "cpu_count": os.cpu_count(), "key_bits": args.key_bits, "precision_bits": P, "loops": native.IMPLEMENTATION,
         "load_1min_start": load0, "load_1min_end": os.getloadavg()[0],
         "seconds": time.perf_counter() - t0, "shapes": rows, "dask_shapes": dask_rows,
     }
+    print(f"inner loops: {report['loops']}")
     print(f"1-minute load average: {report['load_1min_start']:.2f} at the start, {report['load_1min_end']:.2f} at "
           f"the end; {report['seconds']:.0f} s in all")
     print(markdown(report))
