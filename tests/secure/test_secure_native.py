@@ -277,6 +277,7 @@ def test_vfl_pure_python_forces_the_python_loops_with_the_same_numbers():
             " int(fastmath.fixed_base_table(3, m, 256, 6).pow(2**255 + 1))]))")
     forced = json.loads(_run(code, VFL_PURE_PYTHON="1"))
     default = json.loads(_run(code, VFL_PURE_PYTHON="0"))
+    assert json.loads(_run(code, VFL_PURE_PYTHON="false"))[0] == default[0]   # "false" does not force Python
     assert forced[0].startswith("pure Python") and forced[1] == "BucketAccumulator"
     assert default[1] == ("CBucketAccumulator" if default[0].startswith("C ") else "BucketAccumulator")
     m = (1 << 511) + 187
@@ -293,8 +294,39 @@ def test_the_c_extension_is_built_where_a_compiler_and_gmp_exist():
     """CI installs with ``pip install -e '.[dev,plots]'`` where gcc and gmp.h exist: the C loops must be active
     there (unless VFL_PURE_PYTHON asks for Python), or the C half of this file would silently be skipped."""
     headers = [Path("/usr/include/gmp.h"), *Path("/usr/include").glob("*-linux-gnu/gmp.h")]
-    if os.environ.get(native.PURE_PYTHON_VARIABLE, "").strip() not in ("", "0"):
+    if native.pure_python_requested():
         pytest.skip("VFL_PURE_PYTHON is set")
     if shutil.which("gcc") is None or not any(h.is_file() for h in headers):
         pytest.skip("no C compiler or GMP headers: the Python loops are the expected ones")
     assert BUILT, native.IMPLEMENTATION
+
+
+_POOL_PRODUCT = (
+    "import json, sys\n"
+    "import numpy as np\n"
+    "from vfl.secure import native\n"
+    "from vfl.secure.keys import generate_keypair\n"
+    "from vfl.secure.products import run_secure_product\n"
+    "rng = np.random.default_rng(3)\n"
+    "A, B = rng.uniform(-1, 1, (200, 3)), rng.uniform(-1, 1, (200, 2))\n"
+    "run = run_secure_product(A, B, precision_bits=16, keypair=generate_keypair(1024, allow_insecure=True),\n"
+    "                         workers=WORKERS, key_bits=1024, allow_insecure=True)\n"
+    "print(json.dumps([native.IMPLEMENTATION, run.combined().tolist()]))\n")
+
+
+@pytest.mark.parametrize("how, workers", [("import fails", 1), ("VFL_PURE_PYTHON", 2)])
+def test_without_the_extension_whole_products_fall_back_to_python_and_are_exact(how, workers):
+    """The fallback as a user meets it: the extension cannot be imported at all (a machine without a compiler), or
+    VFL_PURE_PYTHON=1 reaches the process-pool workers too (an in-process monkeypatch would not): a whole product,
+    in a fresh interpreter, is exact and the same as with the default loops."""
+    code = _POOL_PRODUCT.replace("WORKERS", str(workers))
+    if how == "import fails":
+        code = "import sys; sys.modules['vfl.secure._fastloops'] = None\n" + code
+        fallback = json.loads(_run(code, VFL_PURE_PYTHON="0"))
+    else:
+        fallback = json.loads(_run(code, VFL_PURE_PYTHON="1"))
+    default = json.loads(_run(_POOL_PRODUCT.replace("WORKERS", str(workers)), VFL_PURE_PYTHON="0"))
+    assert fallback[0].startswith("pure Python") and fallback[1] == default[1]
+    rng = np.random.default_rng(3)
+    A, B = rng.uniform(-1, 1, (200, 3)), rng.uniform(-1, 1, (200, 2))
+    assert fallback[1] == to_fixed_point_ints(A, 16, 1.0).T.dot(to_fixed_point_ints(B, 16, 1.0)).tolist()

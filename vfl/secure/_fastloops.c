@@ -84,8 +84,12 @@ extern mp_size_t __gmpn_binvert_itch(mp_size_t) __attribute__((weak));
 #define REDC_N_MIN_LIMBS 48   /* measured: faster than word-by-word at 64 limbs (4096 bits), slower at 32 */
 static int redc_n_trusted = 0;
 
+static void montgomery_clear(Montgomery *mo);
+
+/* on failure everything it allocated is freed again and both pointers are NULL (montgomery_clear is safe) */
 static int montgomery_init(Montgomery *mo, const mpz_t m) {
     mo->n = (mp_size_t)mpz_size(m);
+    mo->ip = NULL;
     mo->m = PyMem_RawCalloc((size_t)mo->n, sizeof(mp_limb_t));
     if (mo->m == NULL)
         return -1;
@@ -94,13 +98,13 @@ static int montgomery_init(Montgomery *mo, const mpz_t m) {
     for (int i = 0; i < 5; i++)
         x *= 2 - mo->m[0] * x;
     mo->minv = -x;
-    mo->ip = NULL;
     if (redc_n_trusted && mo->n >= REDC_N_MIN_LIMBS) {
         mp_size_t itch = __gmpn_binvert_itch(mo->n);
         mp_limb_t *scratch = PyMem_RawMalloc((size_t)(itch > 0 ? itch : 1) * sizeof(mp_limb_t));
         mo->ip = PyMem_RawMalloc((size_t)mo->n * sizeof(mp_limb_t));
         if (scratch == NULL || mo->ip == NULL) {
             PyMem_RawFree(scratch);
+            montgomery_clear(mo);
             return -1;
         }
         __gmpn_binvert(mo->ip, mo->m, mo->n, scratch);
@@ -178,7 +182,7 @@ static void check_redc_n(void) {
     mpz_urandomb(m, st, (mp_bitcnt_t)n * GMP_NUMB_BITS);
     mpz_setbit(m, (mp_bitcnt_t)n * GMP_NUMB_BITS - 1);
     mpz_setbit(m, 0);
-    Montgomery words, fast;
+    Montgomery words = {0}, fast = {0};
     redc_n_trusted = 0;
     int ok = montgomery_init(&words, m) == 0;
     redc_n_trusted = 1;
@@ -309,8 +313,10 @@ static int import_bases(mp_limb_t *out, const unsigned char *bytes, Py_ssize_t c
     return bad ? -1 : 0;
 }
 
+/* e: the caller's private, aligned copy of the exponents (exps_len bytes), never the caller's buffer, which another
+ * thread could change once the GIL is released */
 static int check_add_args(BucketsObject *self, Py_ssize_t frame_len, Py_ssize_t width, Py_ssize_t n_groups,
-                          const Py_buffer *exps, Py_ssize_t n_cols, Py_ssize_t first) {
+                          const uint64_t *e, Py_ssize_t exps_len, Py_ssize_t n_cols, Py_ssize_t first) {
     if (self->slots == NULL || self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
         return -1;
@@ -320,13 +326,15 @@ static int check_add_args(BucketsObject *self, Py_ssize_t frame_len, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "Buckets.add: bad width, groups, columns or first product");
         return -1;
     }
-    Py_ssize_t rows = frame_len / (width * n_groups);
-    if (frame_len % (width * n_groups) != 0 || exps->len != rows * n_cols * (Py_ssize_t)sizeof(uint64_t)) {
+    Py_ssize_t rows = frame_len / (width * n_groups), n_exps = exps_len / (Py_ssize_t)sizeof(uint64_t);
+    /* divisions, not products: no size computation here can overflow */
+    if (frame_len % (width * n_groups) != 0 || exps_len % (Py_ssize_t)sizeof(uint64_t) != 0
+        || n_exps % n_cols != 0 || n_exps / n_cols != rows
+        || rows > PY_SSIZE_T_MAX / n_groups / ((Py_ssize_t)self->mo.n + 1) / (Py_ssize_t)sizeof(mp_limb_t)) {
         PyErr_SetString(PyExc_ValueError, "Buckets.add: need whole rows and one uint64 exponent per row and column");
         return -1;
     }
     const int top_bits = self->window * self->n_windows;
-    const uint64_t *e = (const uint64_t *)exps->buf;
     for (Py_ssize_t i = 0; top_bits < 64 && i < rows * n_cols; i++)
         if (e[i] >> top_bits) {
             PyErr_SetString(PyExc_ValueError, "Buckets.add: an exponent has more bits than the buckets");
@@ -348,7 +356,14 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
         return NULL;
     PyObject *ret = NULL;
     mp_limb_t *bases = NULL, *t = NULL;
-    if (check_add_args(self, frame.len, width, n_groups, &exps, n_cols, first) < 0)
+    /* checked and used from one private copy (memcpy: any alignment), taken while the GIL is held */
+    uint64_t *e = PyMem_Malloc(exps.len > 0 ? (size_t)exps.len : 1);
+    if (e == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(e, exps.buf, (size_t)exps.len);
+    if (check_add_args(self, frame.len, width, n_groups, e, exps.len, n_cols, first) < 0)
         goto done;
     const mp_size_t n = self->mo.n;
     const Py_ssize_t rows = frame.len / (width * n_groups);
@@ -363,7 +378,6 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
     unsigned long long mults = 0;
     const int c = self->window;
     const uint64_t mask = ((uint64_t)1 << c) - 1;
-    const uint64_t *e = (const uint64_t *)exps.buf;
     Py_BEGIN_ALLOW_THREADS
     bad = import_bases(bases, (const unsigned char *)frame.buf, rows * n_groups, width, self->modulus, n);
     for (Py_ssize_t i = 0; i < rows && !bad; i++) {
@@ -376,7 +390,7 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
                 sum[0] += x;
                 sum[1] += sum[0] < x;
                 Py_ssize_t off = product * self->per_product;
-                for (int w = 0; x; w++, x >>= c) {
+                for (int w = 0; x && w < self->n_windows; w++, x >>= c) {   /* w bound: a second guard */
                     uint64_t d = x & mask;
                     if (!d)
                         continue;
@@ -401,6 +415,7 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
     else
         ret = Py_NewRef(Py_None);
 done:
+    PyMem_Free(e);
     PyMem_Free(bases);
     PyMem_Free(t);
     PyBuffer_Release(&frame);
@@ -485,12 +500,16 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
     mpz_inits(value, r_mod, e_total, NULL);
     if (combine(self, product, work + 5 * n, work, &squarings, &others)) {
         from_montgomery(value, work + 5 * n, work + n, &self->mo);   /* (prod b^e) R^(-E) mod m */
-        mpz_set_ui(e_total, (unsigned long)self->exp_sum[2 * product + 1]);
-        mpz_mul_2exp(e_total, e_total, 64);
-        mpz_add_ui(e_total, e_total, (unsigned long)self->exp_sum[2 * product]);
+        /* E = exp_sum[hi] 2^64 + exp_sum[lo], least significant word first, native byte order: portable where
+         * unsigned long has 32 bits (mpz_set_ui would cut E there) */
+        mpz_import(e_total, 2, -1, sizeof(uint64_t), 0, 0, self->exp_sum + 2 * product);
         mpz_set_ui(r_mod, 1);
         mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)n * GMP_NUMB_BITS);
-        mpz_powm(r_mod, r_mod, e_total, self->modulus);
+        /* the responder's column sum E is its own data: mpz_powm_sec's time does not depend on E's bits */
+        if (mpz_sgn(e_total) > 0)
+            mpz_powm_sec(r_mod, r_mod, e_total, self->modulus);
+        else
+            mpz_set_ui(r_mod, 1);
         mpz_mul(value, value, r_mod);
         mpz_tdiv_r(value, value, self->modulus);
     } else {

@@ -29,8 +29,13 @@ MAX_EXPONENT_BITS = 64
 """The C buckets take exponents as ``uint64``; wider exponents use the Python loops."""
 
 
+def pure_python_requested() -> bool:
+    """``VFL_PURE_PYTHON`` is set to a true value (anything but empty, 0, false, no, off)."""
+    return os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get(PURE_PYTHON_VARIABLE, "").strip() not in ("", "0"):
+    if pure_python_requested():
         return None, f"pure Python ({PURE_PYTHON_VARIABLE} is set)"
     try:
         from vfl.secure import _fastloops  # type: ignore[attr-defined]
