@@ -2,7 +2,7 @@
 
 Everything else is in pyproject.toml. ``optional=True``: without a C compiler or GMP's headers (``gmp.h``,
 ``libgmp``) the build prints a warning and the install still succeeds; vfl then runs the same loops in Python
-with bit-identical results (``vfl doctor`` says which one is active; ``VFL_PURE_PYTHON=1`` forces Python).
+with bit-identical results (``vfl --version`` says which one is active; ``VFL_PURE_PYTHON=1`` forces Python).
 """
 
 from setuptools import Extension, setup
