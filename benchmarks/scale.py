@@ -122,6 +122,16 @@ class RssSampler:
                                                   for name, pid in self.pids.items()}))
 
 
+def code_version() -> str:
+    """The measured tree: ``git describe --always --dirty`` of this checkout (empty outside git)."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
 def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: float, extra: list[str]) -> dict:
     paths = write_data(workdir / f"n{n}", n)
     from vfl.demo import free_port
@@ -168,7 +178,9 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
         time.sleep(0.2)
     wall = time.perf_counter() - start
     codes = {name: p.returncode for name, p in procs.items()}
-    result = {"n": n, "load_1min_start_end": [load_start, os.getloadavg()[0]], "wall_s": wall, "s_per_row": wall / n,
+    result = {"n": n, "code": code_version(), "party_args": extra, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                         time.gmtime()),
+              "load_1min_start_end": [load_start, os.getloadavg()[0]], "wall_s": wall, "s_per_row": wall / n,
               "exit_codes": codes, "cpu_s": cpu, "cpu_s_total": sum(cpu.values()),
               # the process itself (last 0.2 s sample before it exited) and its pool workers (the rest of cpu_s)
               "cpu_s_own": sampler.own_cpu, "cpu_s_workers": {k: max(0.0, cpu[k] - sampler.own_cpu[k]) for k in cpu},
@@ -357,6 +369,62 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: issue 25's targets for this benchmark: CPU at 10^6 rows at most half of the 960 CPU-s measured before it, every
+#: process's peak RSS at most 1 GB, exact against numpy, the 10^7 x (50 + 50) estimate at most 16 CPU-hours
+CPU_TARGET_S, RSS_TARGET_MB, EXACT_TARGET, EXTRAPOLATION_TARGET_H = 480.0, 1024.0, 1e-6, 16.0
+
+
+def targets_markdown(runs: list[dict], extrapolation: dict | None) -> str:
+    """The issue's targets against the largest run and the extrapolation, one bullet each (met / missed)."""
+    r = max(runs, key=lambda run: run["n"])
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    rss = max(r["peak_rss_mb"].values())
+    lines = [f"* CPU at n = {r['n']:,} at most {CPU_TARGET_S:.0f} CPU-s (half of 960): "
+             f"**{verdict(r['cpu_s_total'] <= CPU_TARGET_S)}**, {r['cpu_s_total']:.0f} CPU-s over all processes "
+             f"({r['cpu_s_total'] / 960:.2f} x 960)",
+             f"* peak RSS of every process at most 1 GB: **{verdict(rss <= RSS_TARGET_MB)}**, largest {rss:.0f} MB"]
+    if "max_abs_diff_vs_lstsq" in r:
+        lines.append(f"* exact against numpy least squares (at most {EXACT_TARGET:g}): "
+                     f"**{verdict(r['max_abs_diff_vs_lstsq'] <= EXACT_TARGET)}**, "
+                     f"{r['max_abs_diff_vs_lstsq']:.1e}")
+    if extrapolation is not None:
+        worst = max(extrapolation["kept"]["cpu_hours"], extrapolation["per_chunk"]["cpu_hours"])
+        lines.append(f"* n = {extrapolation['n']:,} x ({extrapolation['d_alice']} + {extrapolation['d_bob']}) at "
+                     f"most {EXTRAPOLATION_TARGET_H:.0f} CPU-hours: **{verdict(worst <= EXTRAPOLATION_TARGET_H)}**, "
+                     f"{extrapolation['kept']['cpu_hours']:.1f} (buckets kept) / "
+                     f"{extrapolation['per_chunk']['cpu_hours']:.1f} (per chunk) CPU-hours")
+    return "\n".join(lines)
+
+
+def save_step(path: Path, label: str, run: dict) -> None:
+    """Record one run under ``label`` in the steps file (one change at a time, measured at the same n)."""
+    doc = json.loads(path.read_text()) if path.exists() else {"steps": []}
+    doc["steps"] = [s for s in doc["steps"] if s["label"] != label] + [{"label": label, "run": run}]
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def steps_markdown(steps: list[dict]) -> str:
+    """One row per recorded change: CPU of every process (a party's own and its pool workers'), relative to the
+    first row, with the load and the exactness of each run."""
+    lines = ["| change (tree measured) | n | load (1 min) | CPU s (all processes) | vs first row | alice own + workers "
+             "(CPU s) | bob own + workers (CPU s) | coordinator (CPU s) | max abs diff vs lstsq |",
+             "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+    first = steps[0]["run"]["cpu_s_total"] if steps else 0.0
+    for step in steps:
+        r = step["run"]
+        own, workers = r.get("cpu_s_own"), r.get("cpu_s_workers")
+        split = {k: (f"{own[k]:.1f} + {workers[k]:.1f}" if own else f"{r['cpu_s'][k]:.1f}") for k in ("alice", "bob")}
+        load = "-".join(f"{v:.0f}" for v in r["load_1min_start_end"])
+        diff = f"{r['max_abs_diff_vs_lstsq']:.1e}" if "max_abs_diff_vs_lstsq" in r else "-"
+        lines.append(f"| {step['label']} | {r['n']:,} | {load} | {r['cpu_s_total']:.1f} | "
+                     f"{r['cpu_s_total'] / first:.2f} | {split['alice']} | {split['bob']} | "
+                     f"{r['cpu_s']['coordinator']:.1f} | {diff} |")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -408,6 +476,11 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.png")
     parser.add_argument("--dask-rows", type=int, default=0, help="also time 1 vs 2 Dask workers on n rows")
     parser.add_argument("--party-args", default="", help="extra `vfl party` options, space separated")
+    parser.add_argument("--note", default="", help="recorded with each run in the JSON (e.g. what the tree holds)")
+    parser.add_argument("--step", default="", metavar="LABEL",
+                        help="also record each run under LABEL in --steps-out (a table of changes at one n)")
+    parser.add_argument("--steps-out", default="", metavar="FILE", help="the steps JSON (--step); printed as a "
+                        "table when given")
     parser.add_argument("--extrapolate", default="", metavar="N,DA,DB",
                         help="from the largest run in PREFIX.json (--out), estimate CPU time for N rows, DA + DB "
                              "features (e.g. 10000000,50,50)")
@@ -418,12 +491,18 @@ def main() -> None:
     for n in [int(v) for v in args.rows.split(",") if v]:
         r = run_once(n, workdir, mechanism=args.mechanism, key_bits=args.key_bits, timeout=args.timeout,
                      extra=args.party_args.split())
+        if args.note:
+            r["note"] = args.note
         print(json.dumps(r), flush=True)
         results.append(r)
         if args.out:
             save(Path(args.out), [r], None)   # after every run: a long run that is stopped loses nothing
+        if args.step and args.steps_out:
+            save_step(Path(args.steps_out), args.step, r)
     if results:
         print(markdown(results))
+    if args.steps_out and Path(args.steps_out).exists():
+        print(steps_markdown(json.loads(Path(args.steps_out).read_text())["steps"]))
     dask = dask_speedup(args.dask_rows, args.key_bits) if args.dask_rows else None
     if dask:
         print(json.dumps(dask))
