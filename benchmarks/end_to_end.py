@@ -17,6 +17,7 @@ The target (issue 4) is networked / in-process <= 1.5.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,8 @@ def cli_seconds(key_bits: int) -> float:
         for name in ("alice", "bob"):
             config = str(ROOT / "parties" / "forestfires" / f"{name}.toml")
             procs.append(subprocess.Popen([*vfl, "party", "--config", config, "--connect", url, "--no-progress",
-                                           "--identity-dir", tmp, *insecure], stdout=subprocess.DEVNULL))
+                                           "--identity-dir", tmp, *insecure], stdout=subprocess.DEVNULL,
+                                          env={**os.environ, "VFL_LEDGER": tmp}))   # a throwaway ledger
         codes = [p.wait(timeout=600) for p in procs]
         elapsed = time.perf_counter() - start
     if any(codes):

@@ -57,8 +57,9 @@ from vfl.data.datasets import synthetic
 from vfl.exceptions import VFLError
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.domain import from_unit_interval_coefficients, prepare_labels, prepare_party_block, resolve_bounds
-from vfl.fm.solver import solve_details
+from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
 from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.progress import Progress, progress
 
@@ -153,7 +154,8 @@ class PreparedFM:
 
     ``fit(mechanism, rng)`` adds one fresh noise draw per block (same order as
     :func:`vfl.models.estimators.release_objective`), solves with the projected eigendecomposition (spec §2.5,
-    ``fallback="ridge"``) and returns (coef, intercept) in original units plus whether the fallback was used.
+    ``fallback="ridge"``, the model's default regularisation) and returns (coef, intercept) in original units plus
+    whether the fallback was used.
     """
 
     def __init__(self, model: str, X: np.ndarray, y: np.ndarray, *, bounds: Sequence[tuple[float, float]],
@@ -182,7 +184,10 @@ class PreparedFM:
 
     def fit(self, mech: Mechanism, rng: np.random.Generator) -> tuple[np.ndarray, float, bool]:
         values = {b.name: self.exact[b.name] + mech.block_noise(b, rng) for b in self.plan.blocks}
-        result = solve_details(self.plan.assemble(values), lambda_floor=mech.lambda_floor, fallback="ridge")
+        objective = self.plan.assemble(values)
+        result = solve_details(objective, lambda_floor=release_floor(objective, mech), fallback="ridge",
+                               regularization=DEFAULT_REGULARIZATION[self.model],
+                               alpha_noise_var=mech.alpha_noise_variance())
         coef, icpt = from_unit_interval_coefficients(result.w[: self.p], self.bounds, self.col_scale)
         icpt += float(result.w[-1] * self.icpt_value)
         if self.model == "linear":

@@ -8,8 +8,10 @@ Usage::
 
 ``--floor`` (issue 25): CPU µs per row (getrusage, self + children, median of ``--repeats``) of vfl's default
 product on one worker, against the Paillier floor computed from unit costs measured in the same run (mulmod n^2 and
-p^2, serialisation, validation, re-randomisation, decryption; ``floor_us``), at the forest shape and 10^4 x 10 x 10
-(``--large``: also 10^5 x 10 x 10), every run checked exact against numpy's integer product; plus, side by side,
+p^2 -- the cheapest of Python/gmpy2, GMP's mul + mod in C and the Montgomery product of vfl's C loops --,
+serialisation, validation, re-randomisation, decryption; ``floor_us``), at the forest shape and 10^4 x 10 x 10
+(``--large``: also 10^5 x 10 x 10), every run checked exact against numpy's integer product; the same products with
+the pure-Python inner loops (``VFL_PURE_PYTHON``'s fallback), run alternately with the C ones; plus, side by side,
 per-ciphertext gcd validation against the batched one and the former 40-bit slot slack against the 8-bit guard.
 
 Shapes: forest fires (n=517, 13 x 14) and n=10,000 (10 x 10), 2048-bit keys. For each run it prints
@@ -30,14 +32,24 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from phe import paillier
 
-from vfl.secure import EncryptedBlock, MaskedResponse, ProductEncryptor, ProductResponder, generate_keypair
+from vfl.secure import (
+    EncryptedBlock,
+    MaskedResponse,
+    ProductEncryptor,
+    ProductResponder,
+    executors,
+    generate_keypair,
+    native,
+)
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, inner_product_error_bound, to_fixed_point_ints
 from vfl.secure.executors import encrypt_rows_task
 from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter, best_table_window, mpz, multiexp_cost, powmod
@@ -188,6 +200,7 @@ def unit_costs(pk: paillier.PaillierPublicKey, sk: paillier.PaillierPrivateKey) 
     us = {
         "mulmod_n2": _cpu_per_call(lambda i: xs[i & 63] * xs[(i + 1) & 63] % n2, 20000),
         "mulmod_p2": _cpu_per_call(lambda i: ys[i & 63] * ys[(i + 1) & 63] % p2, 20000),
+        **c_mulmod_costs(xs[0], xs[1], n2, ys[0], ys[1], p2),
         "serialise": _cpu_per_call(lambda i: ciphertexts_to_bytes(pk, frame_cts), 3) / len(frame_cts),
         "validate_per_ciphertext_gcd": _cpu_per_call(lambda i: _validate_per_ciphertext(pk, frame, 2048), 3) / 2048,
         "validate_batched": _cpu_per_call(lambda i: ciphertexts_from_bytes(pk, frame, 2048), 3) / 2048,
@@ -206,9 +219,29 @@ def unit_costs(pk: paillier.PaillierPublicKey, sk: paillier.PaillierPrivateKey) 
     return {k: v * 1e6 for k, v in us.items()}
 
 
+def c_mulmod_costs(x: Any, y: Any, n2: Any, xp: Any, yp: Any, p2: Any) -> dict[str, float]:
+    """Seconds per multiplication at C speed (vfl's C loops built): GMP's mul + mod and the Montgomery product."""
+    if native.fastloops is None:
+        return {}
+    calls = 2000
+    out = {}
+    for name, (a, b, m) in (("n2", (x, y, n2)), ("p2", (xp, yp, p2))):
+        out[f"mulmod_{name}_gmp_c"] = _cpu_per_call(lambda i, a=a, b=b, m=m: native.mulmod_repeat(a, b, m, calls),
+                                                    1, 5) / calls
+        out[f"montmul_{name}_c"] = _cpu_per_call(lambda i, a=a, b=b, m=m: native.mulmod_repeat(a, b, m, calls, True),
+                                                 1, 5) / calls
+    return out
+
+
+def cheapest_mulmod(u: dict[str, float], modulus: str) -> float:
+    """The cheapest measured multiplication modulo ``n2`` or ``p2``: Python/gmpy2, GMP in C, Montgomery in C."""
+    return min(v for k, v in u.items() if k in (f"mulmod_{modulus}", f"mulmod_{modulus}_gmp_c", f"montmul_{modulus}_c"))
+
+
 def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, float]) -> dict[str, float]:
     """The Paillier floor of one product (µs) from unit costs: what the protocol needs with every known technique.
 
+    Multiplications are priced at the cheapest measured implementation (:func:`cheapest_mulmod`).
     Key holder: per ciphertext a CRT short-exponent ``rho`` (two fixed-base tables modulo p^2 and q^2 with the window
     ``best_table_window`` picks for ``n G`` encryptions) and two mulmods modulo n^2 (CRT recombination, ``(1 + mn)
     rho``); serialisation and batched validation. Responder: Pippenger buckets kept over all ``n`` rows
@@ -216,11 +249,12 @@ def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, 
     ciphertext. Key holder: one CRT decryption per response ciphertext.
     """
     cts, resp = n * groups, d_resp * groups
+    mul_n2, mul_p2 = cheapest_mulmod(u, "n2"), cheapest_mulmod(u, "p2")
     window = best_table_window(cts, SHORT_EXPONENT_BITS) or 8
-    enc = cts * (2 * math.ceil(SHORT_EXPONENT_BITS / window) * u["mulmod_p2"] + 2 * u["mulmod_n2"])
+    enc = cts * (2 * math.ceil(SHORT_EXPONENT_BITS / window) * mul_p2 + 2 * mul_n2)
     io = cts * (u["serialise"] + u["validate_batched"]) + resp * 2 * u["serialise"]
-    mexp = resp * multiexp_cost(n, exponent_bits) * u["mulmod_n2"]
-    tail = resp * (u["rerandomise"] + u["mulmod_n2"] + u["decrypt"])
+    mexp = resp * multiexp_cost(n, exponent_bits) * mul_n2
+    tail = resp * (u["rerandomise"] + mul_n2 + u["decrypt"])
     return {"encrypt": enc, "io": io, "multiexp": mexp, "respond_tail": tail, "total": enc + io + mexp + tail}
 
 
@@ -246,26 +280,63 @@ def vfl_cpu_run(A: np.ndarray, B: np.ndarray, keypair: tuple, guard_bits: int = 
             "mults": responder.stats["multiexp_mults"]}
 
 
+_C_LOOPS = native.fastloops
+_TASK_CACHES: dict[str, dict] = {"c": {}, "python": {}}
+
+
+@contextmanager
+def inner_loops(kind: str) -> Iterator[None]:
+    """Run vfl with the C inner loops (``"c"``, when built) or the pure-Python fallback (``"python"``, what
+    ``VFL_PURE_PYTHON=1`` selects), each with its own cache of per-key encryption tables (built in a warm-up)."""
+    saved, saved_cache = native.fastloops, executors._TASK_ENCRYPTERS
+    native.fastloops = _C_LOOPS if kind == "c" else None
+    executors._TASK_ENCRYPTERS = _TASK_CACHES[kind]
+    try:
+        yield
+    finally:
+        native.fastloops, executors._TASK_ENCRYPTERS = saved, saved_cache
+
+
+def shape_runs(A: np.ndarray, B: np.ndarray, keypair: tuple, repeats: int, kinds: list[str]) -> dict[str, list]:
+    """``repeats`` runs per implementation, alternating C and Python so both see the same machine load."""
+    runs: dict[str, list] = {k: [] for k in kinds}
+    for _ in range(repeats):
+        for kind in kinds:
+            with inner_loops(kind):
+                runs[kind].append(vfl_cpu_run(A, B, keypair))
+    return runs
+
+
 def floor_report(keypair: tuple, shapes: list[tuple[str, int, int, int]], repeats: int) -> dict:
-    """Unit costs, then per shape vfl's median CPU µs per row against the floor; the technique comparisons."""
+    """Unit costs, then per shape vfl's median CPU µs per row against the floor (and with the Python inner loops);
+    the technique comparisons."""
     pk, sk = keypair
     rng = np.random.default_rng(2025)
-    vfl_cpu_run(*(rng.uniform(-1, 1, (517, k)) for k in (13, 14)), keypair)   # per-key setup, cached per process
+    kinds = ["c", "python"] if _C_LOOPS is not None else ["python"]
+    for kind in kinds:   # per-key setup, cached per process (and per implementation)
+        with inner_loops(kind):
+            vfl_cpu_run(*(rng.uniform(-1, 1, (517, k)) for k in (13, 14)), keypair)
     u = unit_costs(pk, sk)
-    out: dict = {"units_us": {k: round(v, 3) for k, v in u.items()}, "shapes": [], "guard": []}
+    out: dict = {"units_us": {k: round(v, 3) for k, v in u.items()}, "shapes": [], "guard": [],
+                 "inner_loops": native.IMPLEMENTATION}
     for name, n, d_a, d_b in shapes:
         A, B = rng.uniform(-1, 1, (n, d_a)), rng.uniform(-1, 1, (n, d_b))
-        runs = [vfl_cpu_run(A, B, keypair) for _ in range(repeats)]
+        both = shape_runs(A, B, keypair, repeats, kinds)
+        runs = both[kinds[0]]
         lay = runs[0]["layout"]
         fl = floor_us(n, runs[0]["groups"], d_b, lay.exponent_bits, u)
         cpu = statistics.median(r["cpu_s"] for r in runs)
+        py_cpu = statistics.median(r["cpu_s"] for r in both["python"])
         out["shapes"].append({"shape": name, "n": n, "d_enc": d_a, "d_resp": d_b, "groups": runs[0]["groups"],
                               "cpu_s": [round(r["cpu_s"], 3) for r in runs],
+                              "python_cpu_s": [round(r["cpu_s"], 3) for r in both["python"]],
                               "vfl_us_per_row": round(cpu * 1e6 / n, 1),
+                              "python_us_per_row": round(py_cpu * 1e6 / n, 1),
+                              "c_speedup": round(py_cpu / cpu, 2),
                               "floor_us_per_row": round(fl["total"] / n, 1),
                               "floor_parts_us_per_row": {k: round(v / n, 1) for k, v in fl.items()},
                               "ratio": round(cpu * 1e6 / fl["total"], 2),
-                              "exact": all(r["exact"] for r in runs)})
+                              "exact": all(r["exact"] for kind in kinds for r in both[kind])})
     A, B = rng.uniform(-1, 1, (517, 20)), rng.uniform(-1, 1, (517, 10))
     for guard in (40, DEFAULT_GUARD_BITS):   # the former kappa = 40 slack against the guard band, same invocation
         runs = [vfl_cpu_run(A, B, keypair, guard_bits=guard) for _ in range(repeats)]
@@ -301,10 +372,14 @@ def print_floor_report(rep: dict) -> None:
     print(f"# key holder's short-exponent encryption per ciphertext (table, 2048 rows): modulo n^2 "
           f"{u['encrypt_short_exponent_n2']:.2f} µs -> CRT {u['encrypt_short_exponent_crt']:.2f} µs "
           f"({u['encrypt_short_exponent_n2'] / u['encrypt_short_exponent_crt']:.2f}x)")
-    print(f"{'shape':>24} {'groups':>6} {'vfl µs/row':>11} {'floor µs/row':>13} {'ratio':>6}  exact  cpu s (runs)")
+    print(f"# inner loops: {rep['inner_loops']}; multiplication mod n^2 priced at {cheapest_mulmod(u, 'n2'):.2f} µs, "
+          f"mod p^2 at {cheapest_mulmod(u, 'p2'):.2f} µs (the cheapest measured)")
+    print(f"{'shape':>24} {'groups':>6} {'vfl µs/row':>11} {'python µs/row':>14} {'py/C':>5} {'floor µs/row':>13} "
+          f"{'ratio':>6}  exact  cpu s (runs)")
     for r in rep["shapes"]:
-        print(f"{r['shape']:>24} {r['groups']:6d} {r['vfl_us_per_row']:11.1f} {r['floor_us_per_row']:13.1f} "
-              f"{r['ratio']:6.2f}  {str(r['exact']):5}  {r['cpu_s']}   floor parts {r['floor_parts_us_per_row']}")
+        print(f"{r['shape']:>24} {r['groups']:6d} {r['vfl_us_per_row']:11.1f} {r['python_us_per_row']:14.1f} "
+              f"{r['c_speedup']:5.2f} {r['floor_us_per_row']:13.1f} {r['ratio']:6.2f}  {str(r['exact']):5}  "
+              f"{r['cpu_s']} / python {r['python_cpu_s']}   floor parts {r['floor_parts_us_per_row']}")
     b = rep["buckets"]
     print(f"# {b['shape']}: responder multi-exponentiation per chunk {b['per_chunk_us_per_row']:.1f} µs/row "
           f"({b['per_chunk_mults']} mulmods) -> buckets kept across chunks {b['kept_us_per_row']:.1f} µs/row "
@@ -314,7 +389,12 @@ def print_floor_report(rep: dict) -> None:
               f"{g['groups']} ciphertexts per row, vfl {g['vfl_us_per_row']:.1f} µs/row, exact {g['exact']}")
 
 
-FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n²", "mulmod_p2": "multiplication mod p²",
+FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n², Python (gmpy2)",
+                     "mulmod_n2_gmp_c": "multiplication mod n², GMP mul + mod in C",
+                     "montmul_n2_c": "multiplication mod n², Montgomery in C (vfl's buckets)",
+                     "mulmod_p2": "multiplication mod p², Python (gmpy2)",
+                     "mulmod_p2_gmp_c": "multiplication mod p², GMP mul + mod in C",
+                     "montmul_p2_c": "multiplication mod p², Montgomery in C (vfl's tables)",
                      "serialise": "serialise one ciphertext", "validate_batched": "parse + validate one ciphertext",
                      "rerandomise": "responder re-randomiser r^n mod n²", "decrypt": "CRT decryption"}
 
@@ -323,14 +403,16 @@ def markdown_floor(rep: dict) -> str:
     """The three tables of docs/secure_products.md's floor section, from the JSON (tests/test_docs_numbers.py)."""
     u = rep["units_us"]
     lines = ["| unit operation | CPU µs |", "|---|---:|"]
-    lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items()]
-    lines += ["", "| shape | ciphertexts per row | vfl µs/row | floor µs/row | vfl / floor | floor: encrypt / I/O / "
-              "multi-exp. / response, µs/row | exact |", "|---|---:|---:|---:|---:|---|---|"]
+    lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items() if key in u]
+    lines += ["", "| shape | ciphertexts per row | vfl µs/row | Python loops µs/row | Python / vfl | floor µs/row | "
+              "vfl / floor | floor: encrypt / I/O / multi-exp. / response, µs/row | exact |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rep["shapes"]:
         f = r["floor_parts_us_per_row"]
-        lines.append(f"| {r['shape']} | {r['groups']} | {r['vfl_us_per_row']:.1f} | {r['floor_us_per_row']:.1f} | "
-                     f"{r['ratio']:.2f} | {f['encrypt']:.1f} / {f['io']:.1f} / {f['multiexp']:.1f} / "
-                     f"{f['respond_tail']:.1f} | {'yes' if r['exact'] else 'NO'} |")
+        parts = f"{f['encrypt']:.1f} / {f['io']:.1f} / {f['multiexp']:.1f} / {f['respond_tail']:.1f}"
+        lines.append(f"| {r['shape']} | {r['groups']} | {r['vfl_us_per_row']:.1f} | {r['python_us_per_row']:.1f} | "
+                     f"{r['c_speedup']:.2f} | {r['floor_us_per_row']:.1f} | {r['ratio']:.2f} | {parts} | "
+                     f"{'yes' if r['exact'] else 'NO'} |")
     g40, g8 = rep["guard"]
     lines += ["", "| technique (same invocation) | before | after | before / after |", "|---|---:|---:|---:|",
               f"| ciphertext validation, µs per ciphertext (gcd each -> batched) | "

@@ -216,7 +216,8 @@ def tree_env(tree: Path) -> dict[str, str]:
     """The environment of every child measuring ``tree``: its directory first on PYTHONPATH, single-threaded BLAS."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VFL_FORESTFIRES", "VFL_DATA_DIR")}
     return {**env, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "VFL_LEDGER": str(Path(tempfile.gettempdir()) / "vfl-benchmark-ledgers")}   # never the user's ledger
 
 
 def _vfl(tree: Path, *args: str, cwd: Path, timeout: float = 120.0) -> subprocess.CompletedProcess:

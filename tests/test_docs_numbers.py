@@ -127,12 +127,14 @@ def check_floor_section(section: str, doc: dict) -> list[str]:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     problems, rows, u = [], _table_rows(section), doc["units_us"]
-    want: dict[str, list[float | str]] = {label: [u[key]] for key, label in bench.FLOOR_UNIT_LABELS.items()}
+    want: dict[str, list[float | str]] = {label: [u[key]] for key, label in bench.FLOOR_UNIT_LABELS.items()
+                                          if key in u}
     want["(1-minute load at the start / end of the run)"] = [doc["load_before"], doc["load_after"]]
     for r in doc["shapes"]:
         f = r["floor_parts_us_per_row"]
-        want[r["shape"]] = [r["groups"], r["vfl_us_per_row"], r["floor_us_per_row"], r["ratio"], f["encrypt"],
-                            f["io"], f["multiexp"], f["respond_tail"], "yes" if r["exact"] else "NO"]
+        want[r["shape"]] = [r["groups"], r["vfl_us_per_row"], r["python_us_per_row"], r["c_speedup"],
+                            r["floor_us_per_row"], r["ratio"], f["encrypt"], f["io"], f["multiexp"], f["respond_tail"],
+                            "yes" if r["exact"] else "NO"]
     for line in bench.markdown_floor(doc).splitlines()[-4:]:   # the technique rows: label, before, after, ratio
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         want[cells[0]] = [float(c) for c in cells[1:]]

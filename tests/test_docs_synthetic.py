@@ -41,3 +41,11 @@ def test_a_changed_number_is_caught() -> None:
     cell = report["results"]["linear"]["1000"]["gaussian-fm"]["by_epsilon"]["0.5"]
     cell["median"] *= 1.01
     assert PAGE.read_text(encoding="utf-8").split(HEADING, 1)[1].strip() != _tables(report)
+
+
+def test_readme_quotes_the_gaussian_against_laplace_cell() -> None:
+    report = json.loads(JSON.read_text(encoding="utf-8"))
+    cells = report["results"]["linear"]["10000"]
+    g, lap = (cells[m]["by_epsilon"]["0.5"]["median"] for m in ("gaussian-fm", "laplace-fm-paper"))
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"Gaussian FM test MSE {g:.0f} vs Laplace FM {lap:.0f}, about {g / lap:.1f}×" in readme

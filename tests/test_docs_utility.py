@@ -91,3 +91,48 @@ def test_paired_fits_share_their_noise_draws() -> None:
     np.testing.assert_array_equal(first[0], again[0])
     other = fm.fit(1.0, tuple(np.random.SeedSequence(4).spawn(2)), "risk")
     assert not np.array_equal(first[0], other[0])
+
+
+def test_the_reading_of_the_adaptive_default_matches_the_json() -> None:
+    """docs/benchmarks_utility.md's 'Reading the results': where adaptive wins and loses against the floor-only
+    solve, the unpenalised intercept losing everywhere on real data, and why 0/1 dummies stay off."""
+    rows = {(r["dataset"], r["epsilon"]): r for r in _doc()["rows"]}
+    gain = {k: r["adaptive_minus_floor"] for k, r in rows.items()}
+    assert all(gain[("garment", e)] > 0 for e in (0.5, 1.0, 2.0))
+    assert all(gain[("forestfires", e)] > 0 for e in (1.0, 2.0, 4.0, 8.0))
+    assert all(gain[(f"synthetic n={n}", e)] > 0 for n, e in [(1000, e) for e in (0.5, 1, 2, 4, 8)] + [(10000, 0.5)])
+    losses = sorted(k for k, r in rows.items() if not k[0].startswith("synthetic") and gain[k] < 0)
+    assert losses == [("forestfires", 0.5), ("garment", 4.0), ("garment", 8.0)]
+    assert not any(r["adaptive_worse_beyond_mc_error"] for k, r in rows.items() if k[0].startswith("synthetic"))
+    real = [k for k in rows if not k[0].startswith("synthetic")]
+    assert all(rows[k]["gfm_free_icpt"] < rows[k]["gfm_risk"] for k in real + [("synthetic n=1000", 0.5)])
+    page = " ".join(PAGE.read_text(encoding="utf-8").split())
+    assert "0/1 dummies stay off" in page
+    assert rows[("garment", 0.5)]["gfm_adaptive_01"] >= -0.03 and rows[("garment", 1.0)]["gfm_adaptive_01"] >= 0.0
+    ff = [rows[("forestfires", e)] for e in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    assert all(r["gfm_adaptive_01"] < r["gfm_adaptive"] for r in ff)
+    assert all(r["gfm_adaptive"] - r["gfm_adaptive_01"] > 0.5 for r in ff[:2])
+
+
+def test_privacy_md_adaptive_and_intercept_sections_quote_the_json() -> None:
+    doc = _doc()
+    rows = {(r["dataset"], r["epsilon"]): r for r in doc["rows"]}
+    text = " ".join((ROOT / "docs" / "privacy.md").read_text(encoding="utf-8").split())
+    adaptive = text.split("### Adaptive regularisation", 1)[1].split("### ", 1)[0]
+    g, f = rows[("garment", 1.0)], rows[("forestfires", 1.0)]
+    assert (f"garment ε = 1: {g['gfm_adaptive']:.3f} against {g['gfm_risk']:.3f} median test R²; forest fires ε = 1: "
+            f"{f['gfm_adaptive']:.3f} against {f['gfm_risk']:.3f}").replace("-", "−") in adaptive
+    intercept = text.split("### Unpenalised intercept (measured, not a default)", 1)[1].split("### ", 1)[0]
+    assert f"(forest fires ε = 1: {f['gfm_free_icpt']:.1f} median test R²)".replace("-", "−") in intercept
+
+
+def test_readme_quotes_the_utility_and_real_data_json() -> None:
+    """README's real-data bullet: in-sample medians (examples' results.json) and out-of-sample medians (utility)."""
+    rows = {(r["dataset"], r["epsilon"]): r for r in _doc()["rows"]}
+    f, g = rows[("forestfires", 1.0)], rows[("garment", 1.0)]
+    ins = [json.loads((ROOT / "docs" / "data" / "real_data" / n / "results.json").read_text(encoding="utf-8"))
+           ["by_epsilon"]["1"]["gaussian-fm"]["r2_median"] for n in ("forestfires", "garment")]
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"{ins[0]:.3f} / {ins[1]:.3f} against OLS's (with intercept)" in readme
+    assert (f"noise) {f['gfm_adaptive']:.3f} / {g['gfm_adaptive']:.3f} against the constant predictor's "
+            f"{f['constant']:.3f} / {g['constant']:.3f} and AdaSSP's {f['adassp']:.3f} / {g['adassp']:.3f}") in readme

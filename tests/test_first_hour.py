@@ -22,6 +22,7 @@ import pytest
 
 from vfl.cli import main
 from vfl.demo import free_port, wait_all
+from vfl.secure.identity import write_identities
 
 REPO = Path(__file__).resolve().parents[1]
 VFL = [sys.executable, "-m", "vfl.cli"]
@@ -85,6 +86,8 @@ def test_capefm_says_where_s_c_came_from_and_prints_no_stray_noise_flag(tmp_path
         y = np.clip(X @ [1.0, -0.5] + rng.normal(0, 0.2, 60), -3, 3)
         (tmp_path / f"s{i}.csv").write_text("a,b,y\n" + "".join(f"{r[0]:.17g},{r[1]:.17g},{t:.17g}\n"
                                                               for r, t in zip(X, y, strict=True)))
+    ids = str(tmp_path / "identities")   # the sites' signing identities, as `vfl keys` writes them
+    write_identities(ids, [f"s{i}" for i in range(3)])
     url = f"tcp://127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([*VFL, "coordinator", "--mechanism", "cape-fm", "--sites", "3", "--epsilon", "1",
                                "--bind", url, "--out", str(tmp_path / "model.json"), "--timeout", "300"],
@@ -92,7 +95,7 @@ def test_capefm_says_where_s_c_came_from_and_prints_no_stray_noise_flag(tmp_path
     try:
         procs += [subprocess.Popen([*VFL, "site", "--connect", url, "--name", f"s{i}", "--data",
                                     str(tmp_path / f"s{i}.csv"), "--features", "a,b", "--label", "y", "--bounds",
-                                    str(tmp_path / "bounds.toml"), "--timeout", "300"],
+                                    str(tmp_path / "bounds.toml"), "--timeout", "300", "--identity-dir", ids],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
         wait_all(procs, 500)   # the first failure ends the others (no waiting out a registration window)
         outputs = [p.communicate(timeout=60) for p in procs]

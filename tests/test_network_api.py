@@ -12,7 +12,7 @@ from vfl.api import Party, fit
 from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.objective import logistic_objective
-from vfl.fm.solver import solve
+from vfl.fm.solver import DEFAULT_REGULARIZATION, solve
 from vfl.models.estimators import release_objective
 from vfl.privacy.mechanisms import make_mechanism
 
@@ -64,7 +64,8 @@ def _reference_w(blocks, y, mechanism, epsilon, rng, model="linear"):
     mech = make_mechanism(mechanism, plan=plan, n_samples=y.size, epsilon=epsilon, delta=1e-5)
     scale = 1 / np.sqrt(sum(d)) if mech.domain == "l2" else 1.0
     parts = [b * scale for b in blocks]
-    return solve(release_objective(plan, mech, parts, y, rng), lambda_floor=mech.lambda_floor)
+    return solve(release_objective(plan, mech, parts, y, rng), lambda_floor=mech.lambda_floor,
+                 regularization=DEFAULT_REGULARIZATION[model], alpha_noise_var=mech.alpha_noise_variance())
 
 
 def _compare_noise(n_seeds):
@@ -172,9 +173,10 @@ def test_release_depends_on_the_data_only_through_its_fixed_point_statistics(mec
     assert np.array_equal(w0, w1)
 
 
-@pytest.mark.parametrize("model_name,mechanism,options", [("linear", "gaussian-fm", {}), ("logistic", "laplace-fm", {}),
-                                                           ("logistic", "gaussian-fm", {"sym": "mirror"})])
-def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options):
+@pytest.mark.parametrize("model_name,mechanism,options,regularization", [
+    ("linear", "gaussian-fm", {}, None), ("linear", "gaussian-fm", {}, "floor"), ("logistic", "laplace-fm", {}, None),
+    ("logistic", "gaussian-fm", {"sym": "mirror"}, "adaptive")])
+def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism, options, regularization):
     """Spec §1 test (v): with common seeds the networked protocol and the in-process release
     (vfl.privacy.fixed_point.simulate_release) give the identical w: the secure products reveal exactly the integer
     products plus the responder's noise, and every party draws its noise from the same generators."""
@@ -182,6 +184,7 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
     from vfl.fm.solver import solve
     from vfl.privacy.fixed_point import prepare_fixed_point, simulate_release
+    from vfl.privacy.floor_selection import release_floor
     from vfl.privacy.mechanisms import make_mechanism
 
     logistic = model_name == "logistic"
@@ -190,10 +193,11 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     parties = [Party("a", blocks[0], y, bounds=(-1, 1), label_bounds=None if logistic else (-1, 1)),
                Party("b", blocks[1], bounds=(-1, 1))]
     net = fit(parties, model=model_name, mechanism=mechanism, epsilon=2.0, random_state=seed, precision_bits=p,
-              **FAST, **options)
+              regularization=regularization, **FAST, **options)
 
     plan = DissectionPlan([blocks[0].shape[1] + 1, blocks[1].shape[1]], 0, model=model_name)  # + intercept at a
-    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, **options)
+    mech = make_mechanism(mechanism, plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5, noise_sharing="two-sided",
+                          **options)
     total = plan.n_features
     parts = []
     for k, X in enumerate(blocks):
@@ -205,5 +209,14 @@ def test_network_equals_in_process_simulation_bit_for_bit(model_name, mechanism,
     y_q = prepare_fixed_point(y_unit, precision_bits=p, domain="linf", n_features_total=total)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)][:2]   # as vfl.fit seeds
     values = simulate_release(plan, mech, parts, y_q, party_rngs=rngs, precision_bits=p)
-    w = solve(plan.assemble(values), lambda_floor=mech.lambda_floor)
+    # the coordinator's solve: the selected floor (logistic gaussian-fm) and the model's default regularisation
+    # with the two-sided release's alpha noise variances
+    objective = plan.assemble(values)
+    floor = release_floor(objective, mech)
+    w = solve(objective, lambda_floor=floor, regularization=regularization or DEFAULT_REGULARIZATION[model_name],
+              alpha_noise_var=mech.alpha_noise_variance())
     assert np.array_equal(net.w, w)
+    assert net.extra["regularization"] == (regularization or DEFAULT_REGULARIZATION[model_name])   # the model file
+    other = "adaptive" if (regularization or DEFAULT_REGULARIZATION[model_name]) == "floor" else "floor"
+    assert not np.array_equal(w, solve(objective, lambda_floor=floor, regularization=other,
+                                       alpha_noise_var=mech.alpha_noise_variance()))   # the option matters

@@ -81,7 +81,7 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl coordinator --mechanism cape-fm --sites 3 --epsilon 1 --delta 1e-5 --bind tcp://0.0.0.0:5555 --curve-dir "
     "certs --out model.json": CAPE,
     "vfl site --connect tcp://coordinator:5555 --name hospital_a --data a.csv --features age,bmi --label y --bounds "
-    "bounds.toml --curve-dir certs": CAPE,
+    "bounds.toml --curve-dir certs --identity-dir certs": CAPE,
     ".venv/bin/python benchmarks/secure_products.py --quick": ("run", "--quick --key-bits 1024 --naive-rows 10"),
     ".venv/bin/python benchmarks/psi.py": ("run", "--sizes 1000 --repeats 1"),
     ".venv/bin/python benchmarks/scale.py --rows 10000,100000": ("run", "--rows 2000"),

@@ -72,9 +72,9 @@ class Party:
 def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gaussian-fm", epsilon: float | None = 1.0,
         delta: float | None = 1e-5, *, random_state: RandomState = None, key_bits: int = 2048,
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
-        lambda_floor: float | None = None, gamma: float = 1.2, rounds: int = 5, tol: float | None = None,
-        max_run_seconds: float | None = 86400.0, fit_intercept: bool = True, randomness: str = "short-exponent",
-        min_rows: int = 1, out: str | None = None,
+        lambda_floor: float | None = None, regularization: str | None = None, gamma: float = 1.2, rounds: int = 5,
+        tol: float | None = None, max_run_seconds: float | None = 86400.0, fit_intercept: bool = True,
+        randomness: str = "short-exponent", min_rows: int = 1, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -83,9 +83,11 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     seeds every party's noise (reproducible experiments only: reports flag it). ``key_bits < 2048``
     needs ``allow_insecure_keys=True`` (tests). ``fit_intercept`` (FM runs) gives the label owner a public
     constant column, which counts against its row-norm radius. ``randomness="standard"`` uses textbook
-    Paillier encryption randomness instead of the faster short-exponent variant. ``mechanism_options`` go to the
-    mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``, ``domain="l2"``). (DP-)BCD: ``rounds`` is the
-    maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by the rule of :func:`vfl.models.bcd.run_bcd`.
+    Paillier encryption randomness instead of the faster short-exponent variant. ``regularization`` ("floor" or
+    "adaptive"; None: the model's default) is the FM solve's, as in :class:`vfl.LinearRegression`.
+    ``mechanism_options`` go to the mechanism (e.g. ``calibration="paper"``, ``fm_sensitivity="tight"``,
+    ``domain="l2"``). (DP-)BCD: ``rounds`` is the maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by
+    the rule of :func:`vfl.models.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
     (after the row alignment when the parties give ``ids``) below which the run stops.
     """
@@ -94,6 +96,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     settings = RunSettings(n_parties=len(parties), model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,
                            key_bits=key_bits, allow_insecure_keys=allow_insecure_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
+                           regularization=regularization,
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
                            fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows)
     settings.validate()
@@ -210,12 +213,15 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
         by_name = sorted(range(len(sites)), key=lambda i: sites[i].name)
         for gen, i in zip(spawn(make_rng(random_state), len(sites)), by_name, strict=True):
             seeds[i] = gen
-    aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
-                                seeded=random_state is not None)
-    nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise,
-                              policy=SitePolicy.permissive())
-             for i, s in enumerate(sites)}
-    return _run_on_loopback(aggregator.run, nodes)
+    # throwaway signing identities, pinned by every site (vfl.protocols.cape_keys): the checks of a deployment
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:
+        write_identities(identities, [s.name for s in sites])
+        aggregator = CapeAggregator(settings, bind, out=out, log=print if verbose else None,
+                                    seeded=random_state is not None)
+        nodes = {s.name: SiteNode(s.data, aggregator.endpoint, timeout=timeout, random_state=seeds[i], noise=noise,
+                                  policy=SitePolicy.permissive(), identity_dir=identities)
+                 for i, s in enumerate(sites)}
+        return _run_on_loopback(aggregator.run, nodes)
 
 
 # ---------------------------------------------------------------------------------------------- capeDJICA sites
@@ -253,9 +259,11 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
     settings = CapeICASettings(len(sites), config, timeout, max_run_seconds)
     settings.validate()
     datas = [ICASiteData.build(name, X, scale=scale) for name, X in sites.items()]
-    aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
-                                      seeded=random_state is not None)
-    nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state, noise=noise,
-                                   policy=SitePolicy.permissive())
-             for d in datas}
-    return _run_on_loopback(aggregator.run, nodes)
+    with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:   # throwaway, as fit_sites
+        write_identities(identities, [d.name for d in datas])
+        aggregator = CapeICANetAggregator(settings, bind, out=out, log=print if verbose else None,
+                                          seeded=random_state is not None)
+        nodes = {d.name: ica_site_node(d, aggregator.endpoint, timeout=timeout, random_state=random_state,
+                                       noise=noise, policy=SitePolicy.permissive(), identity_dir=identities)
+                 for d in datas}
+        return _run_on_loopback(aggregator.run, nodes)

@@ -47,8 +47,10 @@ from vfl.protocols.settings import (
     MODELS,
     NOISE_CALIBRATIONS,
     RANDOMNESS_MODES,
+    REGULARIZATIONS,
 )
 from vfl.protocols.settings import MECHANISMS as VERTICAL_MECHANISMS
+from vfl.secure.native import IMPLEMENTATION as INNER_LOOPS
 
 __all__ = ["cli", "main", "exit_code_for"]
 
@@ -56,7 +58,8 @@ MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint
 TEST_NOISE_MODES = ("none", "zero-sum-only")
 #: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
 VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
-                         "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split")
+                         "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split",
+                         "regularization")
 
 
 def _budget_split(value: str) -> str | float:
@@ -105,8 +108,9 @@ def check_writable(out: str, *, force: bool) -> None:
         raise ConfigurationError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="vfl")
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+             epilog=f"Secure-product inner loops: {INNER_LOOPS}.")
+@click.version_option(package_name="vfl", message=f"%(prog)s %(version)s; inner loops: {INNER_LOOPS}")
 def cli() -> None:
     """Differentially private linear/logistic regression on vertically partitioned data.
 
@@ -168,6 +172,10 @@ def cli() -> None:
               help="gaussian-fm: share of the Gaussian budget between the linear and quadratic terms: risk "
                    "(default, from d, N, epsilon, delta), equal, or the linear terms' share in (0, 1) "
                    "(docs/privacy.md, 'Budget split between the blocks').")
+@click.option("--regularization", type=click.Choice(REGULARIZATIONS), default=None,
+              help="FM solve: floor (the public eigenvalue floor alone) or adaptive (the floor plus shrinking the "
+                   "released linear term by its signal-to-noise ratio; post-processing, no extra epsilon). Default: "
+                   "adaptive for linear, floor for logistic (docs/privacy.md, 'Adaptive regularisation').")
 @click.option("--fm-sensitivity", type=click.Choice(LAPLACE_VARIANTS), default=None,
               help="laplace-fm sensitivity variant (see docs/privacy.md).")
 @click.option("--gamma", type=float, default=1.2, show_default=True,
@@ -203,7 +211,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,
                 bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
-                budget_split: str | None, fm_sensitivity: str | None, gamma: float, rounds: int, tol: float | None,
+                budget_split: str | None, regularization: str | None, fm_sensitivity: str | None, gamma: float,
+                rounds: int, tol: float | None,
                 abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, min_rows: int, quiet: bool, force: bool, allow_plaintext_public: bool) -> None:
@@ -252,7 +261,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                            key_bits=key_bits, allow_insecure_keys=insecure_test_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=options, gamma=gamma, rounds=rounds, tol=tol,
                            max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness,
-                           min_rows=min_rows)
+                           min_rows=min_rows, regularization=regularization)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else _echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,
@@ -532,6 +541,32 @@ def budget_export(ledger_path: str | None, name: str | None, out: str | None, fo
     Path(out).write_text(text + "\n", encoding="utf-8")
 
 
+def _site_identity_options(command: Callable) -> Callable:
+    """``--identity-dir`` and ``--insecure-no-identity`` of a CAPE site, as ``vfl party``'s (cape_keys)."""
+    options = [
+        click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+                     help="Signing identities (`vfl keys`): this site's NAME.sign.secret and the pinned NAME.sign.pub "
+                          "of every co-site it accepts. The site signs its Diffie-Hellman values and masks its noise "
+                          "share only under values signed by the pinned identities of the plan's sites for this run "
+                          "and round; a plan with a site not pinned here is refused. Required unless "
+                          "--insecure-no-identity."),
+        click.option("--insecure-no-identity", is_flag=True,
+                     help="Run WITHOUT signing identities (loopback experiments only): a hostile aggregator could "
+                          "then substitute the co-sites' Diffie-Hellman values and unmask this site's noise share. "
+                          "Warns, and the model's report says so."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _require_site_identity(name: str, identity_dir: str | None, insecure_no_identity: bool) -> None:
+    """A site without --identity-dir refuses to start (before reading its data) unless --insecure-no-identity."""
+    if not identity_dir and not insecure_no_identity:
+        raise ConfigurationError(f"site {name} has no signing identity: pass --identity-dir DIR (made by `vfl keys`), "
+                                 "or --insecure-no-identity for loopback experiments only")
+
+
 def _site_policy_options(command: Callable) -> Callable:
     """``--max-epsilon``, ``--max-delta``, ``--min-colluders``: what a CAPE site agrees to run (SitePolicy)."""
     options = [
@@ -569,26 +604,31 @@ def _site_policy_options(command: Callable) -> Callable:
 @click.option("--insecure-test-noise", type=click.Choice(TEST_NOISE_MODES), default=None,
               help="TESTS ONLY: run without noise (none) or without the independent noise (zero-sum-only); the "
                    "aggregator must pass the same flag.")
+@_site_identity_options
 @_site_policy_options
 @_member_ledger_options
 def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
-         timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float, max_delta: float,
-         min_colluders: int, ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
+         timeout: float, seed: int | None, insecure_test_noise: str | None, identity_dir: str | None,
+         insecure_no_identity: bool, max_epsilon: float, max_delta: float, min_colluders: int,
+         ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
     """Run one capeFM site: its rows, one CAPE round through the aggregator (docs/capefm.md).
 
     The model, epsilon, delta, S_C and calibration come from the aggregator's public plan; the site checks the
     plan against its own data and its policy (--max-epsilon, --max-delta, --min-colluders), prints the plan it
     accepted, and computes its own noise from it; then it reserves the plan's true spend in its privacy ledger
-    (--ledger, --budget; docs/privacy.md) or refuses the plan before it sends anything. A site that loses the
-    aggregator, or gets ABORT because another site dropped out, exits with code 3 and releases nothing further.
+    (--ledger, --budget; docs/privacy.md) or refuses the plan before it sends anything. It signs its Diffie-Hellman
+    value and masks its noise share only under the co-sites' values signed by their pinned identities
+    (--identity-dir); anything else stops it (exit 4) before its masked share. A site that loses the aggregator,
+    or gets ABORT because another site dropped out, exits with code 3 and releases nothing further.
     """
     from vfl.net.cape_cli import run_site
 
+    _require_site_identity(name, identity_dir, insecure_no_identity)   # before the table is read
     ledger, lifetime = _open_member_ledger(name, ledger_path, budget)   # before the table is read
     run_site(connect=connect, name=name, data=data, features=features, label=label, bounds=bounds,
              curve_dir=curve_dir, timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
              policy=SitePolicy(max_epsilon, max_delta, min_colluders), ledger=ledger, budget=lifetime,
-             dataset_name=dataset_name)
+             dataset_name=dataset_name, identity_dir=identity_dir, insecure_no_identity=insecure_no_identity)
 
 
 # ---------------------------------------------------------------------------------------------- capeDJICA
@@ -680,27 +720,30 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
                    "in-process fit; the report flags seeded runs).")
 @click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
               help="TESTS ONLY: run without noise; the aggregator must pass the same flag.")
+@_site_identity_options
 @_site_policy_options
 @_member_ledger_options
 def djica_site(connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
-               timeout: float, seed: int | None, insecure_test_noise: str | None, max_epsilon: float,
-               max_delta: float, min_colluders: int, ledger_path: str | None, budget: str | None,
-               dataset_name: str | None) -> None:
+               timeout: float, seed: int | None, insecure_test_noise: str | None, identity_dir: str | None,
+               insecure_no_identity: bool, max_epsilon: float, max_delta: float, min_colluders: int,
+               ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
     """Run one capeDJICA site: its time points, the capePCA release and the CAPE rounds (docs/capedjica.md).
 
     The pipeline parameters come from the aggregator's public plan; the site checks the plan against its own data
     and its policy (--max-epsilon on the true epsilon of all planned rounds, --max-delta, --min-colluders), prints
     the plan it accepted, and computes its own noise; then it reserves the whole plan's true spend (the capePCA
     release and every planned round) in its privacy ledger (--ledger, --budget; docs/privacy.md) or refuses the
-    plan before it sends anything. A site that loses the aggregator, or gets ABORT, exits with code 3.
+    plan before it sends anything. Its Diffie-Hellman values are signed and checked as `vfl site`'s
+    (--identity-dir). A site that loses the aggregator, or gets ABORT, exits with code 3.
     """
     from vfl.net.ica_cli import run_djica_site
 
+    _require_site_identity(name, identity_dir, insecure_no_identity)   # before the table is read
     ledger, lifetime = _open_member_ledger(name, ledger_path, budget)   # before the table is read
     run_djica_site(connect=connect, name=name, data=data, columns=columns, scale=scale, curve_dir=curve_dir,
                    timeout=timeout, seed=seed, noise=insecure_test_noise, echo=_echo,
                    policy=SitePolicy(max_epsilon, max_delta, min_colluders), ledger=ledger, budget=lifetime,
-                   dataset_name=dataset_name)
+                   dataset_name=dataset_name, identity_dir=identity_dir, insecure_no_identity=insecure_no_identity)
 
 
 # ---------------------------------------------------------------------------------------------- predict

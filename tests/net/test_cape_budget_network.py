@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cape_identities import site_identities
 
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.demo import free_port
@@ -39,7 +40,7 @@ def _write_fm_sites(tmp: Path, n_rows=(40, 55, 30)) -> None:
 def _fm_site(procs, url, tmp, i, *extra):
     return procs.start("site", "--connect", url, "--name", f"site{i}", "--data", str(tmp / f"site{i}.csv"),
                        "--features", ",".join(FEATURES), "--label", "y", "--bounds", str(tmp / "bounds.toml"),
-                       "--timeout", str(GENEROUS), *extra)
+                       "--timeout", str(GENEROUS), "--identity-dir", site_identities(tmp), *extra)
 
 
 def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_masked_share(tmp_path, procs):
@@ -103,9 +104,10 @@ def test_capedjica_site_records_its_whole_plan_in_the_ledger(tmp_path, procs):
     ledger = tmp_path / "site1.sqlite"
     agg = procs.start("djica-aggregator", "--sites", "3", "--bind", url, "--out", str(out), "--timeout",
                       str(GENEROUS), "--components", "3", "--epsilon", "2", "--rounds", "12", "--quiet")
+    ids = site_identities(tmp_path)
     sites = [procs.start("djica-site", "--connect", url, "--name", f"site{i}", "--data", str(p), "--timeout",
-                         str(GENEROUS), *(["--ledger", str(ledger), "--budget", "5", "--dataset-name", "fmri-a"]
-                                          if i == 1 else []))
+                         str(GENEROUS), "--identity-dir", ids,
+                         *(["--ledger", str(ledger), "--budget", "5", "--dataset-name", "fmri-a"] if i == 1 else []))
              for i, p in enumerate(paths)]
     o, e = agg.communicate(timeout=300)
     assert agg.returncode == 0, e
@@ -140,5 +142,5 @@ def test_a_capefm_site_and_a_vertical_party_over_the_same_declarations_share_one
     key = dataset_key(party.feature_names, party.n_rows, bounds=party.bounds, label=party.label_name,
                       label_bounds=party.label_bounds)
     assert site.ledger_key() == key and site.ledger_key("crm").key == "name:crm"
-    with pytest.raises(ConfigurationError, match="needs a ledger"):
-        SiteNode(site, "tcp://127.0.0.1:1", budget=Budget(1.0))
+    with pytest.raises(ConfigurationError, match="needs a ledger"), pytest.warns(Warning, match="WITHOUT identities"):
+        SiteNode(site, "tcp://127.0.0.1:1", budget=Budget(1.0), insecure_no_identity=True)

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cape_identities import site_identities
 
 from vfl.cli import main
 from vfl.data.synthetic_ica import make_joint_ica
@@ -60,7 +62,7 @@ GENEROUS = 120
 
 def _site(procs, url, path, name, *extra, timeout=GENEROUS):
     return procs.start("djica-site", "--connect", url, "--name", name, "--data", str(path), "--timeout", str(timeout),
-                       *extra)
+                       "--identity-dir", site_identities(Path(path).parent), *extra)
 
 
 def _aggregator(procs, url, out, *extra, sites=3, timeout=GENEROUS):
@@ -232,13 +234,15 @@ def test_local_bad_input_is_refused_before_connecting(tmp_path, capsys):
     text = good[0].read_text().splitlines()
     text[3] = "nan," + text[3].split(",", 1)[1]
     nan.write_text("\n".join(text) + "\n")
-    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(nan))
+    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(nan),
+                   "--insecure-no-identity")
     assert rc == 2 and "finite" in line, line
     big = _write_sites(tmp_path, [data.sites[0] * 5], prefix="big")[0]
-    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(big))
+    rc, line = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(big),
+                   "--insecure-no-identity")
     assert rc == 2 and "||x||_2" in line and "scale" in line, line
     rc, _ = run("djica-site", "--connect", "tcp://127.0.0.1:1", "--name", "site0", "--data", str(big), "--scale",
-                "0")
+                "0", "--insecure-no-identity")
     assert rc == 2
     rc, line = run("djica-aggregator", "--sites", "1", "--components", "2", "--epsilon", "1", "--bind",
                    "tcp://127.0.0.1:1", "--out", str(tmp_path / "m.json"))
@@ -254,10 +258,12 @@ def _unit_columns(D: int, n: int, seed: int) -> np.ndarray:
 def _threaded_run(agg, datas, noise="none", timeout=15):
     """Real site nodes on threads against ``agg`` (loopback ZeroMQ); (aggregator outcome, site outcomes)."""
     outcomes: dict[str, object] = {}
+    identities = site_identities(tempfile.mkdtemp(prefix="vfl-test-ids-"))
 
     def member(d):
         try:
-            outcomes[d.name] = ica_site_node(d, agg.endpoint, timeout=timeout, noise=noise).run()
+            outcomes[d.name] = ica_site_node(d, agg.endpoint, timeout=timeout, noise=noise,
+                                             identity_dir=identities).run()
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             outcomes[d.name] = exc
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 import numpy as np
 import pytest
+from cape_identities import site_identities
 
 import vfl
 from vfl.demo import free_port
@@ -63,7 +64,7 @@ GENEROUS = 120
 def _site(procs, url, tmp, i, *extra, timeout=GENEROUS):
     return procs.start("site", "--connect", url, "--name", f"site{i}", "--data", str(tmp / f"site{i}.csv"),
                        "--features", ",".join(FEATURES), "--label", "y", "--bounds", str(tmp / "bounds.toml"),
-                       "--timeout", str(timeout), *extra)
+                       "--timeout", str(timeout), "--identity-dir", site_identities(tmp), *extra)
 
 
 def _prepared(tables):
@@ -354,9 +355,11 @@ def test_cli_cape_options_are_checked(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "--gamma, --seed: vertical mechanisms only" in err
     paths, _ = _write_sites(tmp_path)
     code, err = run("site", "--connect", "tcp://127.0.0.1:1", "--name", "s", "--data", str(paths[0]),
-                    "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "missing.toml"))
+                    "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "missing.toml"),
+                    "--insecure-no-identity")
     assert code == 2 and err.count("\n") == 1 and "missing.toml" in err
     (tmp_path / "partial.toml").write_text("[bounds]\na = [0, 10]\ny = [-20, 20]\n")
     code, err = run("site", "--connect", "tcp://127.0.0.1:1", "--name", "s", "--data", str(paths[0]),
-                    "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "partial.toml"))
+                    "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "partial.toml"),
+                    "--insecure-no-identity")
     assert code == 2 and "no bounds for feature(s) b, c" in err

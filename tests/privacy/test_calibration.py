@@ -169,3 +169,20 @@ def test_large_epsilon_does_not_overflow(eps: float) -> None:
     mu = calibrate_mu(eps, 1e-5)
     assert delta_gaussian(eps, mu) <= 1e-5 < delta_gaussian(eps, mu * (1 + 1e-9))
     assert epsilon_of(mu, 1e-5) == pytest.approx(eps, rel=1e-8)
+
+
+@pytest.mark.parametrize("delta", [0.1, 1e-5, 1e-9])
+def test_epsilon_of_a_huge_mu_is_a_finite_upper_bound_continuous_with_the_bisection(delta):
+    """mu ~ 1e10 raised a bare OverflowError; now the closed-form bound mu^2/2 + mu z_{1-delta} (delta_G <= Phi(a))
+    takes over at LARGE_MU, where it is within 1e-9 of the exact bisection, and is never below mu^2/2."""
+    from scipy.special import ndtri
+
+    from vfl.privacy.calibration import LARGE_MU, epsilon_of
+
+    mu = LARGE_MU * (1 - 1e-9)   # just below: the exact bisection, against the bound at the same mu
+    bisected, bound = epsilon_of(mu, delta), mu * mu / 2 - mu * float(ndtri(delta))
+    assert bound == pytest.approx(bisected, rel=1e-9) and bound >= bisected * (1 - 1e-12)
+    assert epsilon_of(LARGE_MU, delta) == pytest.approx(bisected, rel=1e-8)
+    for mu in (1e10, 1e15, 1e100):
+        eps = epsilon_of(mu, delta)
+        assert math.isfinite(eps) and eps == mu * mu / 2 - mu * float(ndtri(delta)) and eps >= mu * mu / 2

@@ -116,7 +116,13 @@ def test_the_in_process_protocol_is_bit_identical_to_the_simulated_release():
     parts, y_q = _prepared(blocks, y, plan, mech.domain)
     sim_rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)]
     values = simulate_release(plan, mech, parts, y_q, party_rngs=sim_rngs, precision_bits=P_BITS)
-    assert np.array_equal(release.w, solve(plan.assemble(values), lambda_floor=mech.lambda_floor))
+    # the networked solve is the library's: linear default "adaptive", with the two-sided release's alpha variances
+    assert coordinator.regularization == "adaptive"
+    two_sided = make_mechanism("gaussian-fm", plan=plan, n_samples=len(y), epsilon=2.0, delta=1e-5,
+                               noise_sharing="two-sided")
+    assert np.array_equal(release.w, solve(plan.assemble(values), lambda_floor=mech.lambda_floor,
+                                           regularization="adaptive",
+                                           alpha_noise_var=two_sided.alpha_noise_variance()))
     assert release.report["seeded"] is True
 
 

@@ -159,7 +159,7 @@ def test_a_cheating_roster_is_refused(tmp_path, cheat, text):
         entries[1] = run.rosters[1].entry().body
         alice["plan"] = plan_digest(plan).hex()
         alice["auth"] = run.creds["alice"][0].sign(entry_digest(RUN, plan_digest(plan), alice["registration"],
-                                                                alice["paillier"]))
+                                                                alice["paillier"], alice["nonce"]))
     elif cheat == "other_run":
         run.rosters[1].run = "cd" * 16
         entries[1] = run.rosters[1].entry().body
@@ -265,3 +265,38 @@ def test_a_roster_listing_a_party_twice_is_refused(tmp_path):
         with pytest.raises(IdentityError, match="the plan lists party 'bob' twice"):
             r.verify(_wire(Out(type="roster", body={"entries": entries})))
         assert r.digest is None
+
+
+def test_a_reused_run_id_does_not_let_a_message_of_the_old_run_replay(tmp_path):
+    """A hostile coordinator reuses a run id with the same plan and registrations and no Paillier keys (a BCD run):
+    each party's fresh nonce in its signed entry still makes the roster digest new, so a BCD_REMAINDER sealed in the
+    old run is refused in the new one (without the nonce both digests were equal and the replay verified)."""
+    run = Run(tmp_path)
+
+    def checked_rosters() -> list[Roster]:
+        rosters = [Roster(name=n, run=RUN, plan_body=run.plans[i], registration=run.bodies[i],
+                          identity=run.creds[n][0], pinned=run.creds[n][1]) for i, n in enumerate(("alice", "bob"))]
+        coordinator, out = RosterCoordinator(["alice", "bob"], RUN, run.plans, run.bodies), []
+        for i, r in enumerate(rosters):
+            out = coordinator.handle(i, _wire(r.entry(), r.name))
+        for r in rosters:
+            r.verify(_wire(out[0]))
+        return rosters
+
+    old, new = checked_rosters(), checked_rosters()
+    assert old[0].digest == old[1].digest and new[0].digest == new[1].digest
+    assert old[0].digest != new[0].digest and old[0].nonce != new[0].nonce
+    remainder = Out(type="bcd_remainder", body={"to": "bob", "round": 1},
+                    payload=[np.array([0.5, -0.25])])
+    replayed = _wire(old[0].seal(remainder), "alice")
+    old[1].check(replayed, "alice")                      # valid in the run it was sealed in
+    with pytest.raises(IdentityError, match="bad signature on bcd_remainder from 'alice'"):
+        new[1].check(replayed, "alice")
+
+
+def test_a_malformed_nonce_in_an_entry_is_refused(tmp_path):
+    run = Run(tmp_path)
+    entry = run.entries()[0]
+    entry.body["nonce"] = 5
+    with pytest.raises(ProtocolError, match="malformed nonce"):
+        run.coordinator.handle(0, entry)

@@ -31,10 +31,11 @@ from vfl.fm.domain import (
     resolve_bounds,
 )
 from vfl.fm.objective import QuadraticObjective
-from vfl.fm.solver import solve_details
+from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
 from vfl.models.base import LinearModelBase
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
@@ -137,8 +138,10 @@ class _FMRegression(LinearModelBase):
         check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
         rng = make_rng(self.random_state)
         objective = release_objective(plan, mech, [U], y_unit, rng)
-        floor = mech.lambda_floor if self.lambda_floor is None else float(self.lambda_floor)
-        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback)
+        floor = release_floor(objective, mech, self.lambda_floor)
+        regularization = self.regularization or DEFAULT_REGULARIZATION[self._model]
+        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback, regularization=regularization,
+                               alpha_noise_var=mech.alpha_noise_variance())
         self.objective_ = objective
         self.solve_result_ = result
         self.coef_unit_ = result.w
@@ -167,7 +170,12 @@ _COMMON_DOC = """
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
     block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
     ``out_of_bounds`` ("raise" | "clip"),
-    ``lambda_floor``, ``fallback``, ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
+    ``lambda_floor`` (None: the public floor sigma_M sqrt(d); logistic Gaussian FM selects it from the release,
+    docs/privacy.md, "Logistic regression: the eigenvalue floor selected from the release"; a number: that floor),
+    ``fallback``, ``regularization`` ("floor": the public eigenvalue floor alone; "adaptive": the
+    floor plus the shrinkage of the released linear term by its signal-to-noise ratio, post-processing, no epsilon;
+    None: the model's default, "adaptive" for linear and "floor" for logistic regression; docs/privacy.md,
+    "Adaptive regularisation"), ``release_beta``, ``random_state`` (None: ChaCha20 noise from OS entropy;
     an int: reproducible PCG64 noise, and the report says ``seeded``/``formal_dp: false``), ``accountant``
     (a :class:`~vfl.privacy.budget.BudgetAccountant`: the fit is refused unless it covers the fit's true
     (epsilon, delta), which it then spends; None: the process's default accountant records the fit and warns once
@@ -199,7 +207,7 @@ class LinearRegression(_FMRegression):
                  out_of_bounds: str = "raise", lambda_floor: float | None = None, fallback: str = "raise",
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
                  bounds_y: tuple[float, float] | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk") -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -220,6 +228,7 @@ class LinearRegression(_FMRegression):
         self.bounds_y = bounds_y
         self.accountant = accountant
         self.budget_split = budget_split
+        self.regularization = regularization
 
     def _prepare_y(self, y: np.ndarray) -> np.ndarray:
         y_bounds = self.bounds_y if _one_of(self, ("y_bounds", "bounds_y")) == "bounds_y" else self.y_bounds
@@ -250,7 +259,7 @@ class LogisticRegression(_FMRegression):
                  row_norm: str = "scale", out_of_bounds: str = "raise", lambda_floor: float | None = None,
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
                  bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk") -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -270,6 +279,7 @@ class LogisticRegression(_FMRegression):
         self.data_norm = data_norm
         self.accountant = accountant
         self.budget_split = budget_split
+        self.regularization = regularization
 
 
 LinearRegression.__doc__ = LinearRegression.__doc__.format(common=_COMMON_DOC)

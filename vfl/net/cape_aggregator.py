@@ -3,9 +3,11 @@
 1. Waits (at most ``timeout`` seconds) for S sites to REGISTER and checks them: unique names, the same feature
    names, the same declared public bounds and label bounds (the released model maps back with them), label held.
 2. Sorts the sites by name and sends each the public plan (:class:`~vfl.protocols.cape_aggregation.CapeFMPlan`,
-   fresh random round id).
-3. Runs the aggregator side of :mod:`vfl.protocols.cape_aggregation`: relays the DH public values, learns only the
-   sum of the sites' noise shares from their pairwise-masked words, collects the noisy releases.
+   fresh random round id) with the site names in index order (``sites``).
+3. Runs the aggregator side of :mod:`vfl.protocols.cape_aggregation`: relays the DH public values with each site's
+   Ed25519 signature (every site checks them against its pinned identities, :mod:`vfl.protocols.cape_keys`), learns
+   only the sum of the sites' noise shares from their pairwise-masked words, collects the noisy releases. Sites run
+   with ``--insecure-no-identity`` (unsigned REGISTER) are named in the report's notes.
 4. Combines with weights N_s/N, projects, solves, writes the model JSON atomically (with the privacy report:
    per-site eps and delta with the corrected kappa) and sends RESULT.
 
@@ -37,10 +39,14 @@ from vfl.net.notices import Reminder
 from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
+from vfl.protocols.roster import check_self_signed
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
 
 HEARTBEAT_SECONDS = 1.0
+SITE_IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile aggregator "
+                      "could have substituted Diffie-Hellman values and unmasked their noise shares (loopback "
+                      "experiments only)")
 
 
 @dataclass
@@ -138,6 +144,8 @@ class CapeAggregator:
                                          on_reject=self.log)   # refused peers and wire input, rate-limited
         self.endpoint = self.transport.endpoint
         self.sites: list[SiteRegistration] = []
+        #: sites that registered without a signing identity (--insecure-no-identity), noted in the report
+        self.unsigned: list[str] = []
         self.result: FittedModel | None = None
         self._last_heartbeat = 0.0
         self._deadline = math.inf
@@ -238,15 +246,35 @@ class CapeAggregator:
                 self.transport._reject(f"{msg.type.value} from an unregistered peer")
                 continue
             try:
+                check_self_signed(msg.body)   # a signed REGISTER is self-consistent (only the sites pin keys)
                 reg = self._parse_registration(peer, msg)
             except VFLError as exc:
                 self._refuse(peer, str(exc))
                 raise
             self.sites.append(reg)
+            if "identity" not in msg.body:
+                self.unsigned.append(reg.name)
             self.transport.bind_peer(peer, reg.name)  # later messages from this peer must carry this name
             self._send_to(reg, Message(MessageType.WELCOME, {"run": self.run_id}))
             self.log(f"  registered site {reg.name}: {reg.n_rows} {'columns' if self.site_role != 'site' else 'rows'}")
         self.sites.sort(key=lambda r: r.name)
+
+    def _send_plans(self, plan_messages: list[Any], **extra: Any) -> None:
+        """CAPE_PLAN to every site: its index, the site names in index order (each site checks them against its
+        pinned identities before it sends anything, :mod:`vfl.protocols.cape_keys`) and the public plan."""
+        names = [r.name for r in self.sites]
+        for i, (r, m) in enumerate(zip(self.sites, plan_messages, strict=True)):
+            body = dict(m.body)
+            body.pop("index")
+            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body, "sites": names, **extra}))
+
+    def _note_identities(self, report: dict[str, Any]) -> None:
+        """The report names the sites that ran without identities (their Diffie-Hellman values were unsigned)."""
+        report["unsigned_sites"] = list(self.unsigned)
+        if self.unsigned:
+            note = SITE_IDENTITY_NOTE.format(names=", ".join(self.unsigned))
+            report.setdefault("notes", []).append(note)
+            self.log(note)
 
     def _parse_registration(self, peer: bytes, msg: Message) -> SiteRegistration:
         b = msg.body
@@ -323,11 +351,7 @@ class CapeAggregator:
         plan = s.plan([r.n_rows for r in self.sites], n_features)
         seeded_sites = [r.name for r in self.sites if r.seeded]
         agg = CapeFMAggregator(plan, lambda_floor=s.lambda_floor, seeded=self.seeded or bool(seeded_sites))
-        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
-            body = dict(m.body)
-            body.pop("index")
-            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body,
-                                                                        "fit_intercept": s.fit_intercept}))
+        self._send_plans(agg.plan_messages(), fit_intercept=s.fit_intercept)
         self.log(f"plan: capeFM over {len(self.sites)} sites, round {plan.round_id:x}, eps {s.epsilon:g}, "
                  f"delta {s.delta:g}, S_C {agg.info['n_colluders']} "
                  + colluders_note(agg.info["n_colluders"], len(self.sites), defaulted=s.n_colluders is None))
@@ -342,6 +366,7 @@ class CapeAggregator:
         columns = [PartyColumns("sites", first.features, bounds, scale, True, intercept=s.fit_intercept)]
         report["sites"] = [r.name for r in self.sites]
         report["seeded_sites"] = seeded_sites
+        self._note_identities(report)
         for entry, r in zip(report["per_site"], self.sites, strict=True):
             entry["site"] = r.name
         model = FittedModel(s.model, "cape-fm", columns, w, label_bounds, report, int(sum(plan.n_rows)), self.run_id,

@@ -63,7 +63,8 @@ def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: s
 def run_site(*, connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
              timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None],
              policy: SitePolicy | None = None, ledger: Any = None, budget: Any = None,
-             dataset_name: str | None = None) -> None:
+             dataset_name: str | None = None, identity_dir: str | None = None,
+             insecure_no_identity: bool = False) -> None:
     from vfl.net.config import load_bounds_file, read_party_csv
     from vfl.net.site import SiteData, SiteNode
     from vfl.net.transport import load_client_keys
@@ -78,7 +79,8 @@ def run_site(*, connect: str, name: str, data: str, features: str, label: str, b
                            label_name=label)
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = SiteNode(local, connect, curve=curve, timeout=timeout, random_state=seed, noise=noise or "full", log=echo,
-                    policy=policy, ledger=ledger, budget=budget, dataset_name=dataset_name)
+                    policy=policy, ledger=ledger, budget=budget, dataset_name=dataset_name,
+                    identity_dir=identity_dir, insecure_no_identity=insecure_no_identity)
     echo(f"[{name}] {local.n_rows} rows, {len(local.feature_names)} features, label {label}; connecting to {connect}")
     model_ = node.run()
     echo(f"[{name}] done: capeFM model released ({len(model_.coef_)} coefficients)")

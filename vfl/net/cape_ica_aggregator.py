@@ -116,10 +116,7 @@ class CapeICANetAggregator(CapeAggregator):
         plan = CapeICAPlan.new(cfg, [r.n_rows for r in self.sites], D)
         seeded_sites = [r.name for r in self.sites if r.seeded]
         agg = CapeICAAggregator(plan, seeded=self.seeded or bool(seeded_sites))
-        for i, (r, m) in enumerate(zip(self.sites, agg.plan_messages(), strict=True)):
-            body = dict(m.body)
-            body.pop("index")
-            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body}))
+        self._send_plans(agg.plan_messages())
         self.log(f"plan: capePCA + capeDJICA over {len(self.sites)} sites, D {D}, K {cfg.n_components}, "
                  f"{cfg.max_iter} rounds, eps {cfg.epsilon:g}, delta {cfg.delta:g}, round {plan.round_id:x}")
         self._drive(agg)
@@ -127,6 +124,7 @@ class CapeICANetAggregator(CapeAggregator):
         report = result["privacy_report"]
         report["sites"] = [r.name for r in self.sites]
         report["seeded_sites"] = seeded_sites
+        self._note_identities(report)
         model = ICAModel.from_result(result, [r.name for r in self.sites], self.run_id)
         self.log(f"capeDJICA: {model.n_rounds} rounds ({model.n_restarts} restarts, converged {model.converged})")
         return model

@@ -3,7 +3,7 @@
 A capeDJICA site holds a D x N_s matrix whose columns lie in the unit ball (scaled by a public constant). It
 registers (name, N_s, D, role ``djica-site``) with the aggregator (:mod:`vfl.net.cape_ica_aggregator`) and runs
 :class:`~vfl.protocols.cape_djica_rounds.CapeICASite` through the generic :class:`~vfl.net.site.SiteNode`. What
-leaves the site: REGISTER, its DH public values, its pairwise-masked noise shares (uniform words), its noisy
+leaves the site: REGISTER, its signed DH public values, its pairwise-masked noise shares (uniform words), its noisy
 second-moment matrix (once) and its noisy infomax update (each round), heartbeats. Its data, its clean statistics
 and its noise shares never leave it; it computes every noise std itself from the public plan and state.
 """
@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,14 +100,17 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
                   random_state: RandomState = None, noise: str = "cape",
                   log: Callable[[str], None] | None = None, policy: SitePolicy | None = None,
                   ledger: Ledger | None = None, budget: Budget | None = None,
-                  dataset_name: str | None = None) -> SiteNode:
+                  dataset_name: str | None = None, identity_dir: str | Path | None = None,
+                  insecure_no_identity: bool = False) -> SiteNode:
     """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model.
-    ``ledger``/``budget``/``dataset_name``: the site's privacy ledger (the whole plan's spend is reserved)."""
+    ``ledger``/``budget``/``dataset_name``: the site's privacy ledger (the whole plan's spend is reserved);
+    ``identity_dir``/``insecure_no_identity``: its signing identity and pinned co-sites (as :class:`SiteNode`)."""
     if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, int)):
         raise ConfigurationError("a capeDJICA site's seed must be a non-negative integer (experiments only)")
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
                     session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result,
-                    ledger=ledger, budget=budget, dataset_name=dataset_name)
+                    ledger=ledger, budget=budget, dataset_name=dataset_name, identity_dir=identity_dir,
+                    insecure_no_identity=insecure_no_identity)
 
 
 def _parse_result(msg: Message) -> ICAModel:

@@ -22,7 +22,6 @@ dropped by the transport and never ends a run.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Callable
@@ -37,8 +36,9 @@ from vfl.net.messages import (
     message_of,
 )
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
-from vfl.net.notices import RateLimitedLog, Reminder
-from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.net.notices import Reminder
+from vfl.net.party_link import PartyLink
+from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import Out, RegisterBody, Registration
@@ -49,17 +49,17 @@ from vfl.rng import RandomState, make_rng
 
 __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
 
-HEARTBEAT_SECONDS = 1.0
 ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
                   "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
 IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile coordinator could "
                  "have substituted keys, invented parties or forged responses (loopback experiments only)")
-MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
 
 
-class Coordinator:
-    """Binds at construction (so ``endpoint`` is known before parties start); ``run()`` does the rest."""
+class Coordinator(PartyLink):
+    """Binds at construction (so ``endpoint`` is known before parties start); ``run()`` does the rest.
+
+    Sending, heartbeats, liveness and refusals are :class:`vfl.net.party_link.PartyLink`'s."""
 
     def __init__(self, settings: RunSettings, bind: str = "tcp://127.0.0.1:5555", *,
                  curve: CurveServerKeys | None = None, out: str | None = None,
@@ -71,20 +71,15 @@ class Coordinator:
         settings.validate()
         check_max_message_bytes(max_message_bytes)
         self.rng = make_rng(random_state)
-        self.settings = settings
         self.out = out
-        self.log = log or (lambda s: None)
         self.run_id = secrets.token_hex(16)
         self.max_message_bytes = max_message_bytes
-        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
-                                         on_reject=self.log, audit=audit)
-        #: peers whose REGISTER was refused (each is answered once; a stray REGISTER never ends the run)
-        self.refused: dict[bytes, VFLError] = {}
+        log = log or (lambda s: None)
+        super().__init__(settings, ServerTransport(bind, run_id=self.run_id, curve=curve,
+                                                   max_message_bytes=max_message_bytes, on_reject=log, audit=audit),
+                         log)
         self.endpoint = self.transport.endpoint
-        self.parties: list[Registration] = []
         self.result: FittedModel | None = None
-        self._last_heartbeat = 0.0
-        self._deadline = math.inf
         self.aligned_rows: int | None = None
         #: every accepted REGISTER body as sent (the signed statements each party's roster entry repeats)
         self.register_bodies: dict[str, dict] = {}
@@ -92,7 +87,6 @@ class Coordinator:
         self.unsigned: list[str] = []
         #: the signed roster as received (:meth:`RosterCoordinator.record`), recorded in the model file
         self.roster_record: dict | None = None
-        self._limited = RateLimitedLog()   # refused peers: logged, never a flood
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -125,80 +119,6 @@ class Coordinator:
         finally:
             self.transport.close()
         return model
-
-    # ------------------------------------------------------------------ helpers
-    def _send(self, peer: bytes, msg: Message) -> None:
-        """Non-blocking send; a dropped message to a registered party ends the run naming that party."""
-        try:
-            self.transport.send(peer, msg)
-        except PeerUnreachable as exc:
-            name = self.transport.peer_names.get(peer)
-            if name is None:
-                raise
-            raise PartyFailure(f"party {name} is unreachable (vanished or not reading): {msg.type.value} "
-                               "dropped; run aborted, no model written") from exc
-
-    def _abort(self, exc: BaseException) -> None:
-        reason = str(exc) or type(exc).__name__
-        for r in self.parties:
-            try:
-                self._send(r.peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error": type(exc).__name__}))
-            except VFLError:
-                pass
-
-    def heartbeat(self) -> None:
-        now = time.monotonic()
-        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
-            self._last_heartbeat = now
-            for r in self.parties:
-                try:
-                    self._send(r.peer, Message(MessageType.HEARTBEAT))
-                except VFLError:
-                    pass  # detected by the silence check
-
-    def check_liveness(self) -> None:
-        now = time.monotonic()
-        if now > self._deadline:  # parties that heartbeat but never finish cannot hold the run open forever
-            raise PartyFailure(f"the run did not finish within {self.settings.max_run_seconds:g} s (--max-run-time); "
-                               "run aborted, no model written")
-        for r in self.parties:
-            if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
-                raise PartyFailure(f"party {r.name} sent nothing for {self.settings.timeout:g} s "
-                                   "(crashed, killed or disconnected); run aborted, no model written")
-
-    def receive(self) -> tuple[Registration, Message] | None:
-        """Next message from a registered party (heartbeats and liveness handled here)."""
-        self.heartbeat()
-        self.check_liveness()
-        got = self.transport.recv(0.2)
-        if got is None:
-            return None
-        peer, msg = got
-        reg = next((r for r in self.parties if r.peer == peer), None)
-        if reg is None:
-            if msg.type is MessageType.REGISTER:
-                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties")
-            return None
-        if msg.sender != reg.name:
-            self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
-            return None
-        if msg.type is MessageType.ERROR:
-            raise PartyFailure(f"party {reg.name} failed: {msg.body['reason']}")
-        if msg.type is MessageType.HEARTBEAT:
-            return None
-        return reg, msg
-
-    def _refuse(self, peer: bytes, reason: str, error: VFLError | None = None) -> None:
-        """Answer a REGISTER we cannot accept with ABORT, once per peer and never blocking (issue 14, item 2)."""
-        if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
-            return
-        self.refused[peer] = error or ConfigurationError(reason)
-        self._limited("registration", f"  refused a registration: {reason}", self.log)
-        try:
-            self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
-                                                        "error": type(error or ConfigurationError()).__name__}))
-        except VFLError:
-            pass
 
     # ------------------------------------------------------------------ registration
     def _register_all(self) -> list[Registration]:
@@ -404,7 +324,8 @@ def fm_model(s: RunSettings, regs: list[Registration], release: FMRelease, run_i
     return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
                        regs[0].n_rows, run_id,
                        {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
-                        "domain": release.domain, "precision_bits": release.precision_bits, "key_bits": s.key_bits},
+                        "regularization": release.regularization, "domain": release.domain,
+                        "precision_bits": release.precision_bits, "key_bits": s.key_bits},
                        label_name=next((r.label for r in regs if r.label_owner), None))
 
 

@@ -76,7 +76,8 @@ def read_site_columns(path: str, columns: str | None) -> tuple[np.ndarray, list[
 def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
                    timeout: float, seed: int | None, noise: str | None, echo: Callable[[str], None],
                    policy: SitePolicy | None = None, ledger: Any = None, budget: Any = None,
-                   dataset_name: str | None = None) -> None:
+                   dataset_name: str | None = None, identity_dir: str | None = None,
+                   insecure_no_identity: bool = False) -> None:
     from vfl.net.cape_ica_site import ICASiteData, ica_site_node
     from vfl.net.transport import load_client_keys
 
@@ -87,7 +88,8 @@ def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, s
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ica_site_node(local, connect, curve=curve, timeout=timeout, random_state=seed,
                          noise="none" if noise else "cape", log=echo, policy=policy, ledger=ledger,
-                         budget=budget, dataset_name=dataset_name)
+                         budget=budget, dataset_name=dataset_name, identity_dir=identity_dir,
+                         insecure_no_identity=insecure_no_identity)
     echo(f"[{name}] {local.n_rows} time points x {len(names)} dimensions; connecting to {connect}")
     model = node.run()
     echo(f"[{name}] done: capeDJICA model released ({model.unmixing.shape[0]} components, {model.n_rounds} rounds)")

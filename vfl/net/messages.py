@@ -63,9 +63,11 @@ The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
 capeFM over sites with disjoint rows (vfl.protocols.cape_aggregation, vfl.net.cape_aggregator, vfl.net.site):
 REGISTER (role "site") / WELCOME as above, then
 
-    aggregator   -> site         CAPE_PLAN       site index + the public plan (model, eps, delta, every N_s, ...)
-    site         -> aggregator   CAPE_KEY        Diffie-Hellman public value (uint8[256])
-    aggregator   -> site         CAPE_KEYS       every site's public value (uint8[S, 256])
+    aggregator   -> site         CAPE_PLAN       site index, the site names by index + the public plan (model, eps,
+                                                 delta, every N_s, ...)
+    site         -> aggregator   CAPE_KEY        Diffie-Hellman public value (uint8[256]), its Ed25519 signature
+    aggregator   -> site         CAPE_KEYS       every site's public value (uint8[S, 256]) and signature; each site
+                                                 checks them against its pinned identities (vfl.protocols.cape_keys)
     site         -> aggregator   CAPE_MASKED     pairwise-masked noise share (uint64[L])
     aggregator   -> site         CAPE_SUM        sum of the masked shares = sum of the noise shares (uint64[L])
     site         -> aggregator   CAPE_RELEASE    noisy coefficients (float64[L])
@@ -319,9 +321,12 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.CAPE_PLAN: {"index": (True, _is_int(0, 10_000)), "plan": (True, _is_dict),
-                            "fit_intercept": (False, _is_bool)},  # capeFM plans carry it, capeDJICA plans do not
-    MessageType.CAPE_KEY: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.CAPE_KEYS: {"round": (True, _is_int(0, 2**63 - 1))},
+                            "fit_intercept": (False, _is_bool),  # capeFM plans carry it, capeDJICA plans do not
+                            "sites": (False, _is_list(_is_name, 10_001))},  # site names by index (cape_keys)
+    # a site's Diffie-Hellman value is signed by its Ed25519 identity; the table relays every signature (None: a
+    # site run with --insecure-no-identity) and each site checks them (vfl.protocols.cape_keys)
+    MessageType.CAPE_KEY: {"round": (True, _is_int(0, 2**63 - 1)), "auth": (False, _AUTH)},
+    MessageType.CAPE_KEYS: {"round": (True, _is_int(0, 2**63 - 1)), "auths": (False, _is_list(_is_opt(_AUTH), 10_001))},
     MessageType.CAPE_MASKED: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_SUM: {"round": (True, _is_int(0, 2**63 - 1))},
     MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
@@ -335,7 +340,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
     # the signed roster (vfl.protocols.roster): each party's entry, then every entry in plan order
     MessageType.ROSTER_ENTRY: {"party": (True, _is_name), "plan": (True, _KEY), "registration": (True, _is_dict),
-                               "paillier": (True, _is_opt(_KEY)), "auth": (False, _AUTH)},
+                               "paillier": (True, _is_opt(_KEY)), "nonce": (True, _is_hex(32)),
+                               "auth": (False, _AUTH)},
     MessageType.ROSTER: {"entries": (True, _is_list(_is_dict, 10_000))},
     # federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md)
     MessageType.SCORE_PLAN: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_list(_is_name, 10_000)),

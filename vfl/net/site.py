@@ -4,9 +4,11 @@ A site holds *rows* with the same features and label as every other site (``vfl 
 which holds *columns* of the same rows). It registers (name, N_s, feature names, its declared public bounds),
 receives the public plan, maps its rows into the D2 domain with the public bounds (columns to [-1, 1], times
 1/sqrt(d), d counting the constant column; a linear label to [-1, 1]) and runs the site side of
-:mod:`vfl.protocols.cape_aggregation`. What leaves the site: REGISTER, its DH public value, its pairwise-masked
-noise share (uniform words), its noisy coefficients, heartbeats. The site computes its own noise std from the
-public plan, and refuses a plan whose test noise mode differs from its own.
+:mod:`vfl.protocols.cape_aggregation`. What leaves the site: REGISTER (signed), its DH public value (signed with
+its Ed25519 identity), its pairwise-masked noise share (uniform words), its noisy coefficients, heartbeats. The site
+computes its own noise std from the public plan, refuses a plan whose test noise mode differs from its own, and
+masks only under DH values signed by the pinned identities of the plan's sites for this run and round
+(:mod:`vfl.protocols.cape_keys`): a substituted, unsigned or replayed value stops it before its masked share.
 
 :class:`SiteNode` is generic: ``session_factory(plan_message, data, random_state)`` returns any object with
 ``handle(CapeMessage) -> list[CapeMessage]`` (default: a :class:`~vfl.protocols.cape_aggregation.CapeFMSite`), so
@@ -19,13 +21,15 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, PrivacyLeakWarning, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
@@ -35,12 +39,19 @@ from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.ledger import Budget, BudgetGuard, DatasetKey, Ledger, Spend, dataset_key
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
+from vfl.protocols.cape_keys import CapeKeyBook, SignedCapeSite
 from vfl.protocols.policy import SitePolicy
+from vfl.protocols.roster import sign_registration
 from vfl.rng import RandomState
+from vfl.secure.identity import load_party_identity
 
-__all__ = ["SiteData", "SiteNode", "capefm_session"]
+__all__ = ["SiteData", "SiteNode", "capefm_session", "INSECURE_SITE_WARNING"]
 
 HEARTBEAT_SECONDS = 1.0
+#: what a site run without identities says (loudly); the aggregator's report records it
+INSECURE_SITE_WARNING = (
+    "site {name} runs WITHOUT identities (--insecure-no-identity): it cannot tell its co-sites' Diffie-Hellman "
+    "values from a hostile aggregator's, which could then unmask its noise share; loopback experiments only")
 
 
 @dataclass
@@ -161,13 +172,27 @@ class SiteNode:
     ``ledger``, ``budget``, ``dataset_name``: the site's privacy ledger, as a vertical party's
     (:class:`~vfl.privacy.ledger.BudgetGuard`): the spend of the plan the session accepted (its ``plan_spend``) is
     reserved after the site's plan check and before the site sends anything, or the plan is refused.
+    ``identity_dir``: this site's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-sites (``vfl keys``):
+    it signs its Diffie-Hellman values and masks only under values signed by the pinned identities of the plan's
+    sites (:mod:`vfl.protocols.cape_keys`); required unless ``insecure_no_identity`` (loopback experiments; warns).
     """
 
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                  random_state: RandomState = None, noise: str = "full", policy: SitePolicy | None = None,
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
                  result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
-                 budget: Budget | None = None, dataset_name: str | None = None) -> None:
+                 budget: Budget | None = None, dataset_name: str | None = None,
+                 identity_dir: str | Path | None = None, insecure_no_identity: bool = False) -> None:
+        if identity_dir is None and not insecure_no_identity:
+            raise ConfigurationError(f"site {data.name} has no signing identity: pass --identity-dir DIR (made by "
+                                     "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+        if identity_dir is not None and insecure_no_identity:
+            raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+        #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities)
+        self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
+                                                                                                    data.name)
+        if identity_dir is None:
+            warnings.warn(INSECURE_SITE_WARNING.format(name=data.name), PrivacyLeakWarning, stacklevel=2)
         self.data = data
         self.connect = connect
         self.curve = curve
@@ -209,8 +234,24 @@ class SiteNode:
         digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
         self.guard.reserve(run, spend, coordinator=aggregator, plan_digest=digest)
 
+    def _register_body(self) -> dict[str, Any]:
+        """REGISTER: the site's declarations, signed with its identity (the aggregator checks the signature is
+        self-consistent and records unsigned sites in the report; only the sites pin keys)."""
+        body = {**self.data.register_body(), "seeded": self.random_state is not None}
+        return body if self.identity is None else sign_registration(self.identity, body)
+
+    def _open_session(self, t: ClientTransport, msg: Message) -> tuple[SignedCapeSite, list[CapeMessage]]:
+        """The CAPE_PLAN: check its site names against the pinned identities (before anything else), open the
+        session behind its key book, and the session's first messages (signed)."""
+        book = CapeKeyBook(name=self.data.name, run=t.run_id, plan_body=msg.body, identity=self.identity,
+                           pinned=self.pinned)
+        self.index = book.index
+        session = SignedCapeSite(self.session_factory(msg, self.data, self.random_state), book)
+        outgoing = session.handle(CapeMessage("plan", book.index, {"index": book.index, **msg.body["plan"]}))
+        return session, outgoing
+
     def _run(self, t: ClientTransport) -> Any:
-        t.send(Message(MessageType.REGISTER, {**self.data.register_body(), "seeded": self.random_state is not None}))
+        t.send(Message(MessageType.REGISTER, self._register_body()))
         last_sent = time.monotonic()
         session: Any = None
         reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
@@ -231,10 +272,7 @@ class SiteNode:
             elif msg.type is MessageType.CAPE_PLAN:
                 if session is not None:
                     raise ProtocolError("second CAPE plan in one run")
-                self.index = int(msg.body["index"])
-                session = self.session_factory(msg, self.data, self.random_state)
-                outgoing = session.handle(CapeMessage("plan", self.index, {"index": self.index,
-                                                                         **msg.body["plan"]}))
+                session, outgoing = self._open_session(t, msg)
                 summary = getattr(session, "plan_summary", None)   # the plan this site checked and accepted
                 self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
                 self._reserve(session, msg.body["plan"], t.run_id)   # committed before anything leaves

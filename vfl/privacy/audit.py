@@ -22,6 +22,9 @@ What it cannot show: a lower bound below the claim proves nothing about other pa
 rarer than ~1/n_runs (delta ~ 1e-5 events are invisible at 1e5 runs), or about floating-point
 sampling (Mironov 2012, spec §6.1): it audits the declared distribution of the sampled noise.
 
+Pairs that reach the worst case of the calibration, and a Gaussian-DP bound that comes within a few per cent of
+the pair's exact mu, are in :mod:`vfl.privacy.worst_audit` (docs/audit.md, "Worst-case audit of Gaussian FM").
+
 The observed release is the vector of *independent* released coordinates: every block's entries,
 with diagonal M blocks reduced to their upper triangle (the lower one is a copy). The solver's w is
 post-processing of this vector, so auditing the coefficients is the strongest attack on FM.
@@ -62,6 +65,7 @@ from vfl.privacy.mechanisms import (
     make_mechanism,
     symmetric_noise,
 )
+from vfl.privacy.worst_pair import released_coefficients
 from vfl.rng import RandomState, make_rng
 
 __all__ = [
@@ -74,6 +78,7 @@ __all__ = [
     "release_noise_specs",
     "batched_block_noise",
     "sample_noise",
+    "observed_releases",
     "likelihood_ratio_statistic",
     "pair_epsilon",
     "audit_statistics",
@@ -258,6 +263,26 @@ def sample_noise(mechanism: Mechanism, n_runs: int, rng: np.random.Generator) ->
                            for b, g in zip(blocks, children, strict=True)], axis=1)
 
 
+def observed_releases(mechanism: Mechanism, X: np.ndarray, y: np.ndarray, n_runs: int, rng: np.random.Generator,
+                      release: str = "batched") -> np.ndarray:
+    """(n_runs, p) released coordinates from the library's release path: its block values plus its noise sampler
+    drawn for all runs at once (``"batched"``, bit-identical to per-run draws, tests/privacy/test_audit.py), or
+    ``n_runs`` releases one at a time, each block's value plus ``mechanism.block_noise`` in plan order, exactly the
+    estimators' in-process ``release_objective`` (``"loop"``, tests/privacy/test_worst_audit.py)."""
+    plan = mechanism.plan
+    parts = [X[:, sl] for sl in plan.feature_slices]
+    if release == "loop":
+        values = {b.name: plan.block_value(b, parts, y) for b in plan.blocks}
+        return np.array([np.concatenate([np.atleast_1d(_independent(b, values[b.name] + mechanism.block_noise(b, rng)))
+                                         for b in plan.blocks]) for _ in range(n_runs)])
+    if release != "batched":
+        raise ConfigurationError(f"release must be 'batched' or 'loop', got {release!r}")
+    children = [np.random.default_rng(s) for s in rng.integers(0, 2**63, size=len(plan.blocks))]
+    cols = [(_independent(b, plan.block_value(b, parts, y)[None] + batched_block_noise(mechanism, b, g, n_runs)))
+            .reshape(n_runs, -1) for b, g in zip(plan.blocks, children, strict=True)]
+    return np.concatenate(cols, axis=1)
+
+
 def likelihood_ratio_statistic(releases: np.ndarray, mean0: np.ndarray, mean1: np.ndarray,
                                specs: Sequence[NoiseSpec]) -> np.ndarray:
     """T(o) = log p_1(o) - log p_0(o) under independent coordinates with the declared noise.
@@ -359,7 +384,9 @@ def audit_mechanism(mechanism: Mechanism, n_runs: int = 100_000, *, pair: Neighb
     """Run ``mechanism``'s release ``n_runs`` times on each dataset of ``pair`` and lower-bound its epsilon.
 
     ``pair`` defaults to :func:`neighbouring_pair` (e_1, 1) vs (e_2, 0) with the mechanism's N and d;
-    ``delta`` defaults to the mechanism's delta (0 for pure-DP Laplace FM).
+    ``delta`` defaults to the mechanism's delta (0 for pure-DP Laplace FM). The releases come from the library's
+    release path (:func:`observed_releases`); the statistic is centred on the coefficients recomputed with numpy
+    (:func:`vfl.privacy.worst_pair.released_coefficients`), so it does not trust the library's own means.
     """
     plan = mechanism.plan
     if pair is None:
@@ -369,10 +396,10 @@ def audit_mechanism(mechanism: Mechanism, n_runs: int = 100_000, *, pair: Neighb
     elif delta > 0:
         delta = validate_delta(delta)
     rng = make_rng(random_state)
-    m0, m1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)
+    m0, m1 = released_coefficients(plan, pair.X0, pair.y0), released_coefficients(plan, pair.X1, pair.y1)
     specs = release_noise_specs(mechanism)
-    s0 = likelihood_ratio_statistic(m0 + sample_noise(mechanism, n_runs, rng), m0, m1, specs)
-    s1 = likelihood_ratio_statistic(m1 + sample_noise(mechanism, n_runs, rng), m0, m1, specs)
+    s0 = likelihood_ratio_statistic(observed_releases(mechanism, pair.X0, pair.y0, n_runs, rng), m0, m1, specs)
+    s1 = likelihood_ratio_statistic(observed_releases(mechanism, pair.X1, pair.y1, n_runs, rng), m0, m1, specs)
     res = audit_statistics(s0, s1, delta=delta, alpha=alpha)
     report = mechanism.privacy_report()
     return AuditResult(**{**res.to_dict(), "epsilon_claimed": report.epsilon_claimed,
@@ -428,7 +455,9 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
     view's noise (``epsilon_pair``; inf when the view holds a changed coordinate without noise).
 
     ``pair`` defaults to :func:`party_neighbouring_pair` for the first party other than ``observer`` without the
-    label. The observer's own single-party blocks must not change (it holds that data): ConfigurationError.
+    label. The view is the library's coefficients plus the unknown noise; the statistic is centred on the
+    coefficients recomputed with numpy. The observer's own single-party blocks must not change (it holds that
+    data): ConfigurationError.
     """
     plan = mechanism.plan
     if pair is None:
@@ -437,7 +466,8 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
             raise ConfigurationError("no party other than the observer and the label owner to protect")
         pair = party_neighbouring_pair(plan, others[0], mechanism.n_samples, random_state=random_state)
     delta = float(getattr(mechanism, "delta", 0.0)) if delta is None else float(delta)
-    m0, m1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)
+    m0, m1 = released_coefficients(plan, pair.X0, pair.y0), released_coefficients(plan, pair.X1, pair.y1)
+    lib0, lib1 = release_mean(plan, pair.X0, pair.y0), release_mean(plan, pair.X1, pair.y1)   # the library's values
     specs = view_noise_specs(mechanism, observer)
     own = np.array([s.kind == "none" for s in specs]) & (m0 != m1)
     sizes = [len(_block_noise_specs(mechanism, b)) for b in plan.blocks]
@@ -445,8 +475,8 @@ def audit_view(mechanism: Mechanism, observer: int | str, n_runs: int = 100_000,
     if np.any(own & owners):
         raise ConfigurationError(f"the pair changes data the observer ({observer}) holds itself")
     rng = make_rng(random_state)
-    s0 = likelihood_ratio_statistic(m0 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
-    s1 = likelihood_ratio_statistic(m1 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    s0 = likelihood_ratio_statistic(lib0 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
+    s1 = likelihood_ratio_statistic(lib1 + sample_view_noise(specs, n_runs, rng), m0, m1, specs)
     res = audit_statistics(s0, s1, delta=delta, alpha=alpha)
     keep = np.flatnonzero([s.kind != "none" for s in specs])
     exact = math.inf if np.any(own) else pair_epsilon(m0[keep], m1[keep], [specs[i] for i in keep], delta)

@@ -99,8 +99,8 @@ def delta_gaussian(epsilon: float, mu: float) -> float:
     log_pa = float(log_ndtr(a))
     log_pb = float(log_ndtr(b))
     ratio = eps + log_pb - log_pa
-    if ratio >= 0:  # only possible through rounding when delta is ~0; exp(eps + log Phi(b)) cannot overflow
-        return max(float(ndtr(a)) - math.exp(eps + log_pb), 0.0)
+    if ratio >= 0:  # delta ~ 0, reached through rounding; capped at exp(0): for mu >~ 1e10 the exponent is huge
+        return max(float(ndtr(a)) - math.exp(min(eps + log_pb, 0.0)), 0.0)
     return float(math.exp(log_pa) * -math.expm1(ratio))
 
 
@@ -135,15 +135,26 @@ def calibrate_mu(epsilon: float, delta: float, *, rtol: float = 1e-12) -> float:
     return lo
 
 
+#: above this mu, :func:`epsilon_of` returns the closed-form upper bound (the bisection's digits run out)
+LARGE_MU = 1e6
+
+
 def epsilon_of(mu: float, delta: float, *, rtol: float = 1e-12) -> float:
     """Smallest eps with delta_G(eps; mu) <= delta: the true epsilon of a mu-Gaussian mechanism.
 
     delta_G is decreasing in eps; bisect and return the upper end (spec §0.5). Returns 0 for mu = 0.
+    For ``mu >= LARGE_MU`` (a mechanism with essentially no privacy), where ``a = -eps/mu + mu/2`` loses its digits
+    to cancellation, it returns the closed-form upper bound ``mu^2/2 + mu Phi^{-1}(1 - delta)``: delta_G(eps) <=
+    Phi(a) (Balle & Wang 2018, Thm. 8, dropping the subtracted term), within 1e-12 relative of the exact value there.
     """
     dlt = validate_delta(delta)
     mu = float(mu)
     if mu < 0 or not math.isfinite(mu):
         raise PrivacyParameterError(f"mu must be finite and >= 0, got {mu!r}")
+    if mu >= LARGE_MU:
+        from scipy.special import ndtri  # here, not at import: `vfl --help` starts without scipy
+
+        return mu * mu / 2.0 - mu * float(ndtri(dlt))
     if mu == 0.0 or _checked_delta(0.0, mu) <= dlt:
         return 0.0
     lo, hi = 0.0, 1.0

@@ -126,6 +126,17 @@ class Mechanism:
         """Default public eigenvalue floor sigma_M sqrt(d) (spec §2.5); 0 without noise."""
         return self.diagonal_std * math.sqrt(self.plan.n_features)
 
+    def alpha_noise_variance(self) -> np.ndarray:
+        """Public noise variance of every entry of the released alpha (all alpha blocks, in the plan's order): the
+        entry noise's variance, times :attr:`cross_block_draws` on a cross block. Used by the adaptive
+        regularisation of the solve (:mod:`vfl.fm.solver`)."""
+        var = np.zeros(self.plan.n_features)
+        for b in self.plan.blocks:
+            if b.kind == "alpha":
+                draws = self.cross_block_draws if b.cross else 1
+                var[self.plan.index(b)[0]] = draws * self.entry_noise(b).std ** 2
+        return var
+
     @property
     def cross_block_draws(self) -> int:
         """Independent draws of a cross block's full calibrated noise: 2 when both of its parties add one

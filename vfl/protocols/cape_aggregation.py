@@ -12,7 +12,8 @@ over ZeroMQ; :func:`drive` moves them in process).
 step  message                  content
 ====  =======================  ==================================================================================
 1     ``key``   site -> agg     A_s = g^{a_s} mod p (RFC 3526 group 14, 256 bytes), :class:`SecAggSite`
-2     ``keys``  agg -> sites    all S public values (relayed, unauthenticated: see docs/threat_model.md)
+2     ``keys``  agg -> sites    all S public values with each site's signature (relayed; checked end to end by
+                               :mod:`vfl.protocols.cape_keys` before step 3; docs/threat_model.md)
 3     ``masked`` site -> agg    enc(e^_s) + sum_{t>s} m_st - sum_{t<s} m_ts  mod 2^64 (pairwise masks, uint64 words)
 4     ``sum``   agg -> sites    sum_s enc(e^_s) mod 2^64: the aggregator learns only sum_s e^_s (masks cancel)
 5     ``release`` site -> agg   Lambda_s + e_s + g_s, e_s = e^_s - (1/S) sum_t e^_t (zero-sum), g_s ~ N(0, tau^2/S)
@@ -238,6 +239,7 @@ class CapeAggregatorRound:
         self.on_receive = on_receive
         self._secagg = SecAggAggregator(self.n_sites, self.length, self.precision_bits, self.round_id)
         self._keys: dict[int, int] = {}
+        self._auths: dict[int, str | None] = {}   # each site's signature on its value, relayed as sent
         self._releases: dict[int, np.ndarray] = {}
         self.phase = "key"
 
@@ -275,11 +277,15 @@ class CapeAggregatorRound:
             key = _array_to_key(_expect_array(msg, np.uint8, (PUBLIC_KEY_BYTES,)))
             self._secagg.register_public_key(s, key)  # validates the group element
             self._keys[s] = key
+            auth = msg.body.get("auth")
+            self._auths[s] = auth if isinstance(auth, str) else None
             if len(self._keys) < self.n_sites:
                 return []
             self.phase = "masked"
             table = np.stack([_key_to_array(self._keys[t]) for t in range(self.n_sites)])
-            return [CapeMessage("keys", t, {"round": self.round_id}, table) for t in range(self.n_sites)]
+            auths = [self._auths[t] for t in range(self.n_sites)]
+            return [CapeMessage("keys", t, {"round": self.round_id, "auths": list(auths)}, table)
+                    for t in range(self.n_sites)]
         if msg.kind == "masked" and self.phase == "masked":
             self._secagg.submit(s, _expect_array(msg, np.uint64, (self.length,)))
             if self._secagg.missing_sites():

@@ -39,7 +39,7 @@ from vfl.data.rows import ArrayRows, MappedRows, RowSource, as_row_source
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink, prepare_labels, prepare_party_block, resolve_bounds
-from vfl.fm.solver import solve_details
+from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
 from vfl.privacy.fixed_point import (
     accumulate_single_party_raw,
     block_generators,
@@ -49,6 +49,7 @@ from vfl.privacy.fixed_point import (
     prepare_fixed_point,
     release_single_party_block,
 )
+from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.settings import RunSettings
@@ -149,6 +150,7 @@ class FMRelease:
     intercept_party: int | None
     lambda_floor: float
     n_floored: int
+    regularization: str
     domain: str
     precision_bits: int
 
@@ -337,10 +339,12 @@ class FMCoordinator:
         if len(got) < 2:
             return
         # Z = S^enc + S^resp mod n, unpacked with the public layout: every slot inside its declared range and
-        # nothing above the last slot, or the encryptor's operand was not what its request declared
+        # nothing above the last slot, or the encryptor's operand was not what its request declared (or the
+        # responder corrupted its share: the shares alone cannot tell which)
         encryptor = f"party {self.regs[block.encryptor].name}"  # type: ignore[index]
         total = combine_packed_shares(*got.values(), layout=stream.layout, n_cols=stream.n_cols, modulus=modulus,
-                                      encryptor=encryptor)
+                                      encryptor=encryptor,
+                                      responder=f"party {self.regs[block.responder].name}")  # type: ignore[index]
         check_product_magnitude(total, n_rows=self.n, enc_bound=self._operand_bound(block, block.encryptor),
                                 resp_bound=self._operand_bound(block, block.responder),
                                 noise_std_raw=self._noise_std_raw(block), block=block.name, encryptor=encryptor)
@@ -362,12 +366,19 @@ class FMCoordinator:
         spec = self.mech.entry_noise(block)
         return spec.std / abs(self.plan.scale(block, self.n)) * 2.0 ** (2 * self.precision_bits)
 
+    @property
+    def regularization(self) -> str:
+        """The solve's regularisation: the run's choice, else the model's default (:mod:`vfl.fm.solver`)."""
+        return self.settings.regularization or DEFAULT_REGULARIZATION[self.plan.model]
+
     def finish(self) -> FMRelease:
         """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""
         s, plan = self.settings, self.plan
-        floor = s.lambda_floor if s.lambda_floor is not None else self.mech.lambda_floor
         try:
-            sol = solve_details(plan.assemble(self.values), lambda_floor=floor)
+            objective = plan.assemble(self.values)
+            floor = release_floor(objective, self.mech, s.lambda_floor)
+            sol = solve_details(objective, lambda_floor=floor, regularization=self.regularization,
+                                alpha_noise_var=self.mech.alpha_noise_variance())
         except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
             if isinstance(exc, VFLError):
                 raise
@@ -380,6 +391,7 @@ class FMCoordinator:
                  if self.mech.domain == "l2" else 1.0)
         return FMRelease(w=sol.w, report=report, label_bounds=label_bounds, column_scale=scale,
                          intercept_party=self.intercept_party, lambda_floor=floor, n_floored=sol.n_floored,
+                         regularization=self.regularization,
                          domain=self.mech.domain, precision_bits=self.precision_bits)
 
     def _report(self) -> tuple[dict, list[float] | None]:

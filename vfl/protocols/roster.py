@@ -10,7 +10,8 @@ Paillier key in a relayed request, invent parties, forge responses (issue 20). E
 2. **ROSTER_ENTRY** (party -> coordinator, after the PLAN and its policy check): the party's signed registration,
    the digest of the plan it received (:func:`plan_digest`: the PLAN body without the addressee's ``index``), the
    fingerprint (sha256) of the Paillier public key it will encrypt under (FM runs; none in BCD runs), and its
-   signature over ``H(run id, plan digest, registration digest, Paillier fingerprint)``.
+   signature over ``H(run id, plan digest, registration digest, Paillier fingerprint, nonce)`` (a fresh random nonce
+   per party and run, so the roster digest is new even under a reused run id).
 3. **ROSTER** (coordinator -> every party, :class:`RosterCoordinator`): every entry in plan order, as received.
    The coordinator adds nothing a party trusts.
 4. **Check** (:meth:`Roster.verify`): every party the plan names is pinned and named once, every registration and
@@ -33,6 +34,7 @@ Ed25519: Bernstein et al. 2012 (RFC 8032); docs/threat_model.md.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import Any
 
 from vfl.exceptions import IdentityError, ProtocolError
@@ -53,6 +55,7 @@ __all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "Roster", "RosterCoordinator", "
 ROSTER_ENTRY = "roster_entry"
 ROSTER = "roster"
 #: party-to-party messages the coordinator relays: each carries its sender's signature (``auth``)
+NONCE_BYTES = 16   # a roster entry's fresh nonce (hex in the entry)
 RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder"})
 _RELAY_EXCLUDE = ("auth", "origin")
 
@@ -91,9 +94,19 @@ def check_self_signed(body: dict) -> None:
                      f"registration of {body.get('name')!r}")
 
 
-def entry_digest(run: str, plan: bytes, registration: dict, paillier: str | None) -> bytes:
-    """What a ROSTER_ENTRY's signature covers: the run, the plan, the registration and the Paillier key."""
-    return digest_of("vfl roster entry", run, plan, registration_digest(registration), paillier)
+def entry_digest(run: str, plan: bytes, registration: dict, paillier: str | None, nonce: str | None = None
+                 ) -> bytes:
+    """What a ROSTER_ENTRY's signature covers: the run, the plan, the registration, the Paillier key and the
+    party's fresh nonce (absent only in model files written before entries carried one)."""
+    parts = [run, plan, registration_digest(registration), paillier] + ([] if nonce is None else [nonce])
+    return digest_of("vfl roster entry", *parts)
+
+
+def _nonce_of(entry: dict, name: str) -> str | None:
+    nonce = entry.get("nonce")
+    if nonce is not None and not (isinstance(nonce, str) and len(nonce) == 2 * NONCE_BYTES):
+        raise ProtocolError(f"party {name!r}'s roster entry carries a malformed nonce")
+    return nonce
 
 
 class Roster:
@@ -107,6 +120,9 @@ class Roster:
         self.name, self.run, self.plan_body = name, run, plan_body
         self.registration, self.identity, self.pinned, self.paillier = registration, identity, pinned, paillier
         self.plan = plan_digest(plan_body)
+        #: fresh per run: the roster digest (which binds every relayed message) is new even if a hostile
+        #: coordinator reuses a run id with the same plan and registrations (BCD runs have no Paillier key)
+        self.nonce = secrets.token_hex(NONCE_BYTES)
         self.digest: bytes | None = None
         self.keys: dict[str, str] = {}           # party -> pinned Ed25519 key (hex), after verify
         self.paillier_keys: dict[str, str | None] = {}   # party -> Paillier key fingerprint, after verify
@@ -118,9 +134,10 @@ class Roster:
     def entry(self) -> Out:
         """This party's ROSTER_ENTRY (signed unless it runs without identities)."""
         body: dict[str, Any] = {"party": self.name, "plan": self.plan.hex(), "registration": self.registration,
-                                "paillier": self.paillier}
+                                "paillier": self.paillier, "nonce": self.nonce}
         if self.identity is not None:
-            body["auth"] = self.identity.sign(entry_digest(self.run, self.plan, self.registration, self.paillier))
+            body["auth"] = self.identity.sign(entry_digest(self.run, self.plan, self.registration, self.paillier,
+                                                           self.nonce))
         return Out(type=ROSTER_ENTRY, body=body)
 
     def verify(self, msg: Incoming) -> None:
@@ -155,8 +172,8 @@ class Roster:
             raise IdentityError(f"party {name!r} was sent a different plan than this party; refusing the run")
         if self.pinned is not None:
             verify_registration(self.pinned, reg)
-            self.pinned.verify(name, entry_digest(self.run, self.plan, reg, paillier), entry.get("auth"),
-                               "roster entry")
+            self.pinned.verify(name, entry_digest(self.run, self.plan, reg, paillier, _nonce_of(entry, name)),
+                               entry.get("auth"), "roster entry")
             self.keys[name] = self.pinned.public_hex(name)
         self._check_matches_plan(i, name, party, reg)
         self.paillier_keys[name] = paillier if isinstance(paillier, str) else None
@@ -231,8 +248,8 @@ def verify_own_entry(record: Any, name: str, public_hex: str | None, features: l
             raise IdentityError(f"party {name}: the model's roster names no valid plan digest") from None
         verify_signature(public_hex, registration_digest(reg), reg.get("auth"),
                          f"the model's roster registration of {name!r}")
-        verify_signature(public_hex, entry_digest(run, plan_bytes, reg, entry.get("paillier")), entry.get("auth"),
-                         f"the model's roster entry of {name!r}")
+        verify_signature(public_hex, entry_digest(run, plan_bytes, reg, entry.get("paillier"), _nonce_of(entry, name)),
+                         entry.get("auth"), f"the model's roster entry of {name!r}")
     if reg.get("features") != list(features):
         raise IdentityError(f"party {name}: the features it registered for training "
                             f"({', '.join(map(str, reg.get('features') or []))}) are not the model's columns it would "
@@ -279,7 +296,8 @@ class RosterCoordinator:
             raise IdentityError(f"party {name} registered {'with' if key else 'without'} an identity but its roster "
                                 "entry is " + ("unsigned" if key else "signed"))
         if key is not None:
-            digest = entry_digest(self.run, self.plans[i], entry["registration"], entry.get("paillier"))
+            digest = entry_digest(self.run, self.plans[i], entry["registration"], entry.get("paillier"),
+                                  _nonce_of(entry, name))
             verify_signature(str(key), digest, entry.get("auth"), f"roster entry from {name!r}")
         self.entries[i] = dict(entry)
         if not self.done:

@@ -13,6 +13,7 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError
 from vfl.fm.dissection import DissectionPlan
+from vfl.fm.solver import REGULARIZATIONS
 from vfl.models.bcd import ABORT_RULES, NOISE_CALIBRATIONS
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, GAUSSIAN_CALIBRATIONS, SYM_LAYOUTS, make_mechanism
@@ -22,12 +23,12 @@ from vfl.secure.fastmath import RANDOMNESS_MODES
 
 __all__ = ["RunSettings", "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
            "ABORT_RULES", "NOISE_CALIBRATIONS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "LAPLACE_VARIANTS",
-           "RANDOMNESS_MODES"]
+           "RANDOMNESS_MODES", "REGULARIZATIONS"]
 
 # The registries of a run's names, each defined once where its concept lives and collected here for the roles and
 # the faces (vfl.cli's choices): FM mechanisms (vfl.privacy.mechanisms) and their options (calibration, sym,
-# fm_sensitivity: vfl.privacy.sensitivity), the (DP-)BCD mechanisms and options (vfl.models.bcd), and the Paillier
-# encryption randomness modes (vfl.secure.fastmath).
+# fm_sensitivity: vfl.privacy.sensitivity), the FM solve's regularisations (vfl.fm.solver), the (DP-)BCD mechanisms
+# and options (vfl.models.bcd), and the Paillier encryption randomness modes (vfl.secure.fastmath).
 BCD_MECHANISMS = ("bcd", "dp-bcd")
 MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS
 MODELS = ("linear", "logistic")
@@ -51,6 +52,7 @@ class RunSettings:
     timeout: float = 120.0
     mechanism_options: dict[str, Any] = field(default_factory=dict)
     lambda_floor: float | None = None
+    regularization: str | None = None     # FM solve: "floor" | "adaptive"; None: the model's default (vfl.fm.solver)
     gamma: float = 1.2
     rounds: int = 5
     tol: float | None = None
@@ -105,6 +107,9 @@ class RunSettings:
             raise ConfigurationError(f"--precision-bits must be an integer in [1, 52], got {self.precision_bits}")
         if self.lambda_floor is not None and not (math.isfinite(self.lambda_floor) and self.lambda_floor >= 0):
             raise ConfigurationError(f"lambda_floor must be a finite number >= 0, got {self.lambda_floor}")
+        if self.regularization is not None and self.regularization not in REGULARIZATIONS:
+            raise ConfigurationError(f"--regularization must be one of {', '.join(REGULARIZATIONS)}, "
+                                     f"got {self.regularization!r}")
         if "radii" in self.mechanism_options:
             raise ConfigurationError("the runtime always uses the radii r_k = sqrt(d_k/d) its parties prepare their "
                                      "columns with; option 'radii' is for in-process experiments only")

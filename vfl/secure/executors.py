@@ -1,6 +1,7 @@
 """Where the heavy big-number work of a streamed secure product runs: any :class:`concurrent.futures.Executor`.
 
-* ``executor=None``: in the calling thread (``workers == 1``) or a local process pool (``workers > 1``);
+* ``executor=None``: in the calling thread (``workers == 1``) or ``workers`` local worker processes
+  (:class:`PinnedPool`, ``workers > 1``);
 * ``executor="tcp://SCHEDULER:8786"``: a Dask cluster through ``dask.distributed.Client(address).get_executor()``
   (optional extra ``vfl[dask]``; the workers need vfl and gmpy2 installed and run inside the party's own trust
   domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its key);
@@ -10,6 +11,13 @@ Tasks are the module-level pure functions below (:func:`encrypt_rows_task`, :fun
 input, including the encryption randomness (drawn by the caller from :mod:`secrets`), travels in the arguments,
 so the result of a task does not depend on where it runs, and results are bit-identical between executors.
 :func:`bounded_map` keeps at most ``max_in_flight`` tasks submitted, so memory stays bounded by the chunk size.
+
+A :class:`PinnedPool` can also send a task to one chosen process (:meth:`PinnedPool.submit_to`): the responder's
+fold keeps each worker's Pippenger buckets in that worker across all chunks (:func:`bucket_add_task`,
+:func:`bucket_result_task`; Pippenger 1976 / Bernstein et al.'s bucket method as in :mod:`vfl.secure.fastmath`), so
+two local workers count the same multiplications as one instead of one multi-exponentiation per chunk each.
+The value of a product does not depend on how its rows were bucketed, so results stay bit-identical.
+:func:`residues_task` computes the responder's re-randomisers ``r^n mod n^2`` from ``r`` drawn by the caller.
 """
 
 from __future__ import annotations
@@ -25,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.secure.fastmath import Encrypter, _context, die_with_parent, mpz, multiexp
+from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, mpz, multiexp
 from vfl.secure.packing import pack
 
-__all__ = ["InlineExecutor", "open_executor", "bounded_map", "encrypt_rows_task", "multiexp_rows_task",
+__all__ = ["InlineExecutor", "PinnedPool", "open_executor", "bounded_map", "encrypt_rows_task",
+           "multiexp_rows_task", "residues_task", "bucket_add_task", "bucket_result_task", "bucket_discard_task",
            "DASK_SCHEMES"]
 
 DASK_SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")
@@ -46,8 +55,54 @@ class InlineExecutor(Executor):
         return future
 
 
+class PinnedPool(Executor):
+    """``workers`` local worker processes, each its own single-process pool, so a task can be sent to one chosen
+    process (:meth:`submit_to`) and find there the state earlier tasks left (a fold's buckets); :meth:`submit`
+    picks the process with the fewest unfinished tasks. Workers die with this process (``die_with_parent``)."""
+
+    def __init__(self, workers: int) -> None:
+        self.pools = [ProcessPoolExecutor(max_workers=1, mp_context=_context(), initializer=die_with_parent,
+                                          initargs=(os.getpid(),)) for _ in range(max(1, workers))]
+        self._unfinished = [0] * len(self.pools)
+        self._lock = threading.Lock()
+
+    @property
+    def workers(self) -> int:
+        return len(self.pools)
+
+    def _finished(self, index: int) -> None:
+        with self._lock:
+            self._unfinished[index] -= 1
+
+    def submit_to(self, index: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` in worker process ``index`` (tasks to one worker run in order)."""
+        with self._lock:
+            self._unfinished[index] += 1
+        future = self.pools[index].submit(fn, *args, **kwargs)
+        future.add_done_callback(lambda _f: self._finished(index))
+        return future
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        with self._lock:
+            index = min(range(len(self.pools)), key=self._unfinished.__getitem__)
+        return self.submit_to(index, fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        for pool in self.pools:
+            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def kill(self) -> None:
+        """Kill every worker now (interrupt or failure) instead of waiting for their tasks."""
+        for pool in self.pools:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.kill()
+        self.shutdown(wait=False, cancel_futures=True)
+
+
 def executor_workers(executor: Any, workers: int) -> int:
     """Parallelism to plan chunk splits for: ``workers`` locally, the cluster's thread count for Dask."""
+    if isinstance(executor, PinnedPool):
+        return executor.workers
     if isinstance(executor, ProcessPoolExecutor):
         return max(1, int(getattr(executor, "_max_workers", workers)))
     client = getattr(executor, "_client", None)
@@ -89,15 +144,11 @@ def open_executor(executor: Executor | str | None, workers: int) -> Iterator[Exe
         yield InlineExecutor()
         return
     # workers die with this process however it ends (issue 14, item 6: fastmath.die_with_parent)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=die_with_parent,
-                               initargs=(os.getpid(),))
+    pool = PinnedPool(workers)
     try:
         yield pool
     except BaseException:
-        # interrupted (Ctrl-C / SIGTERM) or failed: kill the workers now instead of waiting for their tasks
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.kill()   # interrupted (Ctrl-C / SIGTERM) or failed: do not wait for their tasks
         raise
     pool.shutdown(wait=True)
 
@@ -156,6 +207,13 @@ def encrypt_rows_task(state: tuple, encoded: np.ndarray, groups: list[tuple[int,
     return bytes(out)
 
 
+def frame_bases(frame: bytes, width: int, n_groups: int) -> list[list[Any]]:
+    """``bases[g][i]``: the ciphertext of row ``i`` and group ``g`` of a row-major fixed-width frame, as mpz."""
+    rows = len(frame) // (width * n_groups)
+    return [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
+             for i in range(rows)] for g in range(n_groups)]
+
+
 def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, exponents: np.ndarray
                        ) -> tuple[list[int], int]:
     """``prod_i c_ig^{e_ik} mod n^2`` for every column ``k`` of ``exponents`` and group ``g``.
@@ -164,9 +222,7 @@ def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, ex
     the products ordered ``k * n_groups + g`` and the number of modular multiplications.
     """
     m = mpz(modulus)
-    rows = len(frame) // (width * n_groups)
-    bases = [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
-              for i in range(rows)] for g in range(n_groups)]
+    bases = frame_bases(frame, width, n_groups)
     columns = np.asarray(exponents).T.tolist()
     out: list[int] = []
     mults = 0
@@ -176,3 +232,52 @@ def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, ex
             out.append(int(value))
             mults += count
     return out, mults
+
+
+def residues_task(state: tuple, draws: list[Any]) -> list[int]:
+    """``[rho(draw) for draw in draws]``: for the responder's re-randomisers ``r^n mod n^2`` with ``r`` uniform in
+    ``Z*_n`` drawn by the caller from :mod:`secrets` (:meth:`Encrypter.draw`; state without the factors)."""
+    enc = _task_encrypter(state, len(draws))
+    return [int(enc.residue_from(d)) for d in draws]
+
+
+# ----------------------------------------------------------------------------- buckets kept in a pinned worker
+_FOLD_BUCKETS: dict[str, Any] = {}
+_FOLD_CHUNKS: dict[str, int] = {}
+
+
+def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, frame: bytes, width: int,
+                    n_groups: int, exponents: np.ndarray) -> None:
+    """Put a chunk's bases into this worker's buckets of fold ``token`` (created on first use): product
+    ``k * n_groups + g`` gets ``c_ig`` by the digits of ``exponents[i, k]`` (:func:`bucket_accumulator`, in C when
+    built). Only for :meth:`PinnedPool.submit_to` (state stays in the worker process until
+    :func:`bucket_result_task`)."""
+    exps = np.asarray(exponents)
+    with _TASK_LOCK:
+        entry = _FOLD_BUCKETS.get(token)
+        if entry is None:
+            products = exps.shape[1] * n_groups
+            entry = _FOLD_BUCKETS[token] = (bucket_accumulator(products, exponent_bits, window, modulus), products)
+        _FOLD_CHUNKS[token] = _FOLD_CHUNKS.get(token, 0) + 1
+    entry[0].add_frame(frame, width, n_groups, exps)
+
+
+def bucket_result_task(token: str) -> tuple[list[int], int, int]:
+    """The products of fold ``token`` in this worker (ordered ``k * n_groups + g``), their multiplication count and
+    the number of chunks put into them, releasing its buckets (``([], 0, 0)`` if no chunk reached this worker: the
+    caller checks the count against the chunks it sent, so lost buckets can never pass as an empty product)."""
+    with _TASK_LOCK:
+        entry = _FOLD_BUCKETS.pop(token, None)
+        chunks = _FOLD_CHUNKS.pop(token, 0)
+    if entry is None:
+        return [], 0, 0
+    acc, products = entry
+    values = [int(acc.result(t)) for t in range(products)]
+    return values, acc.mults, chunks
+
+
+def bucket_discard_task(token: str) -> None:
+    """Drop fold ``token``'s buckets (an abandoned fold on an executor that outlives it)."""
+    with _TASK_LOCK:
+        _FOLD_BUCKETS.pop(token, None)
+        _FOLD_CHUNKS.pop(token, None)

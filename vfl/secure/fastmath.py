@@ -23,6 +23,10 @@ leaving one multiplication per encryption online.
 window each base joins the bucket of its digit (one multiplication), buckets are combined with a
 running product (``2 (2^c - 1)``), windows are joined with ``c`` squarings, for about
 ``ceil(b / c) (n + 2^(c+1))`` multiplications instead of ``~1.2 b n`` for separate exponentiations.
+
+The inner loops of :class:`FixedBaseTable` and :class:`BucketAccumulator` also exist in C
+(:mod:`vfl.secure.native`, an optional extension on GMP): :func:`fixed_base_table` and :func:`bucket_accumulator`
+return the C version when it is built and the Python one otherwise, with bit-identical results.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, SlowBackendWarning
+from vfl.secure import native
 
 try:  # pragma: no cover - exercised by whichever backend is installed
     import gmpy2
@@ -97,6 +102,8 @@ class FixedBaseTable:
 
     def pow(self, exponent: int) -> Any:
         """``base^exponent mod N`` for ``0 <= exponent < 2^(c K)``."""
+        if exponent < 0 or exponent >> (self.window * self.n_windows):
+            raise ValueError(f"the exponent must lie in [0, 2^{self.window * self.n_windows})")
         mask = (1 << self.window) - 1
         acc = mpz(1)
         for row in self.table:
@@ -105,6 +112,13 @@ class FixedBaseTable:
                 acc = acc * row[d] % self.modulus
             exponent >>= self.window
         return acc
+
+
+def fixed_base_table(base: Any, modulus: Any, exponent_bits: int, window: int) -> Any:
+    """A :class:`FixedBaseTable`, in C when the extension is built (:mod:`vfl.secure.native`; same results)."""
+    if native.fastloops is not None:
+        return native.CFixedBaseTable(base, modulus, exponent_bits, window)
+    return FixedBaseTable(base, modulus, exponent_bits, window)
 
 
 def best_table_window(count: int, exponent_bits: int) -> int | None:
@@ -142,8 +156,8 @@ class Encrypter:
             y = mpz(secrets.randbelow(int(self.n) - 2) + 2)
             h = (-(y * y)) % self.n
             self.h_s = self._nth_power(h)
-        self._table: FixedBaseTable | None = None
-        self._crt_tables: tuple[FixedBaseTable, FixedBaseTable] | None = None
+        self._table: Any = None          # a FixedBaseTable or its C twin (fixed_base_table)
+        self._crt_tables: tuple[Any, Any] | None = None
         self.pool: deque[Any] = deque()
 
     def state(self) -> tuple:
@@ -173,10 +187,10 @@ class Encrypter:
             return
         if self.p is not None:   # the key holder: two tables modulo p^2 and q^2 (CRT; issue 25)
             if self._crt_tables is None or window > self._crt_tables[0].window:
-                self._crt_tables = (FixedBaseTable(self.h_s % self.p2, self.p2, SHORT_EXPONENT_BITS, window),
-                                    FixedBaseTable(self.h_s % self.q2, self.q2, SHORT_EXPONENT_BITS, window))
+                self._crt_tables = (fixed_base_table(self.h_s % self.p2, self.p2, SHORT_EXPONENT_BITS, window),
+                                    fixed_base_table(self.h_s % self.q2, self.q2, SHORT_EXPONENT_BITS, window))
         elif self._table is None or window > self._table.window:
-            self._table = FixedBaseTable(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)  # atomic swap
+            self._table = fixed_base_table(self.h_s, self.n2, SHORT_EXPONENT_BITS, window)  # atomic swap
 
     def fresh_nth_residue(self) -> Any:
         """A fresh random ``n``-th residue ``rho`` (from the precomputed pool when it has one)."""
@@ -272,6 +286,14 @@ def multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any,
     if max_bits == 0:
         return mpz(1), 0
     c = window or best_bucket_window(len(bases), max_bits)
+    fast = native.c_multiexp(bases, exponents, modulus, c, max_bits)   # the same value and count, in C
+    if fast is not None:
+        return mpz(fast[0]), fast[1]
+    return _multiexp_python(bases, exponents, modulus, c, max_bits)
+
+
+def _multiexp_python(bases: Sequence[Any], exponents: Sequence[int], modulus: Any, c: int,
+                     max_bits: int) -> tuple[Any, int]:
     n_windows = math.ceil(max_bits / c)
     digit_mask = (1 << c) - 1
     result = None
@@ -517,10 +539,17 @@ class BucketAccumulator:
         self.modulus = mpz(modulus)
         self.buckets: list[list[list[Any]]] = [[[None] * (1 << window) for _ in range(self.n_windows)]
                                                for _ in range(n_products)]
+        self.released = [False] * n_products
         self.mults = 0
 
     def add(self, product: int, bases: Sequence[Any], exponents: Sequence[int]) -> None:
         """Put ``bases[i]`` into the buckets of product ``product`` by the digits of ``exponents[i] >= 0``."""
+        if len(bases) != len(exponents):
+            raise ValueError("add needs one exponent per base")
+        if self.released[product]:
+            raise ValueError("that product's buckets were already combined")
+        if exponents and (min(exponents) < 0 or max(exponents) >> (self.window * self.n_windows)):
+            raise ValueError(f"exponents must lie in [0, 2^{self.window * self.n_windows})")
         c, mask, mod = self.window, (1 << self.window) - 1, self.modulus
         windows, mults = self.buckets[product], 0
         for b, e in zip(bases, exponents, strict=True):
@@ -539,8 +568,24 @@ class BucketAccumulator:
                 w += 1
         self.mults += mults
 
+    def add_frame(self, frame: bytes, width: int, n_groups: int, block: Any) -> None:
+        """Every ciphertext of a validated chunk frame (rows x ``n_groups``, ``width`` bytes each, big-endian) into
+        the buckets of products ``k n_groups + g`` with the exponents ``block[:, k]`` (rows x columns)."""
+        import numpy as np
+
+        rows = len(frame) // (width * n_groups)
+        if len(frame) != rows * width * n_groups or np.shape(block)[0] != rows:
+            raise ValueError("the frame and the exponent block disagree on the number of rows")
+        bases = [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
+                  for i in range(rows)] for g in range(n_groups)]
+        for k, exps in enumerate(np.asarray(block).T.tolist()):
+            for g in range(n_groups):
+                self.add(k * n_groups + g, bases[g], exps)
+
     def result(self, product: int) -> Any:
         """``prod_i bases_i^{e_i} mod N`` over everything added to ``product`` (its buckets are then released)."""
+        if self.released[product]:
+            raise ValueError("that product's buckets were already combined")
         mod, result = self.modulus, None
         windows = self.buckets[product]
         for w in range(self.n_windows - 1, -1, -1):
@@ -557,4 +602,13 @@ class BucketAccumulator:
             if acc is not None:
                 result = acc if result is None else result * acc % mod
         self.buckets[product] = []
+        self.released[product] = True
         return mpz(1) if result is None else result
+
+
+def bucket_accumulator(n_products: int, exponent_bits: int, window: int, modulus: Any) -> Any:
+    """A :class:`BucketAccumulator`, in C when the extension is built, the exponents fit 64 bits and the modulus is
+    odd (Montgomery arithmetic; :mod:`vfl.secure.native`): the same results and multiplication counts."""
+    if native.fastloops is not None and exponent_bits <= native.MAX_EXPONENT_BITS and window <= 16 and modulus % 2:
+        return native.CBucketAccumulator(n_products, exponent_bits, window, modulus)
+    return BucketAccumulator(n_products, exponent_bits, window, modulus)

@@ -30,11 +30,12 @@ The responder answers each session once.
 from __future__ import annotations
 
 import math
+import os
 import re
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,16 +57,22 @@ from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, encode_offset_chunk
 from vfl.secure.executors import (
     InlineExecutor,
+    PinnedPool,
     bounded_map,
+    bucket_add_task,
+    bucket_discard_task,
+    bucket_result_task,
     encrypt_rows_task,
     executor_workers,
     multiexp_rows_task,
     open_executor,
+    residues_task,
 )
 from vfl.secure.fastmath import (
     RANDOMNESS_MODES,
     BucketAccumulator,
     RandomnessPool,
+    bucket_accumulator,
     cached_encrypter,
     mpz,
     multiexp_cost,
@@ -80,6 +87,7 @@ from vfl.secure.keys import (
     generate_keypair,
     key_fingerprint,
 )
+from vfl.secure.native import CBucketAccumulator
 from vfl.secure.packing import DEFAULT_GUARD_BITS, MIN_GUARD_BITS, SlotLayout, default_noise_bits
 
 WIRE_VERSION = 1
@@ -98,6 +106,11 @@ this size, not n, sets its memory: at 10^6 rows 16 MiB frames cost 176-240 MB mo
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Largest ciphertext chunk a responder accepts (the key holder chooses the chunk size up to this)."""
 MAX_COLS = 100_000
+PIPELINE_CHUNKS = 4
+"""Fewest chunks a key holder cuts its request into while each keeps :data:`MIN_PIPELINE_ROWS` rows: the responder
+folds chunk ``t`` while the key holder encrypts chunk ``t + 1``, so a product that fits one frame is not encrypted
+and then folded in series (issue 25)."""
+MIN_PIPELINE_ROWS = 128
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -211,6 +224,12 @@ def stream_chunk_rows(public_key: paillier.PaillierPublicKey, n_groups: int,
         raise ConfigurationError(f"max_frame_bytes must be an int >= one row of ciphertexts ({per_row} bytes), "
                                  f"got {max_frame_bytes!r}")
     return max(1, min(MAX_ROWS, max_frame_bytes // per_row))
+
+
+def pipeline_chunk_rows(n_rows: int) -> int:
+    """Rows per chunk for ``min(PIPELINE_CHUNKS, n_rows // MIN_PIPELINE_ROWS)`` equal chunks (at least one): an upper
+    bound on top of the frame limit of :func:`stream_chunk_rows` (517 rows: 4 chunks of 130; under 256 rows: one)."""
+    return math.ceil(n_rows / max(1, min(PIPELINE_CHUNKS, n_rows // MIN_PIPELINE_ROWS)))
 
 
 @dataclass
@@ -443,7 +462,8 @@ class ProductEncryptor:
             noise_bits=default_noise_bits(precision_bits) if noise_bits is None else noise_bits,
             guard_bits=guard_bits,
         )
-        self.chunk_rows = stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes)
+        self.chunk_rows = min(stream_chunk_rows(self.public_key, self.n_groups, max_frame_bytes),
+                              pipeline_chunk_rows(self.n_rows))
         # one encrypter per key in this process: h_s, its table and any precomputed pool are reused
         self._encrypter = cached_encrypter(self.public_key.n, p=private_key.p, q=private_key.q,
                                            randomness=randomness)
@@ -487,9 +507,10 @@ class ProductEncryptor:
         workers = resolve_workers(self.workers, n_items * per_item_ms) if self.executor is None else 1
         groups = [(r.start, r.stop) for r in (lay.group_columns(self.n_cols, g) for g in range(G))]
         width = ciphertext_byte_length(self.public_key)
-        # the party's own process or local pool may use its factors (CRT short-exponent encryption, issue 25); an
-        # external executor (a Dask cluster) never receives them for short-exponent randomness
-        state = enc.task_state(with_factors=self.executor is None)
+        # the party's own process or local workers (a PinnedPool, also when a CLI party passes its own) may use its
+        # factors (CRT short-exponent encryption, issue 25); other executors (a Dask cluster) never receive them for
+        # short-exponent randomness
+        state = enc.task_state(with_factors=self.executor is None or isinstance(self.executor, PinnedPool))
         header = ProductStreamHeader(self.session, self.public_key, lay, self.n_cols, self.chunk_rows)
         col_sums = np.zeros(self.n_cols, dtype=object)
         with open_executor(self.executor, workers) as ex, _progress_bar(self.progress, n_items,
@@ -641,10 +662,25 @@ def _task_rows(chunk_rows: int, n_chunks: int, parallel: int) -> int:
     return max(1, math.ceil(chunk_rows / (2 * parallel)))
 
 
+def _kept_window(stream: ProductStreamHeader, n_rows: int, products: int, width: int) -> int | None:
+    """The bucket window for ``products`` multi-exponentiations over ``n_rows`` of the stream's rows when buckets kept
+    across chunks count fewer multiplications than one multi-exponentiation per chunk (else ``None``)."""
+    bits = stream.layout.exponent_bits
+    c = persistent_bucket_window(n_rows, bits, products, width)
+    kept = math.ceil(bits / c) * (n_rows + (2 << c))
+    per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
+    return c if kept < per_chunk * n_rows / stream.layout.n_rows else None
+
+
 class ResponderFold:
     """The responder's side of one streamed product: folds each :class:`EncryptedChunk` into running
-    per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (multi-exponentiation per chunk on
-    the executor), then masks, noises and re-randomises exactly as :meth:`ProductResponder.respond`.
+    per-column products ``acc_kg *= prod_{i in chunk} c_ig^{b'_ik} mod n^2`` (Pippenger buckets kept across chunks
+    in the calling thread or in each local worker for its columns; one multi-exponentiation per chunk on other
+    executors), then masks, noises and re-randomises exactly as :meth:`ProductResponder.respond`.
+
+    The ``d_b x n_groups`` re-randomisers ``r^n mod n^2`` (``r`` uniform in ``Z*_n`` from :mod:`secrets`, one per
+    response ciphertext, each used once) do not depend on the data: they are submitted to the executor when the
+    fold opens, so they are computed while the key holder encrypts (issue 25), not after the last chunk.
 
     Chunks must arrive in order (index 0, 1, ...); at most ``2 x workers + 1`` chunk tasks are pending, so the
     responder never holds more than a few chunks of ciphertexts. Use :meth:`add` per chunk, then :meth:`finish`.
@@ -671,24 +707,61 @@ class ResponderFold:
         parts = 1 if stream.n_chunks >= 2 * self._parallel else min(d_b, self._parallel)
         bounds = np.linspace(0, d_b, parts + 1).round().astype(int)
         self._col_parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-        self._pending: deque[tuple[Future, int]] = deque()
+        self._pending: deque[tuple[Future, int | None]] = deque()
         self._cursor = RowCursor(responder._source.iter_chunks(stream.chunk_rows), d_b)
-        self._buckets = self._persistent_buckets(d_b)
+        self._token: str | None = None   # set while this fold's buckets live in PinnedPool workers
+        self._pinned = self._pinned_parts(d_b)
+        self._buckets = None if self._pinned else self._persistent_buckets(d_b)
+        self._rerandomisers = self._start_rerandomisers(d_b * self._G)
         self._bar = _progress_bar(responder.progress, stream.n_chunks, "secure products", "chunks")
 
-    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | None:
+    def _pinned_parts(self, d_b: int) -> list[tuple[int, int]]:
+        """On a :class:`PinnedPool`, each worker keeps the buckets of its own columns across every chunk (all
+        columns, and chunks dealt round-robin, when there are fewer columns than workers); ``[]`` otherwise.
+        Sets the window in ``self._window``."""
+        ex, G = self._executor, self._G
+        if not isinstance(ex, PinnedPool):
+            return []
+        W = ex.workers
+        if d_b >= W:
+            bounds = np.linspace(0, d_b, W + 1).round().astype(int)
+            parts = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            rows, widest = self.stream.layout.n_rows, max(b - a for a, b in parts)
+        else:
+            parts = [(0, d_b)] * W
+            rows, widest = math.ceil(self.stream.layout.n_rows / W), d_b
+        window = _kept_window(self.stream, rows, widest * G, self._width)
+        if window is None:
+            return []
+        self._window, self._token = window, os.urandom(16).hex()   # an id, not a secret
+        self._pinned_chunks = [0] * len(parts)
+        return parts
+
+    def _start_rerandomisers(self, count: int) -> list[Future]:
+        """Submit the ``count`` re-randomisers ``r^n mod n^2`` now (``r`` drawn here from :mod:`secrets`, uniform
+        in ``Z*_n``, full-size: see :meth:`finish`), split over the executor's workers."""
+        enc = cached_encrypter(self.stream.public_key.n, randomness=RERANDOMISATION)
+        state = enc.task_state()   # no factors: the responder has none
+        draws = [enc.draw() for _ in range(count)]
+        executor: Executor = self._executor
+        if isinstance(executor, InlineExecutor):
+            # one worker: a background thread, so they are computed while this party waits for the key holder's
+            # chunks (a network party's thread is idle then) instead of delaying the credit or the response
+            executor = ThreadPoolExecutor(1, thread_name_prefix="vfl-rerandomisers")
+            self._stack.callback(executor.shutdown, wait=False, cancel_futures=True)   # close() never waits on it
+        per_task = max(1, math.ceil(count / self._parallel))
+        return [executor.submit(residues_task, state, draws[i:i + per_task]) for i in range(0, count, per_task)]
+
+    def _persistent_buckets(self, d_b: int) -> BucketAccumulator | CBucketAccumulator | None:
         """In the calling thread (one local worker): Pippenger buckets kept across all chunks with the window
-        chosen for all ``n`` rows (:class:`BucketAccumulator`, issue 25), when that counts fewer multiplications
-        than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`. Executor
-        tasks (process pools, Dask) stay pure functions of one chunk."""
+        chosen for all ``n`` rows (:func:`bucket_accumulator`, in C when built; issue 25), when that counts fewer
+        multiplications than one multi-exponentiation per chunk and its buckets fit :data:`PERSISTENT_BUCKET_BYTES`.
+        Other executors (Dask) get pure tasks of one chunk; a :class:`PinnedPool` keeps buckets in its workers."""
         if not isinstance(self._executor, InlineExecutor):
             return None
-        stream, products = self.stream, d_b * self._G
-        bits = stream.layout.exponent_bits
-        c = persistent_bucket_window(stream.layout.n_rows, bits, products, self._width)
-        kept = math.ceil(bits / c) * (stream.layout.n_rows + (2 << c))
-        per_chunk = sum(multiexp_cost(stream.chunk_size(t), bits) for t in range(stream.n_chunks))
-        return BucketAccumulator(products, bits, c, self._n2) if kept < per_chunk else None
+        products = d_b * self._G
+        c = _kept_window(self.stream, self.stream.layout.n_rows, products, self._width)
+        return None if c is None else bucket_accumulator(products, self.stream.layout.exponent_bits, c, self._n2)
 
     def add(self, chunk: EncryptedChunk) -> None:
         """Fold one chunk (validated by :meth:`EncryptedChunk.from_wire`) into the running products."""
@@ -708,6 +781,9 @@ class ResponderFold:
             self._bucket_chunk(chunk.frame, block)
             self._bar.update(1)
             return
+        if self._pinned:
+            self._pin_chunk(chunk, block)
+            return
         for lo, hi in self._col_parts:
             future = self._executor.submit(multiexp_rows_task, self._n2, chunk.frame, self._width, self._G,
                                            np.ascontiguousarray(block[:, lo:hi]))
@@ -716,23 +792,51 @@ class ResponderFold:
             self._fold_one()
 
     def _bucket_chunk(self, frame: bytes, block: np.ndarray) -> None:
-        G, width, acc = self._G, self._width, self._buckets
-        assert acc is not None
-        rows = len(frame) // (width * G)
-        bases = [[mpz(int.from_bytes(frame[(i * G + g) * width:(i * G + g + 1) * width], "big"))
-                  for i in range(rows)] for g in range(G)]
-        for k, exps in enumerate(np.asarray(block).T.tolist()):
-            for g in range(G):
-                acc.add(k * G + g, bases[g], exps)
+        assert self._buckets is not None
+        self._buckets.add_frame(frame, self._width, self._G, block)
 
-    def _fold_one(self) -> None:
-        future, lo = self._pending.popleft()
-        values, mults = future.result()
+    def _pin_chunk(self, chunk: EncryptedChunk, block: np.ndarray) -> None:
+        """Send the chunk to the workers that keep the buckets of its columns (or, by rows, to one worker)."""
+        assert isinstance(self._executor, PinnedPool)
+        by_rows = len(self._pinned) > 1 and self._pinned[0] == self._pinned[1]
+        bits = self.stream.layout.exponent_bits
+        for p, (lo, hi) in enumerate(self._pinned):
+            if by_rows and p != chunk.index % len(self._pinned):
+                continue
+            self._pinned_chunks[p] += 1
+            future = self._executor.submit_to(p, bucket_add_task, self._token, self._n2, self._window, bits,
+                                              chunk.frame, self._width, self._G, np.ascontiguousarray(block[:, lo:hi]))
+            self._pending.append((future, None))
+        self._bar.update(1)
+        while len(self._pending) > 2 * self._parallel + 1:
+            self._fold_one()
+
+    def _collect_pinned(self) -> None:
+        """Each worker's products of its buckets, multiplied into the running products."""
+        assert isinstance(self._executor, PinnedPool)
+        futures = [self._executor.submit_to(p, bucket_result_task, self._token) for p in range(len(self._pinned))]
+        self._token = None
+        for (lo, _), future, sent in zip(self._pinned, futures, self._pinned_chunks, strict=True):
+            values, mults, chunks = future.result()
+            if chunks != sent:
+                raise ProtocolError(f"a local worker holds {chunks} of the {sent} chunks sent to it (its process "
+                                    "was replaced?); the product is refused rather than computed without them")
+            if chunks:
+                self._multiply_in(values, mults, lo)
+
+    def _multiply_in(self, values: list[int], mults: int, lo: int) -> None:
         G, n2 = self._G, self._n2
         for t, value in enumerate(values):
             idx = lo * G + t  # values are ordered (k - lo) * G + g
             self._acc[idx] = self._acc[idx] * mpz(value) % n2
         self._mults += mults
+
+    def _fold_one(self) -> None:
+        future, lo = self._pending.popleft()
+        if lo is None:   # a chunk put into a pinned worker's buckets
+            future.result()
+            return
+        self._multiply_in(*future.result(), lo)
         if lo == 0:
             self._bar.update(1)
 
@@ -741,6 +845,15 @@ class ResponderFold:
         for future, _ in self._pending:
             future.cancel()
         self._pending.clear()
+        for future in self._rerandomisers:
+            future.cancel()
+        if self._token is not None and isinstance(self._executor, PinnedPool):
+            for p in range(len(self._pinned)):   # an abandoned fold: free its buckets in a pool that outlives it
+                try:
+                    self._executor.submit_to(p, bucket_discard_task, self._token)
+                except RuntimeError:   # the pool is shut down already
+                    break
+            self._token = None
         self._bar.close()
         self._stack.close()
 
@@ -756,9 +869,13 @@ class ResponderFold:
                 raise ProtocolError(f"stream ended after {self._next} of {self.stream.n_chunks} chunks")
             while self._pending:
                 self._fold_one()
+            if self._pinned and self._token is not None:
+                self._collect_pinned()
             if self._buckets is not None:
                 self._acc = [self._buckets.result(t) for t in range(len(self._acc))]
                 self._mults += self._buckets.mults
+            rerandomisers = [mpz(r) for future in self._rerandomisers for r in future.result()]
+            self._rerandomisers = []
         finally:
             self.close()
         stream, lay = self.stream, self.stream.layout
@@ -785,7 +902,7 @@ class ResponderFold:
             # one uniform mask over the WHOLE plaintext space: D = P + M mod n is uniform whatever P is, so an
             # encryptor that packed anything outside its declared slots decrypts nothing about B
             mask = secrets.randbelow(modulus)
-            c = enc.rerandomise(enc.add_plain(self._acc[t], (mask + int(addend[k, g])) % modulus))
+            c = enc.add_plain(self._acc[t], (mask + int(addend[k, g])) % modulus) * rerandomisers[t] % enc.n2
             cts.append(int(c))
             share[k, g] = (int(own[k, g]) - mask) % modulus
         response = MaskedResponse(stream.session, stream.public_key, lay.slot_bits, d_a, d_b, G, cts)
@@ -930,20 +1047,22 @@ def _packed_sum(shares: tuple[Any, ...], n_groups: int, modulus: int) -> np.ndar
 
 
 def combine_packed_shares(*shares: Any, layout: SlotLayout, n_cols: int, modulus: int,
-                          encryptor: str = "the encryptor") -> np.ndarray:
+                          encryptor: str = "the encryptor", responder: str | None = None) -> np.ndarray:
     """The product from its packed shares: ``d_a x d_b`` exact integers ``u_jk`` (units ``2^-2p``), range-checked.
 
     ``Z_kg = sum(shares) mod n`` is unpacked with the public layout (slot width ``w``, ``n_cols = d_a`` columns,
     ``layout.group_columns``); each slot must satisfy ``|slot - C| < 2^v`` (:func:`centring_constant`) and every bit
     of ``Z_kg`` above its last slot must be 0. An honest run always passes; anything the encryptor packed outside
     its declared slots (or an operand entry outside ``[0, 2O]``) lands there with overwhelming probability, so a
-    failure raises :class:`ProtocolError` naming ``encryptor`` (a corrupted share has the same effect). The message
+    failure raises :class:`ProtocolError` naming ``encryptor`` and, if given, ``responder``: a share corrupted by the
+    responder has the same effect, and the coordinator cannot tell the two apart from the shares. The message
     never says which slot failed: it reaches every party (the coordinator's ABORT), and the position of the first
     failing slot would give a probing encryptor more than the one bit of the abort itself.
     """
     G = layout.n_groups(n_cols)
+    culprit = "" if responder is None else f", or {responder} corrupted its share"
     refused = ProtocolError(f"secure product refused: {encryptor}'s encrypted operand is not what its request "
-                            "declared (the combined block lies outside its declared slots); the run stops")
+                            f"declared{culprit} (the combined block lies outside its declared slots); the run stops")
     total = _packed_sum(shares, G, modulus)
     C, w = centring_constant(layout), layout.slot_bits
     bound, mask = 1 << layout.value_bits, (1 << w) - 1

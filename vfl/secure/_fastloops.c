@@ -1,0 +1,853 @@
+/* vfl.secure._fastloops: the two inner loops of a secure product at C speed, on GMP (issue 25).
+ *
+ * Optional: setup.py builds it when a compiler and gmp.h exist; otherwise vfl.secure.fastmath runs the same
+ * loops in Python with the same results (VFL_PURE_PYTHON=1 forces that). The interface is bytes and small ints only
+ * (no gmpy2 C-API): big integers travel as big-endian bytes, exponents as native uint64 arrays.
+ *
+ *   Buckets(n_products, window, n_windows, modulus)   Pippenger buckets kept across chunks (odd modulus)
+ *       .add(frame, width, n_groups, exponents, n_cols, first_product)
+ *       .result(product) -> bytes                     the running-product combination, then c squarings/window
+ *       .mults, .combination_mults                    multiplications counted like the Python loops
+ *   FixedBase(base, modulus, window, n_windows)       table[k][d] = base^(d 2^(ck)) mod N
+ *       .pow(exponent_le) -> bytes
+ *   mulmod_repeat(a, b, modulus, count, montgomery)  count multiplications mod N (the unit cost of one)
+ *
+ * Products modulo an odd N are Montgomery products (no division); see the Montgomery section below.
+ * Every length, count and exponent is checked here before it is used, and every base must lie below the modulus;
+ * ciphertexts are validated by the Python caller (vfl.secure.keys) before they reach this module, and nothing here
+ * parses a length out of them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <gmp.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_WINDOW 16
+#define MAX_SLOTS ((Py_ssize_t)1 << 31)
+
+static int import_be(mpz_t out, const Py_buffer *buf) {
+    if (buf->len <= 0) {
+        PyErr_SetString(PyExc_ValueError, "an integer needs at least one byte");
+        return -1;
+    }
+    mpz_import(out, (size_t)buf->len, 1, 1, 1, 0, buf->buf);
+    return 0;
+}
+
+static PyObject *export_be(const mpz_t x) {
+    size_t count = (mpz_sizeinbase(x, 2) + 7) / 8;
+    if (mpz_sgn(x) == 0)
+        return PyBytes_FromStringAndSize("", 0);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    size_t written = 0;
+    mpz_export(PyBytes_AS_STRING(out), &written, 1, 1, 1, 0, x);
+    return out;
+}
+
+/* x <- x y mod m through the scratch t: GMP copies an operand that aliases the destination, so never alias */
+static inline void mulmod_into(mpz_t x, const mpz_t y, const mpz_t m, mpz_t t) {
+    mpz_mul(t, x, y);
+    mpz_tdiv_r(x, t, m);
+}
+
+static int positive_modulus(mpz_t m, const Py_buffer *buf) {
+    if (import_be(m, buf) < 0)
+        return -1;
+    if (mpz_cmp_ui(m, 1) <= 0) {
+        PyErr_SetString(PyExc_ValueError, "the modulus must be greater than 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------- Montgomery (1985) */
+/* For an odd modulus m of n limbs and R = B^n (B = 2^64): x~ = x R mod m, and REDC(t) = t / R mod m for t < R^2,
+ * word by word (Montgomery, "Modular multiplication without trial division", Math. Comp. 44, 1985): per limb add the
+ * multiple q m (q = t_j (-1/m) mod B) that clears it, then drop the n low limbs; one subtraction keeps the result
+ * below R. mont(x~, y~) = REDC(x~ y~) = (x y)~, so a chain of products never divides. Only public mpn calls. */
+typedef struct {
+    mp_size_t n;
+    mp_limb_t *m;      /* n limbs */
+    mp_limb_t minv;    /* -1/m mod B */
+    mp_limb_t *ip;     /* 1/m mod B^n for GMP's own mpn_redc_n, or NULL */
+} Montgomery;
+
+/* GMP's subquadratic REDC (mullo + wrap-around product; what mpz_powm uses above ~40 limbs) is not part of the
+ * documented interface, but every shared libgmp 6.x exports it. Weak references: where it is missing they are NULL
+ * and the word-by-word REDC below runs instead; fastloops_init checks it against that one before trusting it. */
+extern void __gmpn_redc_n(mp_ptr, mp_ptr, mp_srcptr, mp_size_t, mp_srcptr) __attribute__((weak));
+extern void __gmpn_binvert(mp_ptr, mp_srcptr, mp_size_t, mp_ptr) __attribute__((weak));
+extern mp_size_t __gmpn_binvert_itch(mp_size_t) __attribute__((weak));
+#define REDC_N_MIN_LIMBS 48   /* measured: faster than word-by-word at 64 limbs (4096 bits), slower at 32 */
+static int redc_n_trusted = 0;
+
+static int montgomery_init(Montgomery *mo, const mpz_t m) {
+    mo->n = (mp_size_t)mpz_size(m);
+    mo->m = PyMem_RawCalloc((size_t)mo->n, sizeof(mp_limb_t));
+    if (mo->m == NULL)
+        return -1;
+    memcpy(mo->m, mpz_limbs_read(m), (size_t)mo->n * sizeof(mp_limb_t));
+    mp_limb_t x = mo->m[0];   /* Newton: correct to 3 bits for odd m0, then 6, 12, 24, 48, 96 */
+    for (int i = 0; i < 5; i++)
+        x *= 2 - mo->m[0] * x;
+    mo->minv = -x;
+    mo->ip = NULL;
+    if (redc_n_trusted && mo->n >= REDC_N_MIN_LIMBS) {
+        mp_size_t itch = __gmpn_binvert_itch(mo->n);
+        mp_limb_t *scratch = PyMem_RawMalloc((size_t)(itch > 0 ? itch : 1) * sizeof(mp_limb_t));
+        mo->ip = PyMem_RawMalloc((size_t)mo->n * sizeof(mp_limb_t));
+        if (scratch == NULL || mo->ip == NULL) {
+            PyMem_RawFree(scratch);
+            return -1;
+        }
+        __gmpn_binvert(mo->ip, mo->m, mo->n, scratch);
+        PyMem_RawFree(scratch);
+    }
+    return 0;
+}
+
+static void montgomery_clear(Montgomery *mo) {
+    PyMem_RawFree(mo->m);
+    PyMem_RawFree(mo->ip);
+    mo->m = mo->ip = NULL;
+}
+
+/* r <- t / R mod m, r < R (t: 2n limbs, overwritten; r must not overlap t) */
+static void redc_words(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
+    const mp_size_t n = mo->n;
+    for (mp_size_t j = 0; j < n; j++)
+        t[j] = mpn_addmul_1(t + j, mo->m, n, t[j] * mo->minv);
+    if (mpn_add_n(r, t + n, t, n))
+        mpn_sub_n(r, r, mo->m, n);
+}
+
+static void redc(mp_limb_t *r, mp_limb_t *t, const Montgomery *mo) {
+    if (mo->ip != NULL)
+        __gmpn_redc_n(r, t, mo->m, mo->n, mo->ip);
+    else
+        redc_words(r, t, mo);
+}
+
+/* r <- REDC(x y); r may equal x or y (t: 2n limbs of scratch) */
+static void montmul(mp_limb_t *r, const mp_limb_t *x, const mp_limb_t *y, mp_limb_t *t, const Montgomery *mo) {
+    mpn_mul_n(t, x, y, mo->n);
+    redc(r, t, mo);
+}
+
+/* r <- REDC(x^2) */
+static void montsqr(mp_limb_t *r, const mp_limb_t *x, mp_limb_t *t, const Montgomery *mo) {
+    mpn_sqr(t, x, mo->n);
+    redc(r, t, mo);
+}
+
+/* n limbs of x~ = x R mod m, from x >= 0 */
+static void to_montgomery(mp_limb_t *out, const mpz_t x, const mpz_t m, const Montgomery *mo) {
+    mpz_t t;
+    mpz_init(t);
+    mpz_mul_2exp(t, x, (mp_bitcnt_t)mo->n * GMP_NUMB_BITS);
+    mpz_tdiv_r(t, t, m);
+    memset(out, 0, (size_t)mo->n * sizeof(mp_limb_t));
+    memcpy(out, mpz_limbs_read(t), mpz_size(t) * sizeof(mp_limb_t));
+    mpz_clear(t);
+}
+
+/* out <- x / R mod m in [0, m) (x: n limbs < R; t: 2n limbs of scratch) */
+static void from_montgomery(mpz_t out, const mp_limb_t *x, mp_limb_t *t, const Montgomery *mo) {
+    const mp_size_t n = mo->n;
+    memcpy(t, x, (size_t)n * sizeof(mp_limb_t));
+    memset(t + n, 0, (size_t)n * sizeof(mp_limb_t));
+    mp_limb_t *r = mpz_limbs_write(out, n);
+    redc(r, t, mo);   /* (x + q m) / R < 1 + m: at most one subtraction */
+    if (mpn_cmp(r, mo->m, n) >= 0)
+        mpn_sub_n(r, r, mo->m, n);
+    mpz_limbs_finish(out, n);
+}
+
+/* fastloops_init: trust mpn_redc_n only if it agrees with the word-by-word REDC on a 64-limb odd modulus */
+static void check_redc_n(void) {
+    if (__gmpn_redc_n == NULL || __gmpn_binvert == NULL || __gmpn_binvert_itch == NULL)
+        return;
+    const mp_size_t n = 64;
+    mpz_t m, a, r1, r2;
+    mpz_inits(m, a, r1, r2, NULL);
+    gmp_randstate_t st;
+    gmp_randinit_default(st);
+    mpz_urandomb(m, st, (mp_bitcnt_t)n * GMP_NUMB_BITS);
+    mpz_setbit(m, (mp_bitcnt_t)n * GMP_NUMB_BITS - 1);
+    mpz_setbit(m, 0);
+    Montgomery words, fast;
+    redc_n_trusted = 0;
+    int ok = montgomery_init(&words, m) == 0;
+    redc_n_trusted = 1;
+    ok = ok && montgomery_init(&fast, m) == 0 && fast.ip != NULL;
+    mp_limb_t *x = PyMem_Calloc((size_t)(4 * n), sizeof(mp_limb_t)), *t = x + n;
+    for (int trial = 0; ok && x != NULL && trial < 8; trial++) {
+        mpz_t view;
+        mpz_urandomm(a, st, m);
+        memset(x, 0, (size_t)n * sizeof(mp_limb_t));
+        memcpy(x, mpz_limbs_read(a), mpz_size(a) * sizeof(mp_limb_t));
+        montmul(t + 2 * n, x, x, t, &words);   /* (x x / R) mod m, < R */
+        mpz_mod(r1, mpz_roinit_n(view, t + 2 * n, n), m);
+        mpn_mul_n(t, x, x, n);
+        __gmpn_redc_n(t + 2 * n, t, mpz_limbs_read(m), n, fast.ip);
+        mpz_mod(r2, mpz_roinit_n(view, t + 2 * n, n), m);
+        ok = mpz_cmp(r1, r2) == 0 && mpz_cmp_ui(r1, 0) != 0;
+    }
+    redc_n_trusted = ok && x != NULL;
+    PyMem_Free(x);
+    montgomery_clear(&words);
+    montgomery_clear(&fast);
+    gmp_randclear(st);
+    mpz_clears(m, a, r1, r2, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------------ Buckets */
+/* All arithmetic in the Montgomery domain of the odd modulus m. A base b < m enters as it is, i.e. as the Montgomery
+ * form of b' = b / R; the buckets and their combination then give prod b'^e = (prod b^e) R^(-E), E = sum of all the
+ * exponents of the product, and result() multiplies by R^E mod m once (one short powmod per product, not counted in
+ * mults: the multiplications counted are exactly fastmath.BucketAccumulator's). */
+typedef struct {
+    PyObject_HEAD
+    mpz_t modulus;
+    Montgomery mo;
+    int window;
+    int n_windows;
+    Py_ssize_t n_products;
+    Py_ssize_t per_product;   /* n_windows << window buckets */
+    mp_limb_t *slots;         /* n_products * per_product buckets of mo.n limbs */
+    unsigned char *used;
+    unsigned char *released;  /* per product, after result() */
+    uint64_t *exp_sum;        /* per product: E as two 64-bit halves (lo, hi) */
+    unsigned long long mults;
+    unsigned long long combination_mults;   /* running products of result(): fastmath.multiexp counts them too */
+    int busy;                 /* add/result run without the GIL: one call at a time per object */
+    int ready;
+} BucketsObject;
+
+static void Buckets_dealloc(BucketsObject *self) {
+    PyMem_Free(self->slots);
+    PyMem_Free(self->used);
+    PyMem_Free(self->released);
+    PyMem_Free(self->exp_sum);
+    montgomery_clear(&self->mo);
+    if (self->ready)
+        mpz_clear(self->modulus);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t n_products;
+    int window, n_windows;
+    Py_buffer mod;
+    (void)kwds;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "niiy*", &n_products, &window, &n_windows, &mod))
+        return -1;
+    if (n_products < 1 || window < 1 || window > MAX_WINDOW || n_windows < 1 || (long)window * (n_windows - 1) >= 64) {
+        PyBuffer_Release(&mod);
+        PyErr_SetString(PyExc_ValueError, "Buckets needs n_products >= 1, 1 <= window <= 16 and exponents < 2^64");
+        return -1;
+    }
+    mpz_init(self->modulus);
+    self->ready = 1;
+    int bad = positive_modulus(self->modulus, &mod);
+    PyBuffer_Release(&mod);
+    if (bad)
+        return -1;
+    if (!mpz_odd_p(self->modulus)) {
+        PyErr_SetString(PyExc_ValueError, "Buckets needs an odd modulus (Montgomery arithmetic)");
+        return -1;
+    }
+    Py_ssize_t per_product = (Py_ssize_t)n_windows << window;
+    Py_ssize_t n = (Py_ssize_t)mpz_size(self->modulus);
+    if (n_products > MAX_SLOTS / per_product || n_products * per_product > PY_SSIZE_T_MAX / 8 / n) {
+        PyErr_SetString(PyExc_ValueError, "too many buckets");
+        return -1;
+    }
+    if (montgomery_init(&self->mo, self->modulus) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->window = window;
+    self->n_windows = n_windows;
+    self->n_products = n_products;
+    self->per_product = per_product;
+    Py_ssize_t total = n_products * per_product;
+    self->slots = PyMem_Malloc((size_t)(total * n) * sizeof(mp_limb_t));   /* read only where used[] is set */
+    self->used = PyMem_Calloc((size_t)total, 1);
+    self->released = PyMem_Calloc((size_t)n_products, 1);
+    self->exp_sum = PyMem_Calloc((size_t)(2 * n_products), sizeof(uint64_t));
+    if (self->slots == NULL || self->used == NULL || self->released == NULL || self->exp_sum == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* every base of the frame as mo.n limbs; -1 if one is not below the modulus */
+static int import_bases(mp_limb_t *out, const unsigned char *bytes, Py_ssize_t count, Py_ssize_t width,
+                        const mpz_t modulus, mp_size_t n) {
+    mpz_t b;
+    mpz_init2(b, (mp_bitcnt_t)width * 8);
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < count && !bad; i++) {
+        mpz_import(b, (size_t)width, 1, 1, 1, 0, bytes + i * width);
+        if (mpz_cmp(b, modulus) >= 0) {
+            bad = 1;
+            break;
+        }
+        memset(out + i * n, 0, (size_t)n * sizeof(mp_limb_t));
+        memcpy(out + i * n, mpz_limbs_read(b), mpz_size(b) * sizeof(mp_limb_t));
+    }
+    mpz_clear(b);
+    return bad ? -1 : 0;
+}
+
+static int check_add_args(BucketsObject *self, Py_ssize_t frame_len, Py_ssize_t width, Py_ssize_t n_groups,
+                          const Py_buffer *exps, Py_ssize_t n_cols, Py_ssize_t first) {
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        return -1;
+    }
+    if (width < 1 || width > (1 << 20) || n_groups < 1 || n_cols < 1 || first < 0
+        || n_cols > self->n_products / n_groups || first > self->n_products - n_cols * n_groups) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: bad width, groups, columns or first product");
+        return -1;
+    }
+    Py_ssize_t rows = frame_len / (width * n_groups);
+    if (frame_len % (width * n_groups) != 0 || exps->len != rows * n_cols * (Py_ssize_t)sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: need whole rows and one uint64 exponent per row and column");
+        return -1;
+    }
+    const int top_bits = self->window * self->n_windows;
+    const uint64_t *e = (const uint64_t *)exps->buf;
+    for (Py_ssize_t i = 0; top_bits < 64 && i < rows * n_cols; i++)
+        if (e[i] >> top_bits) {
+            PyErr_SetString(PyExc_ValueError, "Buckets.add: an exponent has more bits than the buckets");
+            return -1;
+        }
+    for (Py_ssize_t t = 0; t < n_cols * n_groups; t++)
+        if (self->released[first + t]) {
+            PyErr_SetString(PyExc_ValueError, "Buckets.add: that product's buckets were already combined");
+            return -1;
+        }
+    return 0;
+}
+
+/* product index first + k * n_groups + g for column k of the exponents and group g of a row */
+static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
+    Py_buffer frame, exps;
+    Py_ssize_t width, n_groups, n_cols, first;
+    if (!PyArg_ParseTuple(args, "y*nny*nn", &frame, &width, &n_groups, &exps, &n_cols, &first))
+        return NULL;
+    PyObject *ret = NULL;
+    mp_limb_t *bases = NULL, *t = NULL;
+    if (check_add_args(self, frame.len, width, n_groups, &exps, n_cols, first) < 0)
+        goto done;
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t rows = frame.len / (width * n_groups);
+    bases = PyMem_Malloc((size_t)(rows * n_groups * n + 1) * sizeof(mp_limb_t));
+    t = PyMem_Malloc((size_t)(2 * n) * sizeof(mp_limb_t));
+    if (bases == NULL || t == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->busy = 1;
+    int bad;
+    unsigned long long mults = 0;
+    const int c = self->window;
+    const uint64_t mask = ((uint64_t)1 << c) - 1;
+    const uint64_t *e = (const uint64_t *)exps.buf;
+    Py_BEGIN_ALLOW_THREADS
+    bad = import_bases(bases, (const unsigned char *)frame.buf, rows * n_groups, width, self->modulus, n);
+    for (Py_ssize_t i = 0; i < rows && !bad; i++) {
+        for (Py_ssize_t g = 0; g < n_groups; g++) {
+            const mp_limb_t *b = bases + (i * n_groups + g) * n;
+            for (Py_ssize_t k = 0; k < n_cols; k++) {
+                uint64_t x = e[i * n_cols + k];
+                Py_ssize_t product = first + k * n_groups + g;
+                uint64_t *sum = self->exp_sum + 2 * product;
+                sum[0] += x;
+                sum[1] += sum[0] < x;
+                Py_ssize_t off = product * self->per_product;
+                for (int w = 0; x; w++, x >>= c) {
+                    uint64_t d = x & mask;
+                    if (!d)
+                        continue;
+                    Py_ssize_t s = off + ((Py_ssize_t)w << c) + (Py_ssize_t)d;
+                    mp_limb_t *slot = self->slots + s * n;
+                    if (!self->used[s]) {
+                        memcpy(slot, b, (size_t)n * sizeof(mp_limb_t));
+                        self->used[s] = 1;
+                    } else {
+                        montmul(slot, slot, b, t, &self->mo);
+                        mults++;
+                    }
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    self->mults += mults;
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "Buckets.add: a base is not below the modulus (validate ciphertexts first)");
+    else
+        ret = Py_NewRef(Py_None);
+done:
+    PyMem_Free(bases);
+    PyMem_Free(t);
+    PyBuffer_Release(&frame);
+    PyBuffer_Release(&exps);
+    return ret;
+}
+
+/* the Montgomery form of prod_d bucket_d^d over the windows, high to low, by fastmath.BucketAccumulator.result's
+ * running product and c squarings per window; 0 if every bucket is empty */
+static int combine(BucketsObject *self, Py_ssize_t product, mp_limb_t *result, mp_limb_t *work,
+                   unsigned long long *squarings, unsigned long long *others) {
+    const mp_size_t n = self->mo.n;
+    const int c = self->window;
+    mp_limb_t *running = work, *acc = work + n, *t = work + 2 * n;
+    const Py_ssize_t off = product * self->per_product;
+    int have_result = 0;
+    for (int w = self->n_windows - 1; w >= 0; w--) {
+        if (have_result) {
+            for (int s = 0; s < c; s++)
+                montsqr(result, result, t, &self->mo);
+            *squarings += (unsigned long long)c;
+        }
+        int have_running = 0, have_acc = 0;
+        for (Py_ssize_t d = ((Py_ssize_t)1 << c) - 1; d >= 1; d--) {
+            Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
+            if (self->used[s]) {
+                if (!have_running) {
+                    memcpy(running, self->slots + s * n, (size_t)n * sizeof(mp_limb_t));
+                } else {
+                    montmul(running, running, self->slots + s * n, t, &self->mo);
+                    ++*others;
+                }
+                have_running = 1;
+            }
+            if (have_running) {
+                if (!have_acc) {
+                    memcpy(acc, running, (size_t)n * sizeof(mp_limb_t));
+                } else {
+                    montmul(acc, acc, running, t, &self->mo);
+                    ++*others;
+                }
+                have_acc = 1;
+            }
+        }
+        if (have_acc) {
+            if (!have_result) {
+                memcpy(result, acc, (size_t)n * sizeof(mp_limb_t));
+            } else {
+                montmul(result, result, acc, t, &self->mo);
+                ++*others;
+            }
+            have_result = 1;
+        }
+    }
+    return have_result;
+}
+
+static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
+    Py_ssize_t product = PyLong_AsSsize_t(arg);
+    if (product == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->slots == NULL || self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Buckets is not initialised or is in use by another thread");
+        return NULL;
+    }
+    if (product < 0 || product >= self->n_products) {
+        PyErr_SetString(PyExc_IndexError, "Buckets.result: no such product");
+        return NULL;
+    }
+    if (self->released[product]) {
+        PyErr_SetString(PyExc_ValueError, "Buckets.result: that product's buckets were already combined");
+        return NULL;
+    }
+    const mp_size_t n = self->mo.n;
+    mp_limb_t *work = PyMem_Malloc((size_t)(6 * n) * sizeof(mp_limb_t));
+    if (work == NULL)
+        return PyErr_NoMemory();
+    self->busy = 1;
+    unsigned long long squarings = 0, others = 0;
+    mpz_t value, r_mod, e_total;
+    Py_BEGIN_ALLOW_THREADS
+    mpz_inits(value, r_mod, e_total, NULL);
+    if (combine(self, product, work + 5 * n, work, &squarings, &others)) {
+        from_montgomery(value, work + 5 * n, work + n, &self->mo);   /* (prod b^e) R^(-E) mod m */
+        mpz_set_ui(e_total, (unsigned long)self->exp_sum[2 * product + 1]);
+        mpz_mul_2exp(e_total, e_total, 64);
+        mpz_add_ui(e_total, e_total, (unsigned long)self->exp_sum[2 * product]);
+        mpz_set_ui(r_mod, 1);
+        mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)n * GMP_NUMB_BITS);
+        mpz_powm(r_mod, r_mod, e_total, self->modulus);
+        mpz_mul(value, value, r_mod);
+        mpz_tdiv_r(value, value, self->modulus);
+    } else {
+        mpz_set_ui(value, 1);
+    }
+    memset(self->used + product * self->per_product, 0, (size_t)self->per_product);
+    Py_END_ALLOW_THREADS
+    self->released[product] = 1;
+    self->mults += squarings;
+    self->combination_mults += others;
+    self->busy = 0;
+    PyMem_Free(work);
+    PyObject *out = export_be(value);
+    mpz_clears(value, r_mod, e_total, NULL);
+    return out;
+}
+
+static PyObject *Buckets_get_mults(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->mults);
+}
+
+static PyMethodDef Buckets_methods[] = {
+    {"add", (PyCFunction)Buckets_add, METH_VARARGS,
+     "add(frame, width, n_groups, exponents, n_cols, first_product): bucket every base of the frame"},
+    {"result", (PyCFunction)Buckets_result, METH_O, "result(product) -> big-endian bytes; releases its buckets"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *Buckets_get_combination_mults(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->combination_mults);
+}
+
+static PyGetSetDef Buckets_getset[] = {
+    {"mults", (getter)Buckets_get_mults, NULL, "bucket multiplications and squarings (BucketAccumulator's count)", NULL},
+    {"combination_mults", (getter)Buckets_get_combination_mults, NULL,
+     "the running-product multiplications of result() (fastmath.multiexp counts these too)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BucketsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vfl.secure._fastloops.Buckets",
+    .tp_basicsize = sizeof(BucketsObject),
+    .tp_dealloc = (destructor)Buckets_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pippenger buckets of several multi-exponentiations kept across chunks (Montgomery arithmetic)",
+    .tp_methods = Buckets_methods,
+    .tp_getset = Buckets_getset,
+    .tp_init = (initproc)Buckets_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---------------------------------------------------------------------------------------------- FixedBase */
+typedef struct {
+    PyObject_HEAD
+    mpz_t modulus;
+    int window;
+    int n_windows;
+    Py_ssize_t size;       /* n_windows << window entries */
+    Montgomery mo;         /* odd modulus: the table holds n-limb Montgomery forms */
+    mp_limb_t *limbs;
+    mpz_t *table;          /* even modulus: plain residues */
+    int ready;
+} FixedBaseObject;
+
+static void FixedBase_dealloc(FixedBaseObject *self) {
+    if (self->table != NULL) {
+        for (Py_ssize_t i = 0; i < self->size; i++)
+            mpz_clear(self->table[i]);
+        PyMem_Free(self->table);
+    }
+    PyMem_Free(self->limbs);
+    montgomery_clear(&self->mo);
+    if (self->ready)
+        mpz_clear(self->modulus);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* row k = [1, g, g^2, ..., g^(2^c - 1)] mod N with g = base^(2^(ck)): fastmath.FixedBaseTable's table */
+static int build_montgomery(FixedBaseObject *self, const mpz_t base) {
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    self->limbs = PyMem_Calloc((size_t)self->size * (size_t)n, sizeof(mp_limb_t));
+    mp_limb_t *g = PyMem_Calloc((size_t)(3 * n), sizeof(mp_limb_t));
+    if (self->limbs == NULL || g == NULL) {
+        PyMem_Free(g);
+        PyErr_NoMemory();
+        return -1;
+    }
+    mp_limb_t *t = g + n;
+    mpz_t one;
+    mpz_init_set_ui(one, 1);
+    to_montgomery(g, base, self->modulus, &self->mo);
+    for (int k = 0; k < self->n_windows; k++) {
+        mp_limb_t *row = self->limbs + (Py_ssize_t)k * row_len * n;
+        to_montgomery(row, one, self->modulus, &self->mo);
+        memcpy(row + n, g, (size_t)n * sizeof(mp_limb_t));
+        for (Py_ssize_t d = 2; d < row_len; d++)
+            montmul(row + d * n, row + (d - 1) * n, g, t, &self->mo);
+        montmul(g, row + (row_len - 1) * n, g, t, &self->mo);
+    }
+    mpz_clear(one);
+    PyMem_Free(g);
+    return 0;
+}
+
+static int build_plain(FixedBaseObject *self, mpz_t g) {
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    self->table = PyMem_Malloc((size_t)self->size * sizeof(mpz_t));
+    if (self->table == NULL) {
+        self->size = 0;
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->size; i++)
+        mpz_init(self->table[i]);
+    for (int k = 0; k < self->n_windows; k++) {
+        mpz_t *row = self->table + k * row_len;
+        mpz_set_ui(row[0], 1);
+        mpz_set(row[1], g);
+        for (Py_ssize_t d = 2; d < row_len; d++) {
+            mpz_mul(row[d], row[d - 1], g);
+            mpz_tdiv_r(row[d], row[d], self->modulus);
+        }
+        mpz_mul(g, row[row_len - 1], g);
+        mpz_tdiv_r(g, g, self->modulus);
+    }
+    return 0;
+}
+
+static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds) {
+    Py_buffer base, mod;
+    int window, n_windows;
+    (void)kwds;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "y*y*ii", &base, &mod, &window, &n_windows))
+        return -1;
+    int bad = 0;
+    if (window < 1 || window > MAX_WINDOW || n_windows < 1 || n_windows > 4096
+        || ((Py_ssize_t)n_windows << window) > ((Py_ssize_t)1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "FixedBase needs 1 <= window <= 16 and at most 2^24 table entries");
+        bad = 1;
+    }
+    mpz_t g;
+    mpz_init(g);
+    mpz_init(self->modulus);
+    self->ready = 1;
+    if (!bad)
+        bad = positive_modulus(self->modulus, &mod) < 0 || import_be(g, &base) < 0;
+    PyBuffer_Release(&base);
+    PyBuffer_Release(&mod);
+    if (!bad) {
+        self->window = window;
+        self->n_windows = n_windows;
+        self->size = (Py_ssize_t)n_windows << window;
+        if (mpz_odd_p(self->modulus))
+            bad = montgomery_init(&self->mo, self->modulus) < 0 ? (PyErr_NoMemory(), 1) : build_montgomery(self, g) < 0;
+        else
+            bad = build_plain(self, g) < 0;
+    }
+    mpz_clear(g);
+    return bad ? -1 : 0;
+}
+
+static unsigned long digit_of(const unsigned char *bytes, Py_ssize_t len, long first_bit, int c) {
+    unsigned long d = 0;
+    for (int b = 0; b < c; b++) {
+        long bit = first_bit + b;
+        if (bit / 8 < len && (bytes[bit / 8] >> (bit % 8)) & 1)
+            d |= 1UL << b;
+    }
+    return d;
+}
+
+static int pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
+    const mp_size_t n = self->mo.n;
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    mp_limb_t *acc = PyMem_Malloc((size_t)(3 * n) * sizeof(mp_limb_t));
+    if (acc == NULL)
+        return -1;
+    mp_limb_t *t = acc + n;
+    int have = 0;
+    for (int k = 0; k < self->n_windows; k++) {
+        unsigned long d = digit_of(bytes, len, (long)k * self->window, self->window);
+        if (!d)
+            continue;
+        const mp_limb_t *entry = self->limbs + ((Py_ssize_t)k * row_len + (Py_ssize_t)d) * n;
+        if (!have)
+            memcpy(acc, entry, (size_t)n * sizeof(mp_limb_t));
+        else
+            montmul(acc, acc, entry, t, &self->mo);
+        have = 1;
+    }
+    if (have)
+        from_montgomery(out, acc, t, &self->mo);
+    else
+        mpz_set_ui(out, 1);
+    PyMem_Free(acc);
+    return 0;
+}
+
+static void pow_plain(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
+    const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
+    mpz_t t;
+    mpz_init(t);
+    mpz_set_ui(out, 1);
+    for (int k = 0; k < self->n_windows; k++) {
+        unsigned long d = digit_of(bytes, len, (long)k * self->window, self->window);
+        if (d)
+            mulmod_into(out, self->table[k * row_len + (Py_ssize_t)d], self->modulus, t);
+    }
+    mpz_clear(t);
+}
+
+/* exponent as little-endian bytes; every bit must lie below c * n_windows */
+static PyObject *FixedBase_pow(FixedBaseObject *self, PyObject *arg) {
+    Py_buffer e;
+    if (self->limbs == NULL && self->table == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedBase is not initialised");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(arg, &e, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *bytes = (const unsigned char *)e.buf;
+    long bit_length = 0;
+    for (Py_ssize_t i = e.len - 1; i >= 0 && bit_length == 0; i--)
+        for (int b = 7; b >= 0; b--)
+            if ((bytes[i] >> b) & 1) {
+                bit_length = 8L * (long)i + b + 1;
+                break;
+            }
+    if (bit_length > (long)self->window * self->n_windows) {
+        PyBuffer_Release(&e);
+        PyErr_SetString(PyExc_ValueError, "FixedBase.pow: the exponent has more bits than the table");
+        return NULL;
+    }
+    mpz_t acc;
+    mpz_init(acc);
+    int failed = 0;
+    if (self->limbs != NULL)
+        failed = pow_montgomery(self, acc, bytes, e.len);
+    else
+        pow_plain(self, acc, bytes, e.len);
+    PyBuffer_Release(&e);
+    PyObject *out = failed ? PyErr_NoMemory() : export_be(acc);
+    mpz_clear(acc);
+    return out;
+}
+
+static PyMethodDef FixedBase_methods[] = {
+    {"pow", (PyCFunction)FixedBase_pow, METH_O, "pow(exponent_le_bytes) -> big-endian bytes of base^e mod N"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FixedBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "vfl.secure._fastloops.FixedBase",
+    .tp_basicsize = sizeof(FixedBaseObject),
+    .tp_dealloc = (destructor)FixedBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "fixed-base windowed table: base^e mod N in ceil(bits / c) multiplications (Montgomery for odd N)",
+    .tp_methods = FixedBase_methods,
+    .tp_init = (initproc)FixedBase_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------------------------------ mulmod_repeat */
+/* the unit cost of one multiplication for benchmarks/secure_products.py: count multiplications x <- x y mod m, by
+ * GMP's mpz_mul + mpz_tdiv_r, or (montgomery=1, odd m, a and b below m) by the Montgomery product the buckets use,
+ * which returns a b^count R^(-count) mod m */
+static int montgomery_chain(mpz_t x, const mpz_t y, const mpz_t m, Py_ssize_t count) {
+    Montgomery mo;
+    if (montgomery_init(&mo, m) < 0)
+        return -1;
+    const mp_size_t n = mo.n;
+    mp_limb_t *xs = PyMem_RawCalloc((size_t)(4 * n), sizeof(mp_limb_t)), *ys = xs + n, *t = xs + 2 * n;
+    if (xs != NULL) {
+        memcpy(xs, mpz_limbs_read(x), mpz_size(x) * sizeof(mp_limb_t));
+        memcpy(ys, mpz_limbs_read(y), mpz_size(y) * sizeof(mp_limb_t));
+        for (Py_ssize_t i = 0; i < count; i++)
+            montmul(xs, xs, ys, t, &mo);
+        mpz_t view;
+        mpz_mod(x, mpz_roinit_n(view, xs, n), m);
+    }
+    PyMem_RawFree(xs);
+    montgomery_clear(&mo);
+    return xs == NULL ? -1 : 0;
+}
+
+static PyObject *mulmod_repeat(PyObject *module, PyObject *args) {
+    Py_buffer a, b, mod;
+    Py_ssize_t count;
+    int montgomery = 0;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*y*n|p", &a, &b, &mod, &count, &montgomery))
+        return NULL;
+    PyObject *out = NULL;
+    mpz_t x, y, m;
+    mpz_inits(x, y, m, NULL);
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+    } else if (import_be(x, &a) == 0 && import_be(y, &b) == 0 && positive_modulus(m, &mod) == 0) {
+        if (montgomery && (!mpz_odd_p(m) || mpz_cmp(x, m) >= 0 || mpz_cmp(y, m) >= 0)) {
+            PyErr_SetString(PyExc_ValueError, "Montgomery needs an odd modulus and operands below it");
+        } else {
+            int failed = 0;
+            Py_BEGIN_ALLOW_THREADS
+            if (montgomery) {
+                failed = montgomery_chain(x, y, m, count);
+            } else {
+                mpz_t t;
+                mpz_init(t);
+                for (Py_ssize_t i = 0; i < count; i++)
+                    mulmod_into(x, y, m, t);
+                mpz_clear(t);
+            }
+            Py_END_ALLOW_THREADS
+            out = failed ? PyErr_NoMemory() : export_be(x);
+        }
+    }
+    mpz_clears(x, y, m, NULL);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&mod);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"mulmod_repeat", mulmod_repeat, METH_VARARGS,
+     "mulmod_repeat(a, b, modulus, count, montgomery=False) -> a b^count mod N (a b^count R^-count for Montgomery)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastloops_module = {
+    PyModuleDef_HEAD_INIT, "_fastloops",
+    "Pippenger buckets and fixed-base tables on GMP (optional; vfl.secure.fastmath has the Python fallback)",
+    -1, module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastloops(void) {
+    check_redc_n();
+    if (PyType_Ready(&BucketsType) < 0 || PyType_Ready(&FixedBaseType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&fastloops_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Buckets", (PyObject *)&BucketsType) < 0
+        || PyModule_AddObjectRef(m, "FixedBase", (PyObject *)&FixedBaseType) < 0
+        || PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version) < 0
+        || PyModule_AddIntConstant(m, "GMP_REDC_N", redc_n_trusted) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
