@@ -238,13 +238,14 @@ def unit_costs(key_bits: int = 2048, rows: int = 2000, bases: int = 16384, seed:
     """CPU microseconds of the two operations the products are made of, measured now with the library's own task
     code: one short-exponent encryption as the key holder's local workers run it (``encrypt_rows_task``: CRT
     modulo p^2 and q^2, fixed-base tables, packing, bytes out; table built before timing) and one multiplication
-    modulo n^2 inside Pippenger buckets (``BucketAccumulator.add`` over ``bases`` ciphertext-sized numbers with
-    the layout's exponents, 8-bit window so that nearly every bucket insertion multiplies: what the responder does
-    per base and window, divided by the model's count ``ceil(b / c)`` per base)."""
-    from vfl.secure import generate_keypair
+    modulo n^2 inside Pippenger buckets (``bucket_accumulator(...).add_frame`` over a frame of ``bases``
+    ciphertext-sized numbers with the layout's exponents, as the responder's fold adds a chunk; 8-bit window so that
+    nearly every bucket insertion multiplies; divided by the model's count ``ceil(b / c)`` per base). Both run on the
+    C inner loops when the extension is built (``inner_loops`` says which ran)."""
+    from vfl.secure import generate_keypair, native
     from vfl.secure.encoding import DEFAULT_PRECISION_BITS
     from vfl.secure.executors import encrypt_rows_task
-    from vfl.secure.fastmath import BucketAccumulator, Encrypter, mpz
+    from vfl.secure.fastmath import Encrypter, bucket_accumulator
     from vfl.secure.packing import SlotLayout, default_noise_bits
 
     pub, priv = generate_keypair(key_bits)
@@ -261,16 +262,17 @@ def unit_costs(key_bits: int = 2048, rows: int = 2000, bases: int = 16384, seed:
     t = time.process_time()
     encrypt_rows_task(state, encoded, groups, lay.slot_bits, draws, False, width)
     t_enc = (time.process_time() - t) / rows
-    n2 = mpz(pub.nsquare)
-    values = [mpz(int.from_bytes(os.urandom(width), "big")) % n2 for _ in range(bases)]
-    exps = [int(v) for v in rng.integers(0, 2**lay.exponent_bits, bases)]
-    acc = BucketAccumulator(1, lay.exponent_bits, 8, n2)
+    n2 = int(pub.nsquare)
+    frame = b"".join((int.from_bytes(os.urandom(width), "big") % n2).to_bytes(width, "big") for _ in range(bases))
+    exps = rng.integers(0, 2**lay.exponent_bits, (bases, 1), dtype=np.int64)
+    acc = bucket_accumulator(1, lay.exponent_bits, 8, n2)
     t = time.process_time()
-    acc.add(0, values, exps)
+    acc.add_frame(frame, width, 1, exps)
     counted = math.ceil(lay.exponent_bits / 8) * bases
     t_mul = (time.process_time() - t) / counted
     return {"key_bits": key_bits, "encryption_us": 1e6 * t_enc, "mulmod_n2_us": 1e6 * t_mul,
-            "encryptions_timed": rows, "bucket_insertions_timed": counted, "of_which_multiplied": acc.mults}
+            "encryptions_timed": rows, "bucket_insertions_timed": counted, "of_which_multiplied": int(acc.mults),
+            "inner_loops": "C" if native.fastloops is not None else "Python"}
 
 
 def multiexp_mults_per_row(n: int, products: int, exponent_bits: int, chunk_rows: int, kept: bool,
@@ -334,7 +336,7 @@ def extrapolate(measured: dict, n: int, d_alice: int, d_bob: int, costs: dict) -
 def extrapolation_text(e: dict) -> str:
     c = e["unit_costs"]
     lines = [f"unit costs measured now: short-exponent encryption {c['encryption_us']:.1f} us, multiplication mod "
-             f"n^2 {c['mulmod_n2_us']:.2f} us ({c['key_bits']}-bit key)",
+             f"n^2 {c['mulmod_n2_us']:.2f} us ({c['key_bits']}-bit key, {c.get('inner_loops', 'Python')} inner loops)",
              f"CPU per row measured at n = {e['measured_n']:,}, {D_ALICE} + {D_BOB} features: "
              f"{e['measured_cpu_ms_per_row']:.3f} ms (all processes)"]
     if "date" in e:
