@@ -235,11 +235,47 @@ class TableFile:
             raise DataValidationError(f"cannot read {self.path}: {exc}") from None
 
     def _frames(self, rows: int, columns: Sequence[str]) -> Iterator[np.ndarray]:
+        """The prepared ``columns`` chunk by chunk: pandas' C float parser when it can (plain numeric CSV columns),
+        else, and for the rest of the file after any cell it refuses, the checked cell-by-cell path."""
+        done = 0
+        if self._float_path(columns):
+            try:
+                for block in self._float_chunks(rows, columns):
+                    if not np.all(np.isfinite(block)):
+                        break   # a NaN/inf cell: the cell-by-cell path below names it
+                    yield block
+                    done += len(block)
+                else:
+                    return
+            except (ValueError, OSError, UnicodeDecodeError, LookupError):
+                pass   # a cell the float parser refuses (or any other trouble): the checked path decides
         for start, frame in self._raw_chunks(rows, self._sources(columns)):
+            if start + len(frame) <= done:
+                continue   # already served by the float parser (both readers chunk the file alike)
             if not columns:
                 yield np.zeros((len(frame), 0))
                 continue
             yield self._matrix(frame, columns, start)
+
+    def _float_path(self, columns: Sequence[str]) -> bool:
+        """Whether ``columns`` can be read by the C float parser: a CSV file, columns present, none of them mapped
+        by the declared preprocessing (categories, imputation)."""
+        if self.parquet or not columns:
+            return False
+        pp = self.preprocessing
+        return pp is None or not any(self._source.get(c, c) in pp.columns for c in columns)
+
+    def _float_chunks(self, rows: int, columns: Sequence[str]) -> Iterator[np.ndarray]:
+        """Numeric CSV columns straight from pandas' C parser as float64 (about 10x less CPU than strings and
+        ``to_numeric``; the same values: both parse to the nearest double). Raises ``ValueError`` on any cell it
+        cannot read as a float (empty, text, ``nan``); the caller then falls back to the checked path."""
+        pd = _pandas()
+        reader = pd.read_csv(self.path, usecols=list(columns), dtype=float, na_filter=False, chunksize=rows,
+                             encoding="utf-8-sig", skip_blank_lines=True, engine="c")
+        with reader:
+            for frame in reader:
+                frame.columns = [str(c).strip() for c in frame.columns]
+                yield frame[list(columns)].to_numpy(dtype=float)
 
     def _csv_structure(self) -> tuple[int, str | None]:
         """Streaming csv pass: every data row has the header's cell count; row count and row-ID digest."""
@@ -272,17 +308,24 @@ class TableFile:
         n = 0
         lo = np.full(len(self.numeric), np.inf)
         hi = np.full(len(self.numeric), -np.inf)
-        for start, frame in self._raw_chunks(self.chunk_rows, cols):
-            if self.numeric:
-                values = self._matrix(frame, self.numeric, start)
+        if self._float_path(self.numeric):   # CSV numeric columns: the C float parser (falls back by itself)
+            for values in self._frames(self.chunk_rows, self.numeric):
                 if len(values):
                     lo = np.minimum(lo, values.min(axis=0))
                     hi = np.maximum(hi, values.max(axis=0))
-            if self.id_column is not None and self.parquet:
-                for value in frame[self.id_column].tolist():
-                    blob = str(value).strip().encode()
-                    digest.update(len(blob).to_bytes(4, "big") + blob)
-            n += len(frame)
+                n += len(values)
+        else:
+            for start, frame in self._raw_chunks(self.chunk_rows, cols):
+                if self.numeric:
+                    values = self._matrix(frame, self.numeric, start)
+                    if len(values):
+                        lo = np.minimum(lo, values.min(axis=0))
+                        hi = np.maximum(hi, values.max(axis=0))
+                if self.id_column is not None and self.parquet:
+                    for value in frame[self.id_column].tolist():
+                        blob = str(value).strip().encode()
+                        digest.update(len(blob).to_bytes(4, "big") + blob)
+                n += len(frame)
         if n == 0:
             raise DataValidationError(f"{self.path}: no data rows")
         self.n_rows = n
