@@ -151,6 +151,7 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
     common = ["--connect", url, "--bounds", str(paths["bounds"]), "--no-progress", "--identity-dir", str(identities),
               "--timeout", str(timeout), "--allow-mechanisms", mechanism, *extra]   # parties opt in (issue 14)
     logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
+    env = {**os.environ, "VFL_LEDGER": str(workdir / "ledgers")}   # a throwaway ledger, never the user's
     start = time.perf_counter()
     procs = {
         "coordinator": subprocess.Popen([*vfl, "coordinator", "--parties", "2", "--bind", url, "--out", str(out),
@@ -158,9 +159,10 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
                                          "--timeout", str(timeout)],
                                         stdout=logs["coordinator"], stderr=subprocess.STDOUT),
         "alice": subprocess.Popen([*vfl, "party", "--name", "alice", "--data", str(paths["alice"]), "--features",
-                                   "a0:a9", "--label", "y", *common], stdout=logs["alice"], stderr=subprocess.STDOUT),
+                                   "a0:a9", "--label", "y", *common], stdout=logs["alice"], stderr=subprocess.STDOUT,
+                                  env=env),
         "bob": subprocess.Popen([*vfl, "party", "--name", "bob", "--data", str(paths["bob"]), "--features", "b0:b9",
-                                 *common], stdout=logs["bob"], stderr=subprocess.STDOUT),
+                                 *common], stdout=logs["bob"], stderr=subprocess.STDOUT, env=env),
     }
     load_start = os.getloadavg()[0]
     sampler = RssSampler(procs)
