@@ -23,6 +23,7 @@ targets and no cell is worse than the default beyond 2 standard errors; the JSON
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -33,26 +34,25 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vfl.data.datasets import forest_fires, garment
+from vfl.privacy.calibration import calibrate_mu
+from vfl.privacy.mechanisms import risk_alpha_share
 
-from utility import (  # noqa: E402  (the sibling benchmark: same cells, splits and noise)
-    BOOTSTRAP,
-    DELTA,
-    EPSILONS,
-    SYNTHETIC_SIZES,
-    TARGETS,
-    Table,
-    VerticalFM,
-    git_commit,
-    r2,
-    real_table,
-    split_draws,
-    synthetic_table,
-)
 
-from vfl.data.datasets import forest_fires, garment  # noqa: E402
-from vfl.privacy.calibration import calibrate_mu  # noqa: E402
-from vfl.privacy.mechanisms import risk_alpha_share  # noqa: E402
+def _sibling(name: str):
+    """The sibling benchmark ``benchmarks/<name>.py`` (same cells, splits and noise), loaded without sys.path."""
+    path = Path(__file__).resolve().with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"vfl_benchmark_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+utility = _sibling("utility")
+BOOTSTRAP, DELTA, EPSILONS, TARGETS = utility.BOOTSTRAP, utility.DELTA, utility.EPSILONS, utility.TARGETS
+Table, VerticalFM, split_draws = utility.Table, utility.VerticalFM, utility.split_draws
 
 SHARES = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 _GRID = np.linspace(0.001, 0.999, 999)
@@ -86,7 +86,7 @@ def run_table(table: Table, splits: int, seed: int, shares: Sequence[float]) -> 
     scores: list[dict[tuple[str, float], float]] = []
     for train, test, draws in split_draws(table, splits, seed):
         fm = VerticalFM(table, train)
-        scores.append({(rule, eps): r2(table, test, *fm.fit(eps, pair, s if rule != "default" else "risk",
+        scores.append({(rule, eps): utility.r2(table, test, *fm.fit(eps, pair, s if rule != "default" else "risk",
                                                              regularization="adaptive"))
                        for eps, (pair, _) in zip(EPSILONS, draws, strict=True) for rule, s in picks[eps].items()})
     boot = np.random.default_rng(seed).integers(0, splits, size=(BOOTSTRAP, splits))
@@ -160,13 +160,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if splits < 2 or not all(0.0 < s < 1.0 for s in shares):
         parser.error("--splits must be at least 2 and every share in (0, 1)")
     start = time.perf_counter()
-    tables = [real_table(garment()), real_table(forest_fires())] + [
-        synthetic_table(n, args.seed) for n in (SYNTHETIC_SIZES[:1] if args.quick else SYNTHETIC_SIZES)]
+    sizes = utility.SYNTHETIC_SIZES[:1] if args.quick else utility.SYNTHETIC_SIZES
+    tables = [utility.real_table(garment()), utility.real_table(forest_fires())] + [
+        utility.synthetic_table(n, args.seed) for n in sizes]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # seeded noise and the fallback ridge warn per fit
         rows = [row for t in tables for row in run_table(t, splits, args.seed, shares)]
     shown = list(sys.argv[1:] if argv is None else argv)
-    doc = {"command": "python benchmarks/utility_shares.py " + " ".join(shown), "vfl_commit": git_commit(),
+    doc = {"command": "python benchmarks/utility_shares.py " + " ".join(shown), "vfl_commit": utility.git_commit(),
            "delta": DELTA, "splits": splits, "seed": args.seed, "seconds": round(time.perf_counter() - start, 1),
            "rows": rows, "verdicts": verdicts(rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
