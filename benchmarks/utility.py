@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +126,7 @@ class VerticalFM:
                       for b in self.plan.blocks}
         self.p_a = len(table.party_a)
 
-    def fit(self, epsilon: float | None, seeds: tuple[np.random.SeedSequence, ...] | None, split: str = "risk",
+    def fit(self, epsilon: float | None, seeds: tuple[np.random.SeedSequence, ...] | None, split: str | float = "risk",
             regularization: str = "floor", free_intercept: bool = False):
         """(coef, intercept) in original units; ``epsilon=None``: no noise (OLS on the clipped data, floor 0).
         Two-sided noise: every cross block gets a second independent draw (its own generator). ``seeds``: the two
@@ -161,8 +161,29 @@ def r2(table: Table, test: np.ndarray, coef: np.ndarray, icpt: float) -> float:
     return 1.0 - float(np.mean((table.X[test] @ coef + icpt - y) ** 2)) / float(np.var(y))
 
 
-def split_scores(table: Table, train: np.ndarray, test: np.ndarray, seeds: list[np.random.SeedSequence]
-                 ) -> dict[tuple[str, float], float]:
+#: per epsilon: the two seeds of the Gaussian FM noise (every Gaussian FM column of a split uses them: common random
+#: numbers) and AdaSSP's seed
+Draws = list[tuple[tuple[np.random.SeedSequence, np.random.SeedSequence], np.random.SeedSequence]]
+
+
+def split_draws(table: Table, splits: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray, Draws]]:
+    """The random 80/20 splits of one cell (train, test indices) with their noise seeds per epsilon. Every benchmark
+    on these cells (this one, benchmarks/utility_shares.py) draws from here, so they see the same splits and noise."""
+    n = table.X.shape[0]
+    n_train = int(round(0.8 * n))
+    master = np.random.SeedSequence([seed, sum(map(ord, table.name))])
+    for child in master.spawn(splits):
+        split_seed, *eps_seeds = child.spawn(1 + len(EPSILONS))
+        perm = np.random.default_rng(split_seed).permutation(n)
+        draws: Draws = []
+        for eps_seed in eps_seeds:
+            noise_seed, ada_seed = eps_seed.spawn(2)
+            first, second = noise_seed.spawn(2)   # spawned once: every fit of the split reuses the same two seeds
+            draws.append(((first, second), ada_seed))
+        yield perm[:n_train], perm[n_train:], draws
+
+
+def split_scores(table: Table, train: np.ndarray, test: np.ndarray, draws: Draws) -> dict[tuple[str, float], float]:
     """Test R^2 of every method and epsilon on one split."""
     fm = VerticalFM(table, train)
     fm01 = VerticalFM(table.zero_one(), train) if table.dummies else None
@@ -170,9 +191,7 @@ def split_scores(table: Table, train: np.ndarray, test: np.ndarray, seeds: list[
     mean = float(np.mean(table.y[train]))
     out[("constant", 0.0)] = r2(table, test, np.zeros(table.X.shape[1]), mean)
     X_clip = np.clip(table.X, [lo for lo, _ in table.bounds], [hi for _, hi in table.bounds])
-    for eps, seed in zip(EPSILONS, seeds, strict=True):
-        noise_seed, ada_seed = seed.spawn(2)
-        pair = tuple(noise_seed.spawn(2))   # spawned once: every fit below reuses the same two seeds
+    for eps, (pair, ada_seed) in zip(EPSILONS, draws, strict=True):
         for split in ("risk", "equal"):   # the same seed: common random numbers
             out[(f"gfm_{split}", eps)] = r2(table, test, *fm.fit(eps, pair, split))
         out[("gfm_adaptive", eps)] = r2(table, test, *fm.fit(eps, pair, regularization="adaptive"))
@@ -198,12 +217,7 @@ def _paired(scores: list[dict[tuple[str, float], float]], a: str, b: str, eps: f
 def run_table(table: Table, splits: int, seed: int) -> list[dict]:
     n = table.X.shape[0]
     n_train = int(round(0.8 * n))
-    master = np.random.SeedSequence([seed, sum(map(ord, table.name))])
-    scores: list[dict[tuple[str, float], float]] = []
-    for child in master.spawn(splits):
-        split_seed, *eps_seeds = child.spawn(1 + len(EPSILONS))
-        perm = np.random.default_rng(split_seed).permutation(n)
-        scores.append(split_scores(table, perm[:n_train], perm[n_train:], eps_seeds))
+    scores = [split_scores(table, train, test, draws) for train, test, draws in split_draws(table, splits, seed)]
     boot = np.random.default_rng(seed).integers(0, splits, size=(BOOTSTRAP, splits))
     rows = []
     for eps in EPSILONS:

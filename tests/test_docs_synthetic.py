@@ -49,3 +49,19 @@ def test_readme_quotes_the_gaussian_against_laplace_cell() -> None:
     g, lap = (cells[m]["by_epsilon"]["0.5"]["median"] for m in ("gaussian-fm", "laplace-fm-paper"))
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert f"Gaussian FM test MSE {g:.0f} vs Laplace FM {lap:.0f}, about {g / lap:.1f}×" in readme
+
+
+def test_key_results_quote_the_logistic_cells() -> None:
+    """The logistic numbers of 'Key results' (the Gaussian/Laplace sentence and the floor-selection bullet's current
+    values) are the committed JSON's medians."""
+    cells = json.loads(JSON.read_text(encoding="utf-8"))["results"]["logistic"]
+
+    def med(n: str, method: str, eps: str) -> float:
+        return cells[n][method]["by_epsilon"][eps]["median"]
+
+    text = " ".join(PAGE.read_text(encoding="utf-8").split("## Caveats", 1)[0].split())
+    assert (f"Logistic, same setting: accuracy {med('10000', 'gaussian-fm', '0.5'):.3f} (Gaussian) vs "
+            f"{med('10000', 'laplace-fm-paper', '0.5'):.3f} / {med('10000', 'laplace-fm-tight', '0.5'):.3f} (Laplace "
+            f"paper / tight), non-private {cells['10000']['non-private']['value']:.3f}") in text
+    for n, eps in (("10000", "0.5"), ("10000", "1"), ("100000", "0.1"), ("1000", "1"), ("10000", "0.1")):
+        assert f"→ {med(n, 'gaussian-fm', eps):.3f}" in text, (n, eps)
