@@ -6,7 +6,23 @@ and tables through these helpers, so "equal to the digits shown" means the same 
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (the tables it prints from its JSON are what the docs must show).
+    Registered in ``sys.modules`` as ``benchmark_<name>`` first: dataclasses resolve their annotations through it."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def section(path: Path, heading: str) -> str:

@@ -5,7 +5,6 @@ show exactly the tables of the committed JSON, and the prose's claims must hold 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import shutil
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_tables import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "audit.json"
@@ -22,12 +22,7 @@ SCRIPT = ROOT / "benchmarks" / "privacy_audit.py"
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("privacy_audit_benchmark", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("privacy_audit")
 
 
 def _doc() -> dict:

@@ -5,11 +5,12 @@ quotes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from docs_tables import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "logistic_utility.json"
@@ -18,13 +19,7 @@ SECTION = "### Logistic regression: the eigenvalue floor selected from the relea
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("logistic_utility_benchmark",
-                                                  ROOT / "benchmarks" / "logistic_utility.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("logistic_utility")
 
 
 def _doc() -> dict:

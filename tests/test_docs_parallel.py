@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from docs_tables import section
+from docs_tables import load_benchmark, section
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "parallel_scaling.json"
@@ -16,11 +15,7 @@ HEADING = "## Parallel workers (issue 25)"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_parallel_scaling", ROOT / "benchmarks" / "parallel_scaling.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("parallel_scaling")
 
 
 @pytest.mark.skipif(not JSON.is_file(), reason="docs/data/parallel_scaling.json not committed yet")

@@ -10,11 +10,10 @@ number in them cannot drift from the measurement, and a verdict ("met") cannot d
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from docs_tables import section
+from docs_tables import load_benchmark, section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
@@ -24,11 +23,7 @@ VARIANTS_JSON = ROOT / "docs" / "data" / "scale_1e6.json"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "benchmarks" / "scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("scale")
 
 
 def test_the_scale_table_and_targets_are_the_committed_runs() -> None:

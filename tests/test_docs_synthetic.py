@@ -4,10 +4,10 @@ JSON, and the page's "All numbers" section must be exactly what ``markdown_table
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from docs_tables import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmarks_synthetic.md"
@@ -16,13 +16,7 @@ HEADING = "## All numbers (results.md of the run)"
 
 
 def _benchmark():
-    path = ROOT / "benchmarks" / "privacy_utility.py"
-    spec = importlib.util.spec_from_file_location("privacy_utility_benchmark", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("privacy_utility")
 
 
 def _tables(report: dict) -> str:

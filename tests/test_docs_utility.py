@@ -4,13 +4,13 @@ page must contain exactly those tables, its run line (seconds, commit), and the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from docs_tables import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "utility.json"
@@ -18,12 +18,7 @@ PAGE = ROOT / "docs" / "benchmarks_utility.md"
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("utility_benchmark", ROOT / "benchmarks" / "utility.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("utility")
 
 
 def _doc() -> dict:

@@ -4,13 +4,13 @@ tables; the page must contain exactly those tables, its run line, and the number
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from docs_tables import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = ROOT / "docs" / "data" / "utility_shares.json"
@@ -19,12 +19,7 @@ HEADING = "## The budget split under the adaptive solve (measured; the default s
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("utility_shares_benchmark", ROOT / "benchmarks" / "utility_shares.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("utility_shares")
 
 
 def _doc() -> dict:

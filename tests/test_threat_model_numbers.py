@@ -10,14 +10,13 @@ scale (2048-bit keys, a few seconds) and check what the docs rely on.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_tables import load_benchmark
 from docs_tables import same_to_shown_digits as _same
 from docs_tables import table_rows as _tables
 
@@ -121,12 +120,7 @@ def test_the_docs_state_the_verdict_the_measurement_gives() -> None:
 
 
 def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module   # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name)
 
 
 def test_the_attack_harness_reproduces_what_the_docs_rely_on(tmp_path: Path) -> None:
