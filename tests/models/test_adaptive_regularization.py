@@ -48,10 +48,19 @@ def test_linear_default_is_adaptive_with_the_mechanisms_alpha_variances() -> Non
 
 
 def test_adaptive_is_post_processing_the_privacy_report_is_unchanged() -> None:
+    """The report is the release's (the same for both solves); the post-processing claim itself is that the
+    adaptive coefficients are a function of the released objective and public noise scales only: solving the
+    released objective of one fit again, with no access to X or y, reproduces them bit for bit."""
     a, f = _fit(), _fit(regularization="floor")
     assert (a.privacy_report_.epsilon, a.privacy_report_.delta) == (f.privacy_report_.epsilon,
                                                                     f.privacy_report_.delta)
     assert a.privacy_report_.epsilon == pytest.approx(1.0)
+    released = a.objective_   # the noisy objective as released; below, only public constants are added
+    public = make_mechanism("gaussian-fm", plan=DissectionPlan([a.objective_.alpha.size], 0, model="linear"),
+                            n_samples=400, epsilon=1.0, delta=1e-5, domain="l2")
+    np.testing.assert_array_equal(a.coef_unit_, solve(released, lambda_floor=public.lambda_floor,
+                                                      regularization="adaptive",
+                                                      alpha_noise_var=public.alpha_noise_variance()))
 
 
 def test_logistic_keeps_the_floor_by_default() -> None:

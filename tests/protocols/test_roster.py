@@ -298,5 +298,19 @@ def test_a_malformed_nonce_in_an_entry_is_refused(tmp_path):
     run = Run(tmp_path)
     entry = run.entries()[0]
     entry.body["nonce"] = 5
-    with pytest.raises(ProtocolError, match="malformed nonce"):
+    with pytest.raises(ProtocolError, match="missing or malformed nonce"):
         run.coordinator.handle(0, entry)
+
+
+def test_a_live_roster_refuses_an_entry_signed_without_a_nonce(tmp_path):
+    """Only model files written before entries carried a nonce may lack one: in a live run, a co-party's entry
+    re-signed the old way (no nonce) is a downgrade a hostile coordinator could replay, and is refused."""
+    run = Run(tmp_path)
+    entries = [m.body for m in run.entries()]
+    alice = entries[0]
+    del alice["nonce"]
+    alice["auth"] = run.creds["alice"][0].sign(entry_digest(RUN, run.rosters[0].plan, alice["registration"],
+                                                            alice["paillier"]))
+    with pytest.raises(ProtocolError, match="missing or malformed nonce"):
+        run.rosters[1].verify(_wire(Out(type="roster", body={"entries": entries})))
+    assert run.rosters[1].digest is None

@@ -247,7 +247,7 @@ class SiteNode:
                            pinned=self.pinned)
         self.index = book.index
         session = SignedCapeSite(self.session_factory(msg, self.data, self.random_state), book)
-        outgoing = session.handle(CapeMessage("plan", book.index, {"index": book.index, **msg.body["plan"]}))
+        outgoing = session.handle(CapeMessage("plan", book.index, {**msg.body["plan"], "index": book.index}))
         return session, outgoing
 
     def _run(self, t: ClientTransport) -> Any:

@@ -102,10 +102,14 @@ def entry_digest(run: str, plan: bytes, registration: dict, paillier: str | None
     return digest_of("vfl roster entry", *parts)
 
 
-def _nonce_of(entry: dict, name: str) -> str | None:
+def _nonce_of(entry: dict, name: str, *, required: bool = True) -> str | None:
+    """The entry's nonce. A live run requires one (an entry signed without it is a downgrade a hostile coordinator
+    could replay); only a model file written before entries carried one may lack it (``required=False``)."""
     nonce = entry.get("nonce")
-    if nonce is not None and not (isinstance(nonce, str) and len(nonce) == 2 * NONCE_BYTES):
-        raise ProtocolError(f"party {name!r}'s roster entry carries a malformed nonce")
+    if nonce is None and not required:
+        return None
+    if not (isinstance(nonce, str) and len(nonce) == 2 * NONCE_BYTES):
+        raise ProtocolError(f"party {name!r}'s roster entry carries a missing or malformed nonce")
     return nonce
 
 
@@ -248,7 +252,8 @@ def verify_own_entry(record: Any, name: str, public_hex: str | None, features: l
             raise IdentityError(f"party {name}: the model's roster names no valid plan digest") from None
         verify_signature(public_hex, registration_digest(reg), reg.get("auth"),
                          f"the model's roster registration of {name!r}")
-        verify_signature(public_hex, entry_digest(run, plan_bytes, reg, entry.get("paillier"), _nonce_of(entry, name)),
+        verify_signature(public_hex, entry_digest(run, plan_bytes, reg, entry.get("paillier"), _nonce_of(entry, name,
+                                                                                         required=False)),
                          entry.get("auth"), f"the model's roster entry of {name!r}")
     if reg.get("features") != list(features):
         raise IdentityError(f"party {name}: the features it registered for training "

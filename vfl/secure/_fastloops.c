@@ -505,7 +505,8 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
         mpz_import(e_total, 2, -1, sizeof(uint64_t), 0, 0, self->exp_sum + 2 * product);
         mpz_set_ui(r_mod, 1);
         mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)n * GMP_NUMB_BITS);
-        /* the responder's column sum E is its own data: mpz_powm_sec's time does not depend on E's bits */
+        /* the responder's column sum E is its own data: mpz_powm_sec's time does not depend on E's bits (the bucket
+         * loop above does skip zero digits, as the Python loops do: docs/threat_model.md, "Out of scope") */
         if (mpz_sgn(e_total) > 0)
             mpz_powm_sec(r_mod, r_mod, e_total, self->modulus);
         else

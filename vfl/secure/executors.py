@@ -4,7 +4,8 @@
   (:class:`PinnedPool`, ``workers > 1``);
 * ``executor="tcp://SCHEDULER:8786"``: a Dask cluster through ``dask.distributed.Client(address).get_executor()``
   (optional extra ``vfl[dask]``; the workers need vfl and gmpy2 installed and run inside the party's own trust
-  domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its key);
+  domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its key; as responder,
+  its exponent blocks (its own data) and the ``r`` of its response re-randomisers);
 * an ``Executor`` instance: used as given (never shut down here).
 
 Tasks are the module-level pure functions below (:func:`encrypt_rows_task`, :func:`multiexp_rows_task`): every
