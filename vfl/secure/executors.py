@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, mpz, multiexp
+from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, frame_bases, mpz, multiexp
 from vfl.secure.packing import pack
 
 __all__ = ["InlineExecutor", "PinnedPool", "open_executor", "bounded_map", "encrypt_rows_task",
@@ -206,13 +206,6 @@ def encrypt_rows_task(state: tuple, encoded: np.ndarray, groups: list[tuple[int,
             c = (1 + mpz(pack(row[lo:hi], slot_bits)) * n) * rho % n2
             out += int(c).to_bytes(width, "big")
     return bytes(out)
-
-
-def frame_bases(frame: bytes, width: int, n_groups: int) -> list[list[Any]]:
-    """``bases[g][i]``: the ciphertext of row ``i`` and group ``g`` of a row-major fixed-width frame, as mpz."""
-    rows = len(frame) // (width * n_groups)
-    return [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
-             for i in range(rows)] for g in range(n_groups)]
 
 
 def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, exponents: np.ndarray

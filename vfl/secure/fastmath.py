@@ -524,6 +524,13 @@ def persistent_bucket_window(n_rows: int, exponent_bits: int, n_products: int, e
     return min(fits, key=lambda c: math.ceil(exponent_bits / c) * (n_rows + (2 << c)))
 
 
+def frame_bases(frame: bytes, width: int, n_groups: int) -> list[list[Any]]:
+    """``bases[g][i]``: the ciphertext of row ``i`` and group ``g`` of a row-major fixed-width frame, as mpz."""
+    rows = len(frame) // (width * n_groups)
+    return [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
+             for i in range(rows)] for g in range(n_groups)]
+
+
 class BucketAccumulator:
     """Pippenger buckets of several multi-exponentiations ``prod_i c_i^{e_i} mod N``, kept across chunks (issue 25).
 
@@ -576,8 +583,7 @@ class BucketAccumulator:
         rows = len(frame) // (width * n_groups)
         if len(frame) != rows * width * n_groups or np.shape(block)[0] != rows:
             raise ValueError("the frame and the exponent block disagree on the number of rows")
-        bases = [[mpz(int.from_bytes(frame[(i * n_groups + g) * width:(i * n_groups + g + 1) * width], "big"))
-                  for i in range(rows)] for g in range(n_groups)]
+        bases = frame_bases(frame, width, n_groups)
         for k, exps in enumerate(np.asarray(block).T.tolist()):
             for g in range(n_groups):
                 self.add(k * n_groups + g, bases[g], exps)
