@@ -36,14 +36,14 @@ from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.notices import Reminder
-from vfl.net.transport import CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.net.site_link import SiteLink, SiteRegistration
+from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
 from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
 from vfl.protocols.roster import check_self_signed
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
 
-HEARTBEAT_SECONDS = 1.0
 SITE_IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile aggregator "
                       "could have substituted Diffie-Hellman values and unmasked their noise shares (loopback "
                       "experiments only)")
@@ -99,29 +99,19 @@ class CapeSettings:
         return plan
 
 
-@dataclass
-class SiteRegistration:
-    peer: bytes
-    name: str
-    n_rows: int
-    features: list[str]
-    bounds: list[list[float]]
-    label_bounds: list[float] | None
-    seeded: bool = False
-
-
 def _symmetric(pair: list[float]) -> list[float]:
     """[-m, m], m = max(|lo|, |hi|): the bounds of the pure-scaling map of runs without intercept (issue 13)."""
     m = max(abs(float(pair[0])), abs(float(pair[1])))
     return [-m, m]
 
 
-class CapeAggregator:
+class CapeAggregator(SiteLink):
     """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest.
 
     Subclasses for other CAPE statistics (:class:`vfl.net.cape_ica_aggregator.CapeICANetAggregator`) reuse the
     registration loop, the liveness checks and the message loop (:meth:`_drive`) and override
-    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_message`.
+    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_message`. Sending, heartbeats and liveness are
+    :class:`vfl.net.site_link.SiteLink`'s.
     """
 
     label = "capeFM"
@@ -133,6 +123,7 @@ class CapeAggregator:
                  on_receive: Callable[[Message], None] | None = None, seeded: bool = False) -> None:
         settings.validate()
         check_max_message_bytes(max_message_bytes)
+        super().__init__()
         self.max_message_bytes = max_message_bytes
         self.settings = settings
         self.out = out
@@ -143,12 +134,9 @@ class CapeAggregator:
         self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
                                          on_reject=self.log)   # refused peers and wire input, rate-limited
         self.endpoint = self.transport.endpoint
-        self.sites: list[SiteRegistration] = []
         #: sites that registered without a signing identity (--insecure-no-identity), noted in the report
         self.unsigned: list[str] = []
         self.result: FittedModel | None = None
-        self._last_heartbeat = 0.0
-        self._deadline = math.inf
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -178,43 +166,6 @@ class CapeAggregator:
     def _result_message(self, model: Any) -> Message:
         """The RESULT message (the sites' copy of the model)."""
         return Message(MessageType.RESULT, {"model": model.to_dict()})
-
-    def _broadcast(self, msg: Message) -> None:
-        """Send to every registered site; only a vanished peer is skipped (an unencodable message raises)."""
-        for r in self.sites:
-            try:
-                self.transport.send(r.peer, Message(msg.type, dict(msg.body), list(msg.payload)))
-            except PeerUnreachable:
-                pass
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
-            self._last_heartbeat = now
-            self._broadcast(Message(MessageType.HEARTBEAT))
-        if now > self._deadline:
-            raise PartyFailure(f"the run did not finish within {self.settings.max_run_seconds:g} s; "
-                               "run aborted, no model written")
-        for r in self.sites:
-            if now - self.transport.last_seen.get(r.peer, now) > self.settings.timeout:
-                raise PartyFailure(f"site {r.name} sent nothing for {self.settings.timeout:g} s (crashed, killed or "
-                                   f"disconnected); {self.label} has no dropout recovery: run aborted, no model "
-                                   "written")
-
-    def _send_to(self, reg: SiteRegistration, msg: Message) -> None:
-        """Send to a registered site; a site that is gone or not reading (the message is dropped) is a dropout."""
-        try:
-            self.transport.send(reg.peer, msg)
-        except PeerUnreachable as exc:
-            raise PartyFailure(f"site {reg.name} is unreachable (vanished or not reading): {msg.type.value} dropped; "
-                               f"{self.label} has no dropout recovery: run aborted, no model written") from exc
-
-    def _refuse(self, peer: bytes, reason: str) -> None:
-        try:
-            self.transport.send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
-                                                                  "error": "ConfigurationError"}))
-        except VFLError:
-            pass
 
     def _register_all(self) -> None:
         S = self.settings.n_sites
