@@ -562,9 +562,9 @@ def _site_identity_options(command: Callable) -> Callable:
 
 def _require_site_identity(name: str, identity_dir: str | None, insecure_no_identity: bool) -> None:
     """A site without --identity-dir refuses to start (before reading its data) unless --insecure-no-identity."""
-    if not identity_dir and not insecure_no_identity:
-        raise ConfigurationError(f"site {name} has no signing identity: pass --identity-dir DIR (made by `vfl keys`), "
-                                 "or --insecure-no-identity for loopback experiments only")
+    from vfl.net.site import require_site_identity
+
+    require_site_identity(name, identity_dir, insecure_no_identity)
 
 
 def _site_policy_options(command: Callable) -> Callable:

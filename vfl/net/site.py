@@ -159,6 +159,16 @@ def capefm_session(noise: str = "full", policy: SitePolicy | None = None) -> Ses
     return make
 
 
+
+def require_site_identity(name: str, identity_dir: str | Path | None, insecure_no_identity: bool) -> None:
+    """A site without a signing identity refuses to start unless it opts in (loopback experiments only); the CLI
+    calls this before it reads the data."""
+    if not identity_dir and not insecure_no_identity:
+        raise ConfigurationError(f"site {name} has no signing identity: pass --identity-dir DIR (made by `vfl keys`), "
+                                 "or --insecure-no-identity for loopback experiments only")
+    if identity_dir and insecure_no_identity:
+        raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+
 class SiteNode:
     """One site of a CAPE run: ``SiteNode(data, connect).run()`` returns the released model or raises.
 
@@ -183,11 +193,7 @@ class SiteNode:
                  result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
                  budget: Budget | None = None, dataset_name: str | None = None,
                  identity_dir: str | Path | None = None, insecure_no_identity: bool = False) -> None:
-        if identity_dir is None and not insecure_no_identity:
-            raise ConfigurationError(f"site {data.name} has no signing identity: pass --identity-dir DIR (made by "
-                                     "`vfl keys`), or --insecure-no-identity for loopback experiments only")
-        if identity_dir is not None and insecure_no_identity:
-            raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+        require_site_identity(data.name, identity_dir, insecure_no_identity)
         #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities)
         self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
                                                                                                     data.name)
