@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from vfl.data.rows import ArrayRows, MappedRows, RowSource, as_row_source
+from vfl.data.rows import ArrayRows, RowSource
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
 from vfl.fm.dissection import Block, DissectionPlan
-from vfl.fm.domain import fixed_point_shrink, prepare_labels, prepare_party_block, resolve_bounds
+from vfl.fm.domain import fixed_point_shrink
 from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
 from vfl.privacy.fixed_point import (
     accumulate_single_party_raw,
@@ -46,12 +46,12 @@ from vfl.privacy.fixed_point import (
     cross_block_noise,
     cross_block_offset,
     orient,
-    prepare_fixed_point,
     release_single_party_block,
 )
 from vfl.privacy.floor_selection import release_floor
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
+from vfl.protocols.party_columns import PreparedColumns
 from vfl.protocols.settings import RunSettings
 from vfl.rng import CHACHA_ROUNDS
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products
@@ -83,6 +83,22 @@ READ_CHUNK_ROWS = 65_536
 
 
 # ------------------------------------------------------------------ shared rules
+def party_frame_bytes(max_frame_bytes: int | None, message_limit: Any, name: str) -> int:
+    """The largest ciphertext frame this party sends: its own ``max_frame_bytes``, or the default (less if the
+    coordinator's ``message_limit`` from the PLAN accepts less); a frame the limit cannot carry is refused."""
+    limit = message_limit if isinstance(message_limit, int) and not isinstance(message_limit, bool) else None
+    if max_frame_bytes is None:
+        if limit is None:
+            return DEFAULT_MAX_FRAME_BYTES
+        return max(1, min(DEFAULT_MAX_FRAME_BYTES, limit - FRAME_HEADROOM))
+    if limit is not None and max_frame_bytes + FRAME_HEADROOM > limit:
+        raise ConfigurationError(
+            f"party {name}: ciphertext frames of up to {max_frame_bytes} bytes do not fit the coordinator's "
+            f"message limit of {limit} bytes; lower this party's --max-frame-bytes (at most "
+            f"{max(0, limit - FRAME_HEADROOM)}) or raise the coordinator's --max-message-bytes")
+    return max_frame_bytes
+
+
 def product_shape(plan: DissectionPlan, block: Block) -> tuple[int, int]:
     """Shape of a cross block's secure product (encryptor operand columns x responder operand columns)."""
     def width(party: int) -> int:
@@ -423,13 +439,11 @@ class FMCoordinator:
 class FMParty:
     """Party side after the PLAN: prepared data, the mechanism, this party's blocks and secure-product sides.
 
-    ``data`` is the party's local table (:class:`vfl.net.party.LocalData`: ``name``, ``X``, ``y``,
-    ``feature_names``, ``bounds``, ``label_bounds``, ``fm_view``, ``n_rows``). Its prepared columns are never
-    materialised: they are a row source (:mod:`vfl.data.rows`) mapped chunk by chunk, so single-party blocks are
-    accumulated (exactly) over chunks and secure products stream them (:class:`ProductStreamHeader`, then
-    :class:`EncryptedChunk` frames within the responder's credit). ``executor``: where this party's encryption and
-    multi-exponentiations run (``None``: local processes; a Dask scheduler address; a ``concurrent.futures``
-    executor), see :mod:`vfl.secure.executors`.
+    ``data``: the party's table (:class:`vfl.net.party.LocalData`), prepared lazily (:mod:`~.party_columns`):
+    single-party blocks accumulate (exactly) over chunks, secure products stream them (:class:`ProductStreamHeader`,
+    then :class:`EncryptedChunk` frames within the responder's credit). ``executor``: where this party's encryption
+    and multi-exponentiations run (None: local processes; a Dask scheduler address; an executor;
+    :mod:`vfl.secure.executors`).
     """
 
     def __init__(self, data: Any, plan: PlanBody, *, rng: np.random.Generator, seeded: bool = False,
@@ -444,19 +458,7 @@ class FMParty:
         if p.key_bits < 2048 and not allow_insecure_keys:
             raise ConfigurationError(f"the coordinator asked for {p.key_bits}-bit keys; this party refuses keys "
                                      "below 2048 bits (allow_insecure_keys is for tests only)")
-        limit = plan.params.get("max_message_bytes")
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            limit = None
-        if max_frame_bytes is None:  # the default frame size, or less if the coordinator accepts less
-            max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
-            if limit is not None:
-                max_frame_bytes = max(1, min(max_frame_bytes, limit - FRAME_HEADROOM))
-        elif limit is not None and max_frame_bytes + FRAME_HEADROOM > limit:
-            raise ConfigurationError(
-                f"party {data.name}: ciphertext frames of up to {max_frame_bytes} bytes do not fit the coordinator's "
-                f"message limit of {limit} bytes; lower this party's --max-frame-bytes (at most "
-                f"{max(0, limit - FRAME_HEADROOM)}) or raise the coordinator's --max-message-bytes")
-        self.max_frame_bytes = max_frame_bytes
+        self.max_frame_bytes = party_frame_bytes(max_frame_bytes, plan.params.get("max_message_bytes"), data.name)
         self.intercept = plan.me.intercept
         # no party carries the constant column: a run without intercept, whose maps must be pure scalings
         # (an affine map into [-1, 1] would re-introduce a hidden intercept; vfl.fm.domain)
@@ -525,48 +527,10 @@ class FMParty:
 
     def _prepare(self) -> ReadyBody:
         """Columns into the public domain and onto the 2^-p grid (row by row, lazily); the READY with the bounds."""
-        d, total, p = self.data, self.plan.n_features, self.params
-        X_fm, declared = d.fm_view if d.fm_view is not None else (d.X, d.bounds)
-        ready: dict[str, Any] = {"seeded": self.seeded}
-        bounds = None
-        if X_fm.shape[1]:
-            bounds = declared or resolve_bounds(None, X_fm, d.feature_names, what=f"features of party {d.name}")
-            # without intercept the map is x / m with the symmetric bounds (-m, m), m = max(|lo|, |hi|): those are
-            # the public bounds the model file maps back with (intercept exactly 0)
-            public = bounds.symmetric() if self.no_intercept else bounds
-            ready.update(bounds=public.to_list(), bounds_from_data=bool(bounds.from_data))
-        # public constant column, scaled like every other column so ||x|| <= 1 still holds (spec pitfall 4)
-        constant = (1.0 / np.sqrt(total) if p.domain == "l2" else 1.0) if self.intercept else None
-
-        def prepare(chunk: np.ndarray) -> np.ndarray:
-            U = np.zeros((chunk.shape[0], 0))
-            if bounds is not None:
-                U, _ = prepare_party_block(chunk, bounds=bounds, domain=p.domain,  # type: ignore[arg-type]
-                                           n_features_total=total, feature_names=d.feature_names,
-                                           symmetric=self.no_intercept)
-            if constant is not None:
-                U = np.hstack([U, np.full((chunk.shape[0], 1), constant)])
-            # every value goes onto the public 2^-p grid the secure products use, so each released block is an exact
-            # integer statistic plus exact integer noise: no floating-point porosity (Mironov 2012; pitfall 1)
-            return prepare_fixed_point(U, precision_bits=p.precision_bits, domain=p.domain, n_features_total=total)
-
-        self.Xp = MappedRows(as_row_source(X_fm), prepare, X_fm.shape[1] + int(self.intercept))
-        if self.index == self.plan.label_owner:
-            assert d.y is not None
-            _, yb = prepare_labels(d.y, self.plan.model, y_bounds=d.label_bounds,  # checks; bounds (data: warns)
-                                   symmetric=self.no_intercept)
-            y_bounds = None if yb is None else (float(yb.lower[0]), float(yb.upper[0]))
-
-            def prepare_y(chunk: np.ndarray) -> np.ndarray:
-                yp, _ = prepare_labels(chunk[:, 0], self.plan.model, y_bounds=y_bounds, symmetric=self.no_intercept)
-                return prepare_fixed_point(yp, precision_bits=p.precision_bits, domain="linf",
-                                           n_features_total=total).reshape(-1, 1)
-
-            self.yp = MappedRows(ArrayRows(d.y.reshape(-1, 1)), prepare_y, 1)
-            if yb is not None and y_bounds is not None:
-                self.label_bounds = y_bounds
-                ready.update(label_bounds=list(y_bounds), label_bounds_from_data=bool(yb.from_data))
-        return ReadyBody(**ready)
+        columns = PreparedColumns.of(self.data, self.plan, self.params, self.index, intercept=self.intercept,
+                                     no_intercept=self.no_intercept, seeded=self.seeded)
+        self.Xp, self.yp, self.label_bounds = columns.X, columns.y, columns.label_bounds
+        return columns.ready
 
     def _operand(self, block: Block) -> RowSource:
         if block.kind == "alpha" and self.index == self.plan.label_owner and block.parties[0] != self.index:
