@@ -48,7 +48,6 @@ from vfl.exceptions import (
     DataBoundsWarning,
     DataValidationError,
     PartyFailure,
-    PrivacyLeakWarning,
     PrivacyParameterError,
     ProtocolError,
     VFLError,
@@ -68,7 +67,7 @@ from vfl.protocols.policy import BOUNDED_MECHANISMS, PartyPolicy, check_plan, de
 from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
-from vfl.secure.identity import load_party_identity
+from vfl.secure.identity import member_identity
 from vfl.secure.psi import normalise_ids
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
@@ -357,36 +356,23 @@ class PartyNode:
         #: this party's reservations in its ledger (shared with the CAPE sites, vfl.net.site)
         self.guard = BudgetGuard(ledger, budget, self.dataset, member=f"party {data.name}",
                                  log=lambda line: self.log(line))
-        if identity_dir is None and not insecure_no_identity:
-            raise ConfigurationError(f"party {data.name} has no signing identity: pass --identity-dir DIR (made by "
-                                     "`vfl keys`), or --insecure-no-identity for loopback experiments only")
-        if identity_dir is not None and insecure_no_identity:
-            raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
-        #: this party's signing identity and the pinned keys of its co-parties (None, None: no identities)
-        self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
-                                                                                                    data.name)
+        #: this party's signing identity and the pinned keys of its co-parties (None, None: no identities, warned)
+        self.identity, self.pinned = member_identity(f"party {data.name}", data.name, identity_dir,
+                                                     insecure_no_identity,
+                                                     INSECURE_NO_IDENTITY_WARNING.format(name=data.name))
         #: what this party agrees to run (issue 14): default = formally DP mechanisms only, epsilon <= 10, delta <= 1e-3
         self.policy = policy if policy is not None else PartyPolicy()
         if allow_data_derived_bounds is not None:   # before connecting
             check_declared_bounds(data, self.policy, allow=allow_data_derived_bounds, model=model)
-        if identity_dir is None:
-            warnings.warn(INSECURE_NO_IDENTITY_WARNING.format(name=data.name), PrivacyLeakWarning, stacklevel=2)
         self.roster: Roster | None = None
         self.registration: dict = {}
-        #: where secure-product work runs: None (local processes), a Dask scheduler address or an Executor
-        self.executor = executor
-        self.max_frame_bytes = max_frame_bytes
-        self._phase: Any = None
-        self.allow_insecure_keys = allow_insecure_keys
-        self.connect = connect
-        self.curve = curve
-        self.timeout = float(timeout)
-        self.order = order
-        self.rng = make_rng(random_state)
-        self.seeded = random_state is not None
-        self.progress = progress
-        self.workers = workers
+        # secure-product work: where it runs (None: local processes; a Dask scheduler address; an Executor), how
+        self.executor, self.workers, self.max_frame_bytes = executor, workers, max_frame_bytes
+        self.allow_insecure_keys, self.progress = allow_insecure_keys, progress
+        self.connect, self.curve, self.timeout, self.order = connect, curve, float(timeout), order
+        self.rng, self.seeded = make_rng(random_state), random_state is not None
         self.log = log or (lambda s: None)
+        self._phase: Any = None
         self._results: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
@@ -400,9 +386,9 @@ class PartyNode:
             try:
                 model = run_reporting_failures(t, self.data.name, "party", lambda: self._run(t))
             except BaseException as exc:
-                self._end_reservation("aborted", f"{type(exc).__name__}: {exc}")
+                self.guard.finish("aborted", f"{type(exc).__name__}: {exc}")   # the spend stays counted
                 raise
-            self._end_reservation("completed")
+            self.guard.finish("completed")
             return model
         finally:
             self._stop.set()
@@ -503,10 +489,6 @@ class PartyNode:
             spend = Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
-
-    def _end_reservation(self, state: str, reason: str | None = None) -> None:
-        """Mark the reserved run completed or aborted in the ledger (its spend stays counted either way)."""
-        self.guard.finish(state, reason)
 
     def _enter_roster(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> list:
         """Worker: the Paillier key this party will encrypt under (FM), then its signed ROSTER_ENTRY."""

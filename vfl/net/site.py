@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, PrivacyLeakWarning, ProtocolError
+from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
@@ -43,7 +42,7 @@ from vfl.protocols.cape_keys import CapeKeyBook, SignedCapeSite
 from vfl.protocols.policy import SitePolicy
 from vfl.protocols.roster import sign_registration
 from vfl.rng import RandomState
-from vfl.secure.identity import load_party_identity
+from vfl.secure.identity import member_identity, require_identity_choice
 
 __all__ = ["SiteData", "SiteNode", "capefm_session", "INSECURE_SITE_WARNING"]
 
@@ -161,13 +160,9 @@ def capefm_session(noise: str = "full", policy: SitePolicy | None = None) -> Ses
 
 
 def require_site_identity(name: str, identity_dir: str | Path | None, insecure_no_identity: bool) -> None:
-    """A site without a signing identity refuses to start unless it opts in (loopback experiments only); the CLI
-    calls this before it reads the data."""
-    if not identity_dir and not insecure_no_identity:
-        raise ConfigurationError(f"site {name} has no signing identity: pass --identity-dir DIR (made by `vfl keys`), "
-                                 "or --insecure-no-identity for loopback experiments only")
-    if identity_dir and insecure_no_identity:
-        raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+    """The CLI's check before it reads the data (SiteNode makes it again)."""
+    require_identity_choice(f"site {name}", identity_dir, insecure_no_identity)
+
 
 class SiteNode:
     """One site of a CAPE run: ``SiteNode(data, connect).run()`` returns the released model or raises.
@@ -193,12 +188,9 @@ class SiteNode:
                  result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
                  budget: Budget | None = None, dataset_name: str | None = None,
                  identity_dir: str | Path | None = None, insecure_no_identity: bool = False) -> None:
-        require_site_identity(data.name, identity_dir, insecure_no_identity)
-        #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities)
-        self.identity, self.pinned = (None, None) if identity_dir is None else load_party_identity(identity_dir,
-                                                                                                    data.name)
-        if identity_dir is None:
-            warnings.warn(INSECURE_SITE_WARNING.format(name=data.name), PrivacyLeakWarning, stacklevel=2)
+        #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities, warned)
+        self.identity, self.pinned = member_identity(f"site {data.name}", data.name, identity_dir,
+                                                     insecure_no_identity, INSECURE_SITE_WARNING.format(name=data.name))
         self.data = data
         self.connect = connect
         self.curve = curve

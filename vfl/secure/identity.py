@@ -31,6 +31,7 @@ import json
 import os
 import re
 import stat
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ import numpy as np
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey, VerifyKey
 
-from vfl.exceptions import ConfigurationError, IdentityError
+from vfl.exceptions import ConfigurationError, IdentityError, PrivacyLeakWarning
 
 __all__ = ["SECRET_SUFFIX", "PUBLIC_SUFFIX", "SIGNATURE_HEX", "SigningIdentity", "PinnedKeys", "canonical_json",
            "frame_bytes", "message_digest", "digest_of", "write_identities", "load_identity", "load_pinned",
@@ -221,6 +222,27 @@ def load_pinned(directory: str | Path) -> PinnedKeys:
     if not keys:
         raise ConfigurationError(f"identity directory {root} holds no *{PUBLIC_SUFFIX} (create them with `vfl keys`)")
     return PinnedKeys(keys)
+
+
+def require_identity_choice(member: str, identity_dir: str | Path | None, insecure_no_identity: bool) -> None:
+    """``member`` (e.g. "party alice", "site s1") either has a signing identity or opts out explicitly (loopback
+    experiments only), never both: ConfigurationError in one line otherwise, before any data is read."""
+    if not identity_dir and not insecure_no_identity:
+        raise ConfigurationError(f"{member} has no signing identity: pass --identity-dir DIR (made by `vfl keys`), "
+                                 "or --insecure-no-identity for loopback experiments only")
+    if identity_dir and insecure_no_identity:
+        raise ConfigurationError("--identity-dir and --insecure-no-identity exclude each other")
+
+
+def member_identity(member: str, name: str, identity_dir: str | Path | None, insecure_no_identity: bool,
+                    warning: str) -> tuple[SigningIdentity | None, PinnedKeys | None]:
+    """A party's or site's signing identity and the pinned keys of its co-members (:func:`load_party_identity`),
+    or (None, None) with ``warning`` (a :class:`~vfl.exceptions.PrivacyLeakWarning`) when it opted out."""
+    require_identity_choice(member, identity_dir, insecure_no_identity)
+    if identity_dir is None:
+        warnings.warn(warning, PrivacyLeakWarning, stacklevel=3)
+        return None, None
+    return load_party_identity(identity_dir, name)
 
 
 def load_party_identity(directory: str | Path, name: str) -> tuple[SigningIdentity, PinnedKeys]:
