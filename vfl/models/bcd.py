@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -520,6 +521,49 @@ class DPBCDResult:
         return None if self.r2 is None else self.r2 >= self.utility_bound
 
 
+@dataclass
+class _RingOutcome:
+    coefficients: list[np.ndarray]
+    ledger: list[LedgerEntry]
+    trace: list[dict]
+    abort_reason: str | None
+    converged: bool
+    rounds_run: int
+
+
+def _dp_ring(solvers: Sequence[Any], order: Sequence[int], y: np.ndarray, *, rngs: Sequence[np.random.Generator],
+             gamma: float, eps_r: float, rounds: int, tol: float | None, step_options: dict[str, Any]
+             ) -> _RingOutcome:
+    """The ring of :func:`run_dp_bcd`: every party in ``order`` runs :func:`dp_bcd_step` on the remainder it
+    receives, round after round, until ``rounds``, convergence (``tol``) or an abort (which ends it for all)."""
+    k = len(solvers)
+    out = _RingOutcome([np.zeros(s.n_cols) for s in solvers], [], [], None, False, 0)
+    v = y.copy()
+    rss_previous = float(v @ v)
+    for t in range(1, rounds + 1):
+        for position, i in enumerate(order):
+            step = dp_bcd_step(solvers[i], v, gamma=gamma, eps_r=eps_r, rng=rngs[i], **step_options)
+            out.trace.append({"round": t, "party": i, "xi": step.xi, "norm_v_out": step.norm_v_out,
+                              "norm_residual": step.norm_residual, "attempts": step.attempts,
+                              "check_failed": step.check_failed})
+            if step.aborted:
+                # Only the round and the party: xi and ||v_out|| are un-noised functions of the data and stay
+                # in ``trace`` (local diagnostics), as in the networked runtime's abort message.
+                out.abort_reason = (f"DP-BCD aborted in round {t} at party {i}: the utility check ||v_out|| <= xi "
+                                    "failed; no model is published")
+                return out
+            out.coefficients[i] += step.beta_tilde
+            v = step.v_out
+            out.ledger.append(LedgerEntry(t, i, order[(position + 1) % k], eps_r))
+        out.rounds_run = t
+        rss = float(v @ v)
+        if _converged(rss_previous, rss, tol):
+            out.converged = True
+            return out
+        rss_previous = rss
+    return out
+
+
 def run_dp_bcd(
     blocks: Sequence[np.ndarray],
     y: np.ndarray,
@@ -553,44 +597,12 @@ def run_dp_bcd(
     k = len(solvers)
     eps_r = per_message_epsilon(epsilon, k, rounds)
     _check_privacy(gamma, eps_r)
-    rngs = party_generators(random_state, k)
-    coefficients = [np.zeros(s.n_cols) for s in solvers]
-    ledger: list[LedgerEntry] = []
-    trace: list[dict] = []
-    v = y.copy()
-    rss_previous = float(v @ v)
-    abort_reason: str | None = None
-    converged = False
-    rounds_run = 0
-    for t in range(1, rounds + 1):
-        for position, i in enumerate(order):
-            step = dp_bcd_step(
-                solvers[i], v, gamma=gamma, eps_r=eps_r, rng=rngs[i], abort_rule=abort_rule,
-                noise_calibration=noise_calibration, max_resamples=max_resamples,
-            )
-            trace.append({"round": t, "party": i, "xi": step.xi, "norm_v_out": step.norm_v_out,
-                          "norm_residual": step.norm_residual, "attempts": step.attempts,
-                          "check_failed": step.check_failed})
-            if step.aborted:
-                # Only the round and the party: xi and ||v_out|| are un-noised functions of the data and stay
-                # in ``trace`` (local diagnostics), as in the networked runtime's abort message.
-                abort_reason = (
-                    f"DP-BCD aborted in round {t} at party {i}: the utility check ||v_out|| <= xi failed; "
-                    "no model is published"
-                )
-                break
-            coefficients[i] += step.beta_tilde
-            v = step.v_out
-            ledger.append(LedgerEntry(t, i, order[(position + 1) % k], eps_r))
-        if abort_reason is not None:
-            break
-        rounds_run = t
-        rss = float(v @ v)
-        if _converged(rss_previous, rss, tol):
-            converged = True
-            break
-        rss_previous = rss
-
+    ring = _dp_ring(solvers, order, y, rngs=party_generators(random_state, k), gamma=gamma, eps_r=eps_r,
+                    rounds=rounds, tol=tol, step_options={"abort_rule": abort_rule,
+                                                          "noise_calibration": noise_calibration,
+                                                          "max_resamples": max_resamples})
+    coefficients, ledger, trace = ring.coefficients, ring.ledger, ring.trace
+    abort_reason, converged, rounds_run = ring.abort_reason, ring.converged, ring.rounds_run
     notes = dp_bcd_notes(abort_rule, noise_calibration, tol)
     privacy = DPBCDPrivacyReport(
         epsilon_nominal=float(epsilon), epsilon_per_message=eps_r, messages_planned=k * rounds,
