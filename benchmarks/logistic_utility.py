@@ -40,11 +40,7 @@ docs/benchmarks_logistic.md quotes (checked by tests/test_docs_logistic.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -52,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from run_record import parse_split_args, split_parser, write_run
 from threadpoolctl import threadpool_limits
 
 from vfl.data.datasets import forest_fires, public_bounds
@@ -249,12 +246,6 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def markdown(doc: dict) -> str:
@@ -284,33 +275,18 @@ def markdown(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=50, help="random 80/20 splits per cell (default 50)")
-    parser.add_argument("--quick", action="store_true", help="5 splits, the synthetic cell only (a smoke run)")
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--data-dir", type=Path, default=None, help="folder with the raw forest fires CSV")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    splits = 5 if args.quick else args.splits
-    if splits < 2:
-        parser.error("--splits must be at least 2")
+    parser = split_parser(__doc__, splits=50, quick_splits=5, quick_help="the synthetic cell only (a smoke run)",
+                          split_help="random 80/20 splits per cell", data_help="folder with the raw forest fires CSV")
+    args = parse_split_args(parser, argv)
     start = time.perf_counter()
     cells = ("synthetic",) if args.quick else ("synthetic", "synthetic-aniso", FOREST_FIRES)
     # thousands of tiny eigendecompositions: a multi-threaded BLAS on the shared cores spent ~30 ms on each instead
     # of well under 1 ms (measured); one BLAS thread (speed only)
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")   # seeded noise and repeated fits warn per fit; the JSON says so
-        rows = [row for kind in cells for row in run_cell(kind, splits, args.seed, args.data_dir)]
-    shown = list(sys.argv[1:] if argv is None else argv)
-    doc = {"command": "python benchmarks/logistic_utility.py " + " ".join(shown), "vfl_commit": git_commit(),
-           "delta": DELTA, "epsilons": list(EPSILONS), "splits": splits, "seed": args.seed,
-           "seconds": round(time.perf_counter() - start, 1), "rows": rows}
-    doc["targets"] = targets(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(markdown(doc))
-    print(f"{len(rows)} rows in {doc['seconds']} s -> {args.out}")
-
+        rows = [row for kind in cells for row in run_cell(kind, args.splits, args.seed, args.data_dir)]
+    write_run("logistic_utility.py", argv, args, start, {"delta": DELTA, "epsilons": list(EPSILONS), "rows": rows,
+                                                         "targets": targets(rows)}, markdown)
 
 if __name__ == "__main__":
     main()

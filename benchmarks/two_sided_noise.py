@@ -28,17 +28,13 @@ discrete noise change nothing at this scale). Writes JSON and prints the Markdow
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from run_record import data_finder, parse_split_args, split_parser, write_run
 
 from vfl.data.datasets import Dataset, forest_fires, garment, public_bounds, synthetic
 from vfl.fm.dissection import DissectionPlan
@@ -176,12 +172,6 @@ def run_table(table: Table, splits: int, seed: int) -> list[dict]:
     return rows
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def markdown(doc: dict) -> str:
@@ -198,30 +188,16 @@ def markdown(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=500, help="random train/test splits per data set (>= 50)")
-    parser.add_argument("--quick", action="store_true", help="20 splits (a smoke run)")
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--data-dir", type=Path, default=None, help="folder with the raw forest fires/garment CSVs")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    splits = 20 if args.quick else args.splits
-    if splits < 2:
-        parser.error("--splits must be at least 2")
-    start = time.perf_counter()
-    find = (lambda f: args.data_dir / f) if args.data_dir else (lambda f: None)
+    parser = split_parser(__doc__, splits=500, quick_splits=20, quick_help="(a smoke run)",
+                          split_help="random train/test splits per data set (>= 50)",
+                          data_help="folder with the raw forest fires/garment CSVs")
+    args = parse_split_args(parser, argv)
+    start, find = time.perf_counter(), data_finder(args)
     tables = [synthetic_table(args.seed), real_table(forest_fires(find("forestfires.csv"))),
               real_table(garment(find("garments_worker_productivity.csv")))]
-    rows = [row for t in tables for row in run_table(t, splits, args.seed)]
-    shown = list(sys.argv[1:] if argv is None else argv)
-    doc = {"command": "python benchmarks/two_sided_noise.py " + " ".join(shown), "vfl_commit": git_commit(),
-           "delta": DELTA, "epsilons": list(EPSILONS), "splits": splits, "seed": args.seed,
-           "seconds": round(time.perf_counter() - start, 1), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(markdown(doc))
-    print(f"{len(rows)} rows in {doc['seconds']} s -> {args.out}")
-
+    rows = [row for t in tables for row in run_table(t, args.splits, args.seed)]
+    write_run("two_sided_noise.py", argv, args, start, {"delta": DELTA, "epsilons": list(EPSILONS), "rows": rows},
+              markdown)
 
 if __name__ == "__main__":
     main()

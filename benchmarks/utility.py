@@ -33,18 +33,14 @@ pass/miss) and prints the Markdown tables docs/benchmarks_utility.md quotes (che
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from run_record import data_finder, parse_split_args, split_parser, write_run
 
 from vfl.data.datasets import Dataset, forest_fires, garment, public_bounds, synthetic
 from vfl.fm.dissection import DissectionPlan
@@ -261,12 +257,6 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 COLUMNS = ("ols", "constant", "gfm_adaptive", "gfm_risk", "adassp", "adaptive_minus_floor", "adaptive_mc_se")
@@ -297,34 +287,19 @@ def markdown(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=50, help="random 80/20 splits per cell (default 50)")
-    parser.add_argument("--quick", action="store_true", help="5 splits, synthetic n = 10^3 only (a smoke run)")
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--data-dir", type=Path, default=None, help="folder with the raw forest fires/garment CSVs")
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    splits = 5 if args.quick else args.splits
-    if splits < 2:
-        parser.error("--splits must be at least 2")
-    start = time.perf_counter()
-    find = (lambda f: args.data_dir / f) if args.data_dir else (lambda f: None)
+    parser = split_parser(__doc__, splits=50, quick_splits=5, quick_help="synthetic n = 10^3 only (a smoke run)",
+                          split_help="random 80/20 splits per cell",
+                          data_help="folder with the raw forest fires/garment CSVs")
+    args = parse_split_args(parser, argv)
+    start, find = time.perf_counter(), data_finder(args)
     sizes = SYNTHETIC_SIZES[:1] if args.quick else SYNTHETIC_SIZES
     tables = [real_table(garment(find("garments_worker_productivity.csv"))),
               real_table(forest_fires(find("forestfires.csv")))] + [synthetic_table(n, args.seed) for n in sizes]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # seeded noise and the fallback ridge warn per fit; the JSON says so
-        rows = [row for t in tables for row in run_table(t, splits, args.seed)]
-    shown = list(sys.argv[1:] if argv is None else argv)
-    doc = {"command": "python benchmarks/utility.py " + " ".join(shown), "vfl_commit": git_commit(),
-           "delta": DELTA, "epsilons": list(EPSILONS), "splits": splits, "seed": args.seed,
-           "seconds": round(time.perf_counter() - start, 1), "rows": rows}
-    doc["targets"] = targets(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(markdown(doc))
-    print(f"{len(rows)} rows in {doc['seconds']} s -> {args.out}")
-
+        rows = [row for t in tables for row in run_table(t, args.splits, args.seed)]
+    write_run("utility.py", argv, args, start, {"delta": DELTA, "epsilons": list(EPSILONS), "rows": rows,
+                                                "targets": targets(rows)}, markdown)
 
 if __name__ == "__main__":
     main()

@@ -22,35 +22,19 @@ targets and no cell is worse than the default beyond 2 standard errors; the JSON
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
 import math
-import sys
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
+import utility  # benchmarks/utility.py: the same cells, splits and noise
+from run_record import parse_split_args, split_parser, write_run
 
 from vfl.data.datasets import forest_fires, garment
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.mechanisms import risk_alpha_share
 
-
-def _sibling(name: str):
-    """The sibling benchmark ``benchmarks/<name>.py`` (same cells, splits and noise), loaded without sys.path."""
-    path = Path(__file__).resolve().with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"vfl_benchmark_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-utility = _sibling("utility")
 BOOTSTRAP, DELTA, EPSILONS, TARGETS = utility.BOOTSTRAP, utility.DELTA, utility.EPSILONS, utility.TARGETS
 Table, VerticalFM, split_draws = utility.Table, utility.VerticalFM, utility.split_draws
 
@@ -144,37 +128,26 @@ def markdown(doc: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--splits", type=int, default=50, help="random 80/20 splits per cell (default 50)")
-    parser.add_argument("--quick", action="store_true", help="5 splits, synthetic n = 10^3 only (a smoke run)")
+    parser = split_parser(__doc__, splits=50, quick_splits=5, quick_help="synthetic n = 10^3 only (a smoke run)",
+                          split_help="random 80/20 splits per cell", data_help=None)
     parser.add_argument("--shares", type=str, default=",".join(f"{s:g}" for s in SHARES),
                         help="comma-separated fixed alpha shares in (0, 1)")
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    args = parser.parse_args(argv)
-    splits = 5 if args.quick else args.splits
+    args = parse_split_args(parser, argv)
     try:
         shares = [float(s) for s in args.shares.split(",")]
     except ValueError:
         parser.error(f"--shares must be numbers in (0, 1), got {args.shares!r}")
-    if splits < 2 or not all(0.0 < s < 1.0 for s in shares):
-        parser.error("--splits must be at least 2 and every share in (0, 1)")
+    if not all(0.0 < s < 1.0 for s in shares):
+        parser.error("every share must lie in (0, 1)")
     start = time.perf_counter()
     sizes = utility.SYNTHETIC_SIZES[:1] if args.quick else utility.SYNTHETIC_SIZES
     tables = [utility.real_table(garment()), utility.real_table(forest_fires())] + [
         utility.synthetic_table(n, args.seed) for n in sizes]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # seeded noise and the fallback ridge warn per fit
-        rows = [row for t in tables for row in run_table(t, splits, args.seed, shares)]
-    shown = list(sys.argv[1:] if argv is None else argv)
-    doc = {"command": "python benchmarks/utility_shares.py " + " ".join(shown), "vfl_commit": utility.git_commit(),
-           "delta": DELTA, "splits": splits, "seed": args.seed, "seconds": round(time.perf_counter() - start, 1),
-           "rows": rows, "verdicts": verdicts(rows)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(markdown(doc))
-    print(f"{len(rows)} rows in {doc['seconds']} s -> {args.out}")
-
+        rows = [row for t in tables for row in run_table(t, args.splits, args.seed, shares)]
+    write_run("utility_shares.py", argv, args, start, {"delta": DELTA, "rows": rows, "verdicts": verdicts(rows)},
+              markdown)
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 def load_benchmark(name: str) -> ModuleType:
     """``benchmarks/<name>.py`` as a module (the tables it prints from its JSON are what the docs must show).
     Registered in ``sys.modules`` as ``benchmark_<name>`` first: dataclasses resolve their annotations through it."""
+    if str(BENCHMARKS) not in sys.path:   # as when run as a script: its sibling modules (run_record, utility)
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
