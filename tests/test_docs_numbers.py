@@ -170,3 +170,12 @@ def test_a_changed_floor_number_is_noticed() -> None:
     assert cell in section
     changed = section.replace(cell, f"| {first['vfl_us_per_row'] + 1:.1f} |", 1)
     assert any(first["shape"] in p and "cell 2" in p for p in check_floor_section(changed, doc))
+
+
+def test_the_readme_quotes_the_committed_cost_of_the_python_fallback() -> None:
+    """The README's set-up paragraph says what the pure-Python loops cost against the C ones: the range of the
+    committed floor run's per-shape Python / C CPU ratios (``c_speedup``), not a number typed in."""
+    doc = json.loads((ROOT / "docs" / "data" / "secure_products_floor.json").read_text(encoding="utf-8"))
+    ratios = [shape["c_speedup"] for shape in doc["shapes"]]
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"{min(ratios):.2f}-{max(ratios):.2f}x the CPU of a product" in readme
