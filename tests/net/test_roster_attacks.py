@@ -29,7 +29,7 @@ from vfl.data.rows import ArrayRows
 from vfl.net.messages import MessageType
 from vfl.net.party import LocalData, PartyNode
 from vfl.protocols.roster import entry_digest, plan_digest
-from vfl.secure.identity import SigningIdentity
+from vfl.secure.identity import SigningIdentity, load_identity
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import ProductEncryptor
 
@@ -190,10 +190,12 @@ def test_plan_with_invented_parties_is_refused_before_any_data_dependent_message
 @pytest.mark.parametrize("cheat,text", [
     ("unsigned", "roster entry from 'alice' carries no valid signature"),
     ("forged", "bad signature on roster entry from 'alice'"),
+    ("no_nonce", "roster entry carries a missing or malformed nonce"),
 ])
 def test_roster_entry_without_a_valid_signature_is_refused(fake, identity_dir, cheat, text):
-    """A pinned party's entry without its signature, or "signed" by the coordinator with its own Paillier key
-    in it (key substitution through the roster): refused, and bob sent nothing data-dependent."""
+    """A pinned party's entry without its signature, "signed" by the coordinator with its own Paillier key in it
+    (key substitution through the roster), or validly signed by alice but without the fresh nonce (an old-format
+    entry a coordinator could replay): refused, and bob sent nothing data-dependent."""
     party = PartyThread(fake.endpoint, identity_dir)
     party.start()
     peer, _ = fake.register()
@@ -204,6 +206,11 @@ def test_roster_entry_without_a_valid_signature_is_refused(fake, identity_dir, c
         alice = entries[0]
         if cheat == "unsigned":
             del alice["auth"]
+        elif cheat == "no_nonce":   # alice's own key, the entry format before nonces: a downgrade, refused live
+            del alice["nonce"]
+            digest = entry_digest(fake.run_id, plan_digest(fake.plans[peer]), alice["registration"],
+                                  alice["paillier"])
+            alice["auth"] = load_identity(identity_dir, "alice").sign(digest)
         else:
             alice["paillier"] = _fingerprint(generate_keypair(1024, allow_insecure=True)[0])
             digest = entry_digest(fake.run_id, plan_digest(fake.plans[peer]), alice["registration"],
