@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamed_product import streamed_product
 
-from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
+from vfl.secure import generate_keypair
 from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.keys import ciphertext_byte_length
-from vfl.secure.products import EncryptedChunk, MaskedResponse, ProductStreamHeader, combine_packed_shares
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 P = 24
@@ -41,20 +41,9 @@ def _seed(monkeypatch, value: int) -> None:
 
 
 def _product(keypair, A, B, executor=None, workers=1):
-    pk, sk = keypair
-    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=workers, executor=executor,
-                              max_frame_bytes=16 * ciphertext_byte_length(pk))
-    responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
-    header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
-    fold = responder.open(header)
-    frames = []
-    for chunk in holder.encrypted_chunks():
-        frames.append(chunk.frame)
-        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), header))
-    response, share_b = fold.finish()
-    share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
-    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
-    return frames, response.ciphertexts, share_a.tolist(), share_b.tolist(), total.tolist()
+    r = streamed_product(keypair, A, B, max_frame_bytes=16 * ciphertext_byte_length(keypair[0]), precision_bits=P,
+                         executor=executor, workers=workers)
+    return r.frames, r.response.ciphertexts, r.share_a.tolist(), r.share_b.tolist(), r.total.tolist()
 
 
 def test_command_line_dask_cluster_gives_the_local_pools_bytes_and_the_exact_product(monkeypatch):

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from streamed_product import streamed_product
 
 from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
 from vfl.secure.encoding import encode_offset_chunk, to_fixed_point_ints
@@ -31,21 +32,9 @@ def exact(A, B):
 
 def run(keypair, A, B, *, executor=None, workers=1, max_frame_bytes=None):
     """One streamed product through the wire format: (combined product, request frames, response, responder stats)."""
-    pk, sk = keypair
-    limit = max_frame_bytes or 20 * ciphertext_byte_length(pk)
-    holder = ProductEncryptor(sk, A, response_cols=B.shape[1], precision_bits=P, workers=workers, executor=executor,
-                              max_frame_bytes=limit)
-    responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
-    header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
-    fold = responder.open(header)
-    frames = []
-    for chunk in holder.encrypted_chunks():
-        frames.append(chunk.frame)
-        fold.add(EncryptedChunk.from_wire(*chunk.to_wire(), header))
-    response, share_b = fold.finish()
-    share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
-    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
-    return total, frames, response, responder.stats, header
+    limit = max_frame_bytes or 20 * ciphertext_byte_length(keypair[0])
+    r = streamed_product(keypair, A, B, max_frame_bytes=limit, precision_bits=P, executor=executor, workers=workers)
+    return r.total, r.frames, r.response, r.stats, r.header
 
 
 def rerandomisers(keypair, B, frames, response, header):

@@ -10,6 +10,7 @@ import secrets
 
 import numpy as np
 import pytest
+from streamed_product import streamed_product
 
 from vfl.data.rows import ArrayRows, MappedRows
 from vfl.exceptions import DataValidationError, EncodingOverflowError, ProtocolError
@@ -18,9 +19,7 @@ from vfl.secure.encoding import to_fixed_point_ints
 from vfl.secure.keys import ciphertext_byte_length
 from vfl.secure.products import (
     EncryptedChunk,
-    MaskedResponse,
     ProductStreamHeader,
-    combine_packed_shares,
     stream_chunk_rows,
 )
 
@@ -38,23 +37,10 @@ def exact(A, B):
 
 def stream_product(keypair, A, B, *, max_frame_bytes, noise=None, executor=None, workers=1):
     """Both roles through the wire format of the streamed protocol; returns (packed shares, wire frames, the masked
-    response, the combined product as the coordinator computes it)."""
-    pk, sk = keypair
-    holder = ProductEncryptor(sk, A, response_cols=getattr(B, "n_cols", None) or B.shape[1], precision_bits=P,
-                              workers=workers, executor=executor,
-                              max_frame_bytes=max_frame_bytes)
-    responder = ProductResponder(B, precision_bits=P, workers=workers, executor=executor)
-    header = ProductStreamHeader.from_wire(*holder.stream_header().to_wire(), pk)
-    fold = responder.open(header, noise)
-    frames = []
-    for chunk in holder.encrypted_chunks():
-        h, f = chunk.to_wire()
-        frames.append(f[0])
-        fold.add(EncryptedChunk.from_wire(h, f, header))
-    response, share_b = fold.finish()
-    share_a = holder.decrypt(MaskedResponse.from_wire(*response.to_wire(), pk))
-    total = combine_packed_shares(share_a, share_b, layout=header.layout, n_cols=header.n_cols, modulus=int(pk.n))
-    return share_a, share_b, frames, response, total, responder.stats
+    response, the combined product as the coordinator computes it, the responder's statistics)."""
+    r = streamed_product(keypair, A, B, max_frame_bytes=max_frame_bytes, precision_bits=P, noise=noise,
+                         executor=executor, workers=workers)
+    return r.share_a, r.share_b, r.frames, r.response, r.total, r.stats
 
 
 def test_stream_of_many_chunks_from_row_sources_is_exact_and_frames_are_bounded(keypair):
