@@ -44,6 +44,7 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError, SlowBackendWarning
 from vfl.secure import native
+from vfl.secure.forksafe import fork_safe_lock
 
 try:  # pragma: no cover - exercised by whichever backend is installed
     import gmpy2
@@ -254,7 +255,7 @@ class Encrypter:
 
 _ENCRYPTER_CACHE: dict[tuple, Encrypter] = {}
 _ENCRYPTER_CACHE_SIZE = 8
-_ENCRYPTER_LOCK = threading.Lock()
+_ENCRYPTER_LOCK = fork_safe_lock()   # never inherited held by a forked worker (issue 30)
 
 
 def cached_encrypter(n: int, *, p: int | None = None, q: int | None = None,
