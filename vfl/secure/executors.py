@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, WorkerStalled
-from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, frame_bases, mpz, multiexp
+from vfl.secure.bigint import mpz
+from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, frame_bases, multiexp
 from vfl.secure.forksafe import fork_safe_lock
 from vfl.secure.packing import pack
 
