@@ -73,7 +73,7 @@ FIT_WITH_A_STUCK_WORKER = r"""
 import threading, time, warnings
 import numpy as np
 import vfl
-from vfl.secure import products
+from vfl.secure.products import responder
 
 warnings.simplefilter("ignore")
 HELD = threading.Lock()
@@ -85,7 +85,7 @@ def stuck_bucket_add(*args):
         pass
 
 
-products.bucket_add_task = stuck_bucket_add
+responder.bucket_add_task = stuck_bucket_add
 rng = np.random.default_rng(1)
 n = 1197
 Xa, Xb = rng.uniform(-1, 1, (n, 11)), rng.uniform(0, 1, (n, 6))

@@ -15,7 +15,7 @@ __all__ = ["check_writable"]
 
 def check_writable(out: str, *, force: bool) -> None:
     """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file."""
-    import tempfile   # not at import time: ``vfl --help`` stays fast
+    import tempfile  # not at import time: ``vfl --help`` stays fast
 
     path = Path(out)
     if path.exists() and not force:
