@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vfl.exceptions import ConfigurationError, WorkerStalled
-from vfl.secure.executors import PinnedPool, stall_limit
+from vfl.secure.executors import PinnedPool, open_executor, stall_limit
 
 REPO = Path(__file__).resolve().parents[2]
 _NOT_FORK_SAFE = threading.Lock()   # deliberately a plain lock: a forked worker inherits it held
@@ -45,7 +45,21 @@ def test_a_worker_blocked_on_an_inherited_lock_fails_with_one_line_naming_it():
     assert time.monotonic() - start < 60
     with pytest.raises(WorkerStalled):   # the pool takes no more work
         pool.submit_to(1, sum, [1])
+    deadline = time.monotonic() + 60
+    while pool.pools[0]._processes is not None and time.monotonic() < deadline:   # the detector's kill() is done
+        time.sleep(0.05)
+    pool.kill()   # again, as open_executor does on the way out: no second error
     pool.shutdown(wait=True)
+
+
+def test_the_stall_line_is_what_leaves_open_executor(monkeypatch):
+    """The detector has killed the pool already; open_executor kills it again on the way out, which must not
+    replace the stall line by another error."""
+    monkeypatch.setenv("VFL_WORKER_STALL_SECONDS", "1.5")
+    with pytest.raises(WorkerStalled, match=r"local pool worker 0 \(pid \d+\)"):
+        with open_executor(None, 2) as pool, _NOT_FORK_SAFE:
+            stuck = pool.submit_to(0, blocked_on_inherited_lock)
+            stuck.result(timeout=120)
 
 
 def test_a_worker_busy_for_longer_than_the_limit_is_not_a_stall():

@@ -168,7 +168,7 @@ class PinnedPool(Executor):
     def kill(self) -> None:
         """Kill every worker now (interrupt or failure) instead of waiting for their tasks."""
         for pool in self.pools:
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):   # None once shut down
                 proc.kill()
         self.shutdown(wait=False, cancel_futures=True)
 
