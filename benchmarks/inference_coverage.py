@@ -134,17 +134,22 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+def cell_label(row: dict) -> str:
+    """The first cell of a row of the table: ``linear N=1000 eps=0.5``."""
+    return f"{row['model']} N={row['n']} eps={row['epsilon']:g}"
+
+
 def markdown(doc: dict) -> str:
     """The coverage table of docs/inference.md (main run, then the confirmation run on disjoint seeds)."""
     lines = []
-    for key, title in (("rows", "main run"), ("confirm", "confirmation run, disjoint seeds")):
+    for key, title, mark in (("rows", "main run", ""), ("confirm", "confirmation run, disjoint seeds", " (confirm)")):
         if not doc.get(key):
             continue
         lines += [f"**{title}**", "",
                   "| cell | data sets | coverage (mean) | coverage (min-max over 11 coefficients) | median width | "
                   "OLS width | width / OLS | naive coverage |", "|---|---|---|---|---|---|---|---|"]
         for r in doc[key]:
-            lines.append(f"| {r['model']} N={r['n']} eps={r['epsilon']:g} | {r['sets']} | {r['coverage_mean']:.3f} | "
+            lines.append(f"| {cell_label(r)}{mark} | {r['sets']} | {r['coverage_mean']:.3f} | "
                          f"{r['coverage_min']:.3f}-{r['coverage_max']:.3f} | {r['median_width_mean']:.4f} | "
                          f"{r['ols_median_width_mean']:.4f} | {r['width_ratio_to_ols']:.2f} | "
                          f"{r['naive_coverage_mean']:.3f} |")
@@ -190,10 +195,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         for n in sizes:
             for eps in epsilons:
                 rows.append(run_cell(m, n, eps, args.splits, args.seed, targets[m]))
-                print(markdown({"rows": rows[-1:]}).splitlines()[-2], flush=True)
+                print(markdown({"rows": rows[-1:]}).splitlines()[-1], flush=True)
                 if args.confirm:
                     confirm.append(run_cell(m, n, eps, args.confirm, args.seed + 10**7, targets[m]))
-                    print(markdown({"confirm": confirm[-1:]}).splitlines()[-2], flush=True)
+                    print(markdown({"confirm": confirm[-1:]}).splitlines()[-1], flush=True)
     fields = {"delta": DELTA, "epsilons": epsilons, "d": D, "sizes": sizes,
               "truth": {m: targets[m].round(6).tolist() for m in models},
               "logit_coefficients": np.append(LOGIT_SCALE * THETA, INTERCEPT).round(6).tolist(),

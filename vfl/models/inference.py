@@ -33,10 +33,11 @@ Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022), adapt
 For logistic regression the estimand is the minimiser of the order-2 Taylor objective (Zhang et al. 2012), i.e.
 4 x the least-squares coefficients of y - 1/2 on x: it equals the logistic coefficients only near 0 (docs/inference.md).
 
-Fit measures (:func:`fit_measures`): linear MSE and R^2 of the released model estimated from the release (R^2 and MSE
-need beta; the gain over predicting the mean, -ybar^2 - alpha.w - w'Mw, does not), logistic the Taylor loss and its
-gain over the base-rate model; their intervals from the same replicates; a :class:`NoBetterThanBaselineWarning` when
-the model is no better than the mean / base rate.
+Fit measures (:func:`fit_measures`): linear MSE and R^2 of the released model on the training data, estimated from
+the release (R^2 and MSE need beta; the gain over predicting the mean, -ybar^2 - alpha.w - w'Mw, does not), logistic
+the Taylor loss and its gain over the base-rate model; the plug-in value on the noisy release is corrected for its
+optimism and given an interval from the same replicates; a :class:`NoBetterThanBaselineWarning` when the model is
+no better than the mean / base rate.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, NoBetterThanBaselineWarning
 from vfl.fm.objective import QuadraticObjective
-from vfl.privacy.mechanisms import Mechanism, draw_noise, symmetric_noise
+from vfl.privacy.mechanisms import Mechanism, NoiseSpec, draw_noise, symmetric_noise
 from vfl.rng import make_rng
 
 __all__ = ["InferenceResult", "InferenceMixin", "release_inference", "noise_draws", "batch_solve", "fit_measures",
@@ -98,8 +99,11 @@ def noise_draws(mechanism: Mechanism, n: int, rng: np.random.Generator) -> tuple
         for _ in range(draws):
             if block.diagonal:
                 spec = mechanism.diagonal_noise(block)
-                h, halves = symmetric_noise(mechanism.diagonal_layout, block.shape[0],
-                                            lambda shape, s=spec: draw_noise(s, shape, rng), batch=(n,))
+
+                def draw(shape: tuple[int, ...], spec: NoiseSpec = spec) -> np.ndarray:
+                    return draw_noise(spec, shape, rng)
+
+                h, halves = symmetric_noise(mechanism.diagonal_layout, block.shape[0], draw, batch=(n,))
                 total = total + h / halves
             else:
                 total = total + draw_noise(mechanism.entry_noise(block), (n, *block.shape), rng)
@@ -316,7 +320,9 @@ class _Replicates:
     solutions, the floor solve's mean map S (E[w_floor* | theta] = S theta) and whether sigma^2 is a bound."""
 
     theta: np.ndarray
-    m_zero: np.ndarray
+    e_alpha: np.ndarray
+    e_m: np.ndarray
+    e_beta: np.ndarray
     alpha: np.ndarray
     M: np.ndarray
     beta: np.ndarray
@@ -344,8 +350,8 @@ def _replicates(rel: _Release, theta: np.ndarray, n_bootstrap: int, rng: np.rand
     w_floor, _ = batch_solve(alpha_star, m_star, lambda_floor=rel.lambda_floor, regularization="floor",
                              alpha_noise_var=None)
     S = -2.0 * _floored_inverse_mean(m_star, rel.lambda_floor) @ m_plus
-    return _Replicates(theta, m_plus, alpha_star, m_star, float(obj.beta) + e_beta, w_star, w_floor, S, fallbacks,
-                       bounded)
+    return _Replicates(theta, e_alpha, e_m, e_beta, alpha_star, m_star, float(obj.beta) + e_beta, w_star, w_floor, S,
+                       fallbacks, bounded)
 
 
 def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w: np.ndarray, lambda_floor: float,
@@ -395,9 +401,12 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
 # ------------------------------------------------------------------ fit measures
 def _measures(rel: _Release, w: np.ndarray, alpha: np.ndarray, M: np.ndarray, beta: np.ndarray
               ) -> dict[str, np.ndarray]:
-    """Fit measures of the model ``w`` evaluated on (stacks of) released statistics, in the public domain."""
-    alpha, M, beta = np.atleast_2d(alpha), M.reshape(-1, w.size, w.size), np.atleast_1d(beta)
-    quad = alpha @ w + np.einsum("i,nij,j->n", w, M, w)
+    """Fit measures of the model(s) ``w`` ((d,) or one per statistic (n, d)) evaluated on (stacks of) statistics,
+    in the public domain."""
+    alpha = np.atleast_2d(alpha)
+    d = alpha.shape[1]
+    M, beta, W = M.reshape(-1, d, d), np.atleast_1d(beta), np.broadcast_to(w, alpha.shape)
+    quad = np.einsum("ni,ni->n", alpha, W) + np.einsum("ni,nij,nj->n", W, M, W)
     k, c = rel.intercept_index, rel.intercept_value
     out: dict[str, np.ndarray] = {}
     if rel.model == "linear":
@@ -420,17 +429,20 @@ def _measures(rel: _Release, w: np.ndarray, alpha: np.ndarray, M: np.ndarray, be
 
 def fit_measures(rel: _Release, w: np.ndarray, reps: _Replicates, *, alpha: float, label_half_range: float
                  ) -> tuple[dict[str, Any], list[str]]:
-    """Point estimates from the release and basic bootstrap intervals from the replicates' statistics (the
-    centre of the replicates: the statistics implied by theta^); the warnings when no better than the baseline."""
+    """The measures of the released model on the data, estimated from the release: the plug-in value on the noisy
+    statistics is optimistic (the model was fitted to that noise), so each replicate's error -- its own solution
+    measured on its noisy statistics minus on the same statistics without the DP noise -- gives the correction
+    (mean) and the basic interval (quantiles); the warnings when no better than the baseline."""
     obj = rel.objective
-    point = {k: float(v[0]) for k, v in _measures(rel, w, obj.alpha, obj.M, np.asarray(obj.beta)).items()}
-    centre = {k: float(v[0]) for k, v in _measures(rel, w, -2.0 * reps.m_zero @ reps.theta, reps.m_zero,
-                                                   np.asarray(obj.beta)).items()}
-    values = _measures(rel, w, reps.alpha, reps.M, reps.beta)
+    plug = {k: float(v[0]) for k, v in _measures(rel, w, obj.alpha, obj.M, np.asarray(obj.beta)).items()}
+    noisy = _measures(rel, reps.w, reps.alpha, reps.M, reps.beta)
+    clean = _measures(rel, reps.w, reps.alpha - reps.e_alpha, reps.M - reps.e_m, reps.beta - reps.e_beta)
+    err = {k: noisy[k] - clean[k] for k in noisy}
+    point = {k: plug[k] - float(err[k].mean()) if k in ("gain", "loss", "mse") else plug[k] for k in plug}
 
     def interval(key: str, scale: float = 1.0) -> list[float]:
-        lo, hi = np.quantile(values[key], [alpha / 2.0, 1.0 - alpha / 2.0])
-        return [scale * (point[key] - (hi - centre[key])), scale * (point[key] - (lo - centre[key]))]
+        lo, hi = np.quantile(err[key], [alpha / 2.0, 1.0 - alpha / 2.0])
+        return [scale * (plug[key] - hi), scale * (plug[key] - lo)]
 
     fit: dict[str, Any] = {}
     notes: list[str] = []
