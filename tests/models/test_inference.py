@@ -184,3 +184,11 @@ def test_logistic_inference_has_taylor_fit_measures() -> None:
     assert {"taylor_loss", "taylor_gain_over_base_rate", "base_rate", "pseudo_r2"} <= set(fit)
     assert abs(fit["base_rate"] - y.mean()) < 0.1
     assert est.conf_int().shape == (5, 2)
+
+
+def test_z_and_p_values_agree() -> None:
+    X, y = _linear_data(1500, 31)
+    inf = _quiet_fit(_linear(1.0, 32, release_beta=True), X, y).inference_
+    from vfl.models.inference import normal_cdf
+
+    np.testing.assert_allclose(inf.pvalues, 2.0 * normal_cdf(-np.abs(inf.tvalues)), atol=1e-12)

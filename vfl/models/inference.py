@@ -170,8 +170,9 @@ class InferenceResult:
 
     @property
     def tvalues(self) -> np.ndarray:
-        """z = coef / bse (statsmodels' name; normal reference)."""
-        return np.divide(self.coef, self.bse, out=np.full_like(self.coef, np.inf), where=self.bse > 0)
+        """z = the de-biased estimate / bse (statsmodels' name; normal reference; the p-values' z)."""
+        est = self.center if self.center is not None else self.coef
+        return np.divide(est, self.bse, out=np.where(est == 0.0, 0.0, np.inf), where=self.bse > 0)
 
     def conf_int(self, alpha: float | None = None) -> np.ndarray:
         """One [low, high] row per coefficient, then the intercept: the stored bootstrap interval at the stored
@@ -191,7 +192,9 @@ class InferenceResult:
         width = max([len(n) for n in self.names] + [9])
         head = (f"{'':<{width}} {'coef':>11} {'std err':>11} {'z':>8} {'P>|z|':>7} {lo_name:>11} {hi_name:>11}")
         lines = [f"Inference from the DP release (no extra epsilon): {self.method}",
-                 f"bootstrap replicates: {self.n_bootstrap}", "=" * len(head), head, "-" * len(head)]
+                 f"bootstrap replicates: {self.n_bootstrap}; coef: the released model; std err, z, P>|z| and the "
+                 "interval: for the true coefficient (de-biased for the floor's shrinkage)",
+                 "=" * len(head), head, "-" * len(head)]
         for i, name in enumerate(self.names):
             lo, hi = self.conf_int_[i]
             lines.append(f"{name:<{width}} {self.coef[i]:>11.4g} {self.bse[i]:>11.4g} {self.tvalues[i]:>8.3f} "
@@ -290,9 +293,10 @@ def residual_variance(rel: _Release, theta: np.ndarray) -> tuple[float, bool]:
 
 
 def denoised_second_moments(M: np.ndarray, noise: np.ndarray, floor: float = 0.0) -> np.ndarray:
-    """M_0 = (M^2 - E[E^2])_+^(1/2): the released second moments with the noise's spread of the spectrum removed
-    (E[(M + E)^2] = M^2 + E[E^2] for zero-mean noise E; E[E^2] from the public noise law, here the mean of the
-    bootstrap's own draws ``noise`` (B, d, d)). Eigenvalues of M^2 - E[E^2] below 0 are set to 0."""
+    """M_0: the eigenvectors of the released M, its eigenvalues s deflated to sqrt(max(s^2 - v, 0)) and floored at
+    ``floor``, where v = E||E e||^2 = tr E[E^2]/d is the spread the zero-mean noise E adds to the spectrum
+    (E[(M + E)^2] = M^2 + E[E^2]); v from the public noise law, here the mean over the bootstrap's own draws
+    ``noise`` (B, d, d)."""
     M = (M + M.T) / 2.0
     if not np.any(noise):
         return M
@@ -341,7 +345,7 @@ def _replicates(rel: _Release, theta: np.ndarray, n_bootstrap: int, rng: np.rand
     e_alpha, e_m, e_beta = noise_draws(rel.mechanism, n_bootstrap, rng)
     m_plus = denoised_second_moments(obj.M, e_m, rel.lambda_floor)   # M_0 (step 1)
     s, Q = np.linalg.eigh(m_plus)
-    root = (Q * np.sqrt(np.maximum(s, 0.0) / m)) @ Q.T        # (G~)^(1/2), G~ = M_+/m
+    root = (Q * np.sqrt(np.maximum(s, 0.0) / m)) @ Q.T        # (G_0)^(1/2), G_0 = M_0/m
     sigma2, bounded = residual_variance(rel, theta)
     z = rng.standard_normal((n_bootstrap, theta.size))
     alpha_star = -2.0 * m_plus @ theta + a * math.sqrt(sigma2 / n) * z @ root + e_alpha
