@@ -100,8 +100,8 @@ def test_plans_refused_at_the_roster_cost_nothing_and_an_honest_plan_is_then_acc
     """Three plans that a real `vfl party` (bob, --budget 2.0) refuses at the roster -- an invented party, alice's
     entry unsigned, alice's entry re-signed by the coordinator around its own Paillier key -- each end with exit 4
     and nothing data-dependent sent, and bob's ledger stays empty (spent 0; on main each reserved bob's true
-    epsilon 1, and the honest plan was then refused for budget). The fourth, honest plan is accepted: bob reserves its spend once the
-    roster verifies, then sends his first data-dependent message (ENC_REQUEST)."""
+    epsilon 1, and the honest plan was then refused for budget). The fourth, honest plan is accepted: bob reserves
+    its spend once the roster verifies, then sends his first data-dependent message (ENC_REQUEST)."""
     ledger = tmp_path / "bob.sqlite"
     ghost = _party("ghost0", 3, ["g0", "g1", "g2"])
     refusals = {"invented party": "party 'ghost0' has no pinned identity",

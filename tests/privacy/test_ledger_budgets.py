@@ -127,3 +127,22 @@ def test_a_schema1_ledger_is_upgraded_and_its_fingerprint_entries_count_against_
     exported = json.loads((tmp_path / "x.json").read_text())
     assert exported["schema_version"] == 2 and {r["stored_key"][:7] for r in exported["runs"]} == {"sha256:",
                                                                                                   "name:cr"}
+
+
+def test_cape_sites_keep_one_default_budget_too():
+    """A capeFM site's and a capeDJICA site's runs share the site's default budget whatever the rows (the same
+    BudgetGuard and keys as a party); only a declared name keeps its own."""
+    from vfl.net.cape_ica_site import ICASiteData
+    from vfl.net.site import SiteData
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (20, 2)), rng.uniform(-1, 1, 20)
+
+    def fm(n: int, name: str | None = None):  # noqa: ANN202
+        return SiteData.build("s", X[:n], y[:n], feature_names=["a", "b"], bounds={"a": (0, 1), "b": (0, 1)},
+                              label_bounds=(-1, 1), label_name="y").ledger_key(name)
+
+    assert fm(20).key == fm(19).key == DEFAULT_DATASET and fm(20, "crm").key == "name:crm"
+    ica = [ICASiteData.build("s", rng.uniform(-0.5, 0.5, (3, n)), columns=["d0", "d1", "d2"]).ledger_key()
+           for n in (30, 29)]
+    assert {k.key for k in ica} == {DEFAULT_DATASET} and ica[0].covers["columns"] == ["d0", "d1", "d2"]

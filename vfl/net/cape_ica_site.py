@@ -25,7 +25,7 @@ from vfl.net.ica_model import ICAModel
 from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_name
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys
-from vfl.privacy.ledger import Budget, DatasetKey, Ledger, LedgerError
+from vfl.privacy.ledger import Budget, DatasetKey, Ledger, declared_name
 from vfl.protocols.cape_djica_rounds import CapeICASite
 from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
@@ -70,14 +70,15 @@ class ICASiteData:
         return int(self.X.shape[1])
 
     def ledger_key(self, name: str | None = None) -> DatasetKey:
-        """The key this site's budget is kept under in its privacy ledger: the declared ``name``, else the
-        fingerprint of its dimension columns (or D), its public scale and its time points N_s."""
+        """This site's budget in its privacy ledger: the declared ``name``, else the site's default budget (one per
+        site, issue 29); recorded with it, the fingerprint of its dimension columns (or D), its public scale and
+        its time points N_s."""
         decl = {"role": ROLE, "columns": self.columns, "dims": int(self.X.shape[0]), "scale": self.scale,
                 "rows": self.n_rows}
         digest = hashlib.sha256(json.dumps(decl, sort_keys=True).encode()).hexdigest()
-        if name is not None and not str(name).strip():
-            raise LedgerError("a declared dataset name must not be empty")
-        return DatasetKey(digest, None if name is None else str(name).strip())
+        covers = {"files": [], "columns": self.columns or [f"{int(self.X.shape[0])} dimensions"], "label": None,
+                  "rows": self.n_rows}
+        return DatasetKey(digest, declared_name(name), covers)
 
     def register_body(self) -> dict[str, Any]:
         return {"name": self.name, "n_rows": self.n_rows, "features": [], "label_owner": False,

@@ -58,7 +58,8 @@ from vfl.exceptions import BudgetError, PrivacyParameterError, VFLError
 
 __all__ = ["LedgerError", "Ledger", "LedgerAccountant", "Budget", "Spend", "Composition",
            "RunRecord", "DatasetKey", "compose", "spend_of_report", "gaussian_spend", "dataset_key",
-           "default_ledger_path", "budget_key", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA", "DEFAULT_DATASET"]
+           "default_ledger_path", "budget_key", "declared_name", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA",
+           "DEFAULT_DATASET"]
 
 #: 2: one default budget per party (unnamed entries of schema 1, keyed by a fingerprint, count against it)
 SCHEMA_VERSION = 2
