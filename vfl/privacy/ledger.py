@@ -538,7 +538,8 @@ def _covers(runs: Sequence[RunRecord]) -> dict[str, Any]:
                              ("labels", [c["label"]] if c.get("label") else []),
                              ("rows", [c["rows"]] if c.get("rows") is not None else [])):
             seen[what] += [v for v in values if v not in seen[what]]
-    return {**seen, "fingerprint_keyed_runs": sum(r.stored_key.startswith("sha256:") for r in runs)}
+    return {**seen, "unrecorded_runs": sum(r.covers is None for r in runs),
+            "fingerprint_keyed_runs": sum(r.stored_key.startswith("sha256:") for r in runs)}
 
 
 def refusal_line(dataset: DatasetKey, budget: Budget, before: Composition, after: Composition, spend: Spend, *,
@@ -600,8 +601,11 @@ def _covers_text(c: Mapping[str, Any]) -> str:
              f"columns {', '.join(c['columns'])}" if c["columns"] else "",
              f"label {', '.join(c['labels'])}" if c["labels"] else "",
              f"rows {', '.join(str(n) for n in c['rows'])}" if c["rows"] else "",
-             f"{c['fingerprint_keyed_runs']} run(s) of schema 1 keyed by a table fingerprint (files and columns not "
-             "recorded)" if c["fingerprint_keyed_runs"] else ""]
+             f"{c['unrecorded_runs']} run(s) of schema 1 (files and columns not recorded)" if c["unrecorded_runs"]
+             else ""]
+    if c["fingerprint_keyed_runs"]:
+        parts.append(f"{c['fingerprint_keyed_runs']} of them kept under a table fingerprint by schema 1, counted "
+                     "here")
     return "; ".join(p for p in parts if p) or "(nothing recorded)"
 
 
