@@ -191,6 +191,8 @@ def test_changing_the_table_never_opens_a_fresh_budget_and_a_refusal_charges_no_
     first = {name: Ledger(path).runs() for name, path in ledgers.items()}
     assert [(r.state, r.epsilon) for r in first["bob"]] == [("completed", pytest.approx(1.0))]
     assert [(r.state, r.epsilon) for r in first["alice"]] == [("completed", pytest.approx(1.0))]
+    assert first["bob"][0].covers == {"files": [str(data["bob"].resolve())], "columns": ["visits", "spend"],
+                                      "label": None, "rows": 300}
 
     variants = {
         "bob: the same table minus its last row": ("bob", [*alice_t, *ledger_of("alice", False)],

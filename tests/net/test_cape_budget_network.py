@@ -74,6 +74,8 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
     assert first.epsilon == pytest.approx(1.0, rel=1e-6) and first.mechanism == "capeFM linear"
     assert first.accounting["kind"] == "gaussian" and first.accounting["mu"] > 0
     assert first.budget == [1.2, 1e-5]
+    assert first.covers == {"files": [str((tmp_path / "site0.csv").resolve())], "columns": FEATURES, "label": "y",
+                            "rows": 40}
 
     received.clear()
     agg2 = CapeAggregator(CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",

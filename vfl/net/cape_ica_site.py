@@ -102,7 +102,7 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
                   log: Callable[[str], None] | None = None, policy: SitePolicy | None = None,
                   ledger: Ledger | None = None, budget: Budget | None = None,
                   dataset_name: str | None = None, identity_dir: str | Path | None = None,
-                  insecure_no_identity: bool = False) -> SiteNode:
+                  insecure_no_identity: bool = False, dataset_files: Sequence[str] = ()) -> SiteNode:
     """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model.
     ``ledger``/``budget``/``dataset_name``: the site's privacy ledger (the whole plan's spend is reserved);
     ``identity_dir``/``insecure_no_identity``: its signing identity and pinned co-sites (as :class:`SiteNode`)."""
@@ -111,7 +111,7 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
                     session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result,
                     ledger=ledger, budget=budget, dataset_name=dataset_name, identity_dir=identity_dir,
-                    insecure_no_identity=insecure_no_identity)
+                    insecure_no_identity=insecure_no_identity, dataset_files=dataset_files)
 
 
 def _parse_result(msg: Message) -> ICAModel:

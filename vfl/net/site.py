@@ -22,7 +22,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,7 @@ class SiteNode:
     ``plan_spend``) is checked read-only after the site's plan check, before the site sends anything (a plan over
     budget is refused there, before any co-site can reserve), and reserved before the site's first message that is
     not its Diffie-Hellman key (:data:`KEY_KINDS`), i.e. before anything data-dependent.
+    ``dataset_files``: the files the site's data came from (recorded in its ledger).
     ``identity_dir``: this site's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-sites (``vfl keys``):
     it signs its Diffie-Hellman values and masks only under values signed by the pinned identities of the plan's
     sites (:mod:`vfl.protocols.cape_keys`); required unless ``insecure_no_identity`` (loopback experiments; warns).
@@ -192,7 +193,8 @@ class SiteNode:
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
                  result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
                  budget: Budget | None = None, dataset_name: str | None = None,
-                 identity_dir: str | Path | None = None, insecure_no_identity: bool = False) -> None:
+                 identity_dir: str | Path | None = None, insecure_no_identity: bool = False,
+                 dataset_files: Sequence[str] = ()) -> None:
         #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities, warned)
         self.identity, self.pinned = member_identity(f"site {data.name}", data.name, identity_dir,
                                                      insecure_no_identity, INSECURE_SITE_WARNING.format(name=data.name))
@@ -208,6 +210,8 @@ class SiteNode:
         #: this site's reservations in its privacy ledger (the same helper as a vertical party's, vfl.net.party);
         #: the dataset key comes from ``data.ledger_key(dataset_name)``
         key = data.ledger_key(dataset_name) if ledger is not None else DatasetKey("", dataset_name)
+        if dataset_files:   # recorded with each run in the ledger (what the budget covered), never a key
+            key = replace(key, covers={**(key.covers or {}), "files": [str(f) for f in dataset_files]})
         self.guard = BudgetGuard(ledger, budget, key, member=f"site {data.name}", log=lambda line: self.log(line))
 
     def run(self) -> Any:
