@@ -147,3 +147,16 @@ def test_cape_sites_keep_one_default_budget_too():
     ica = [ICASiteData.build("s", rng.uniform(-0.5, 0.5, (3, n)), columns=["d0", "d1", "d2"]).ledger_key()
            for n in (30, 29)]
     assert {k.key for k in ica} == {DEFAULT_DATASET} and ica[0].covers["columns"] == ["d0", "d1", "d2"]
+
+
+def test_the_estimators_ledger_accountant_can_spend_from_the_default_budget(tmp_path):
+    """``LedgerAccountant(PATH, "default", ...)``: in-process fits compose with the party's networked runs."""
+    from vfl.privacy.ledger import LedgerAccountant
+
+    ledger = Ledger(tmp_path / "l.sqlite", party="bob")
+    ledger.reserve(_key(), "run-0", laplace(1.0), budget=Budget(1.5))
+    acc = LedgerAccountant(ledger, "default", "1.5")
+    assert acc.total()[0] == pytest.approx(1.0, abs=1e-3)   # PLD at delta 1e-5: 0.99998
+    with pytest.raises(BudgetError):
+        acc.spend(1.0, 0.0)
+    assert LedgerAccountant(ledger, "crm", "1.5").total()[0] == 0.0

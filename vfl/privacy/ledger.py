@@ -639,13 +639,13 @@ def export_document(ledger: Ledger, budget: Budget | None = None) -> dict[str, A
 class LedgerAccountant:
     """A diffprivlib-style accountant (``check``, ``spend``, ``remaining``, ``total``) backed by a persistent
     :class:`Ledger`, for the in-process estimators' ``accountant=``: their fits of one dataset (``dataset``: the
-    name the budget is kept under) then share the lifetime budget of the party's networked runs of that name and
-    survive the process. A fit gives only its ``(epsilon, delta)``, so fits compose with basic composition; each
-    fit is one ``completed`` run in the ledger."""
+    name the budget is kept under; ``"default"``: the party's default budget) then share the lifetime budget of the
+    party's networked runs of that name and survive the process. A fit gives only its ``(epsilon, delta)``, so fits
+    compose with basic composition; each fit is one ``completed`` run in the ledger."""
 
     def __init__(self, ledger: Ledger | str | Path, dataset: str, budget: Budget | str | float) -> None:
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
-        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), str(dataset))
+        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), declared_name(str(dataset)))
         self.budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
 
     @staticmethod
