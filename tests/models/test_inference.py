@@ -192,3 +192,23 @@ def test_z_and_p_values_agree() -> None:
     from vfl.models.inference import normal_cdf
 
     np.testing.assert_allclose(inf.pvalues, 2.0 * normal_cdf(-np.abs(inf.tvalues)), atol=1e-12)
+
+
+def test_model_file_inference_record_is_checked_and_optional() -> None:
+    from vfl.exceptions import ConfigurationError
+    from vfl.net.modelio import FittedModel, PartyColumns
+
+    X, y = _linear_data(1000, 41)
+    est = _quiet_fit(_linear(1.0, 42), X, y)
+    cols = [PartyColumns("a", [f"x{j}" for j in range(D)], [[-1.0, 1.0]] * D, 1.0, True)]
+    plain = FittedModel("linear", "gaussian-fm", cols, np.zeros(D), [ICPT - 2.0, ICPT + 2.0])
+    with pytest.raises(ConfigurationError, match="no inference record"):
+        plain.conf_int()
+    doc = plain.to_dict()
+    assert "inference" not in doc
+    doc["inference"] = est.inference_.to_dict()
+    loaded = FittedModel.from_dict(doc)
+    np.testing.assert_array_equal(loaded.conf_int(), est.conf_int())
+    doc["inference"] = {**doc["inference"], "bse": [1.0]}     # one standard error for 11 names
+    with pytest.raises(ConfigurationError, match="malformed model file"):
+        FittedModel.from_dict(doc)
