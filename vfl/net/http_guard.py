@@ -92,8 +92,7 @@ class BoundedHTTPServer(HTTPServer):
     open connections (the next is answered 503 and closed by the accepting thread); idle connections close after
     ``idle_timeout`` seconds."""
 
-    daemon_threads = True
-    request_queue_size = 64
+    request_queue_size = 64   # listen backlog
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, workers: int = 8,
                  max_connections: int = 64, idle_timeout: float = 10.0) -> None:
