@@ -30,7 +30,8 @@ def _echo(text: str) -> None:
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for the parties to register, and for each party's answer or heartbeat.")
 @click.option("--max-query-ids", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,
-              help="Largest number of IDs in one query (a larger query is refused before anything is sent).")
+              help="Largest number of IDs in one query (a larger query is refused before anything is sent); every "
+                   "`vfl serve` refuses a plan above its own --max-query-ids (default 100,000).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the serving parties' public keys.")
 @click.option("--http", "http_address", default=None,
