@@ -152,6 +152,8 @@ def _run_on_loopback(run_hub: Callable[[], FittedModel], nodes: dict[str, Any]) 
     try:
         return run_hub()
     except PartyFailure as exc:
+        for t in threads:   # a member reports its failure to the hub before its thread records it here
+            t.join(timeout=10)
         first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
         if first is not None:
             raise first from exc

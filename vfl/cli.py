@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from vfl.data.files import check_writable
 from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
@@ -89,23 +90,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _echo(text: str) -> None:
     click.echo(text, err=False)
-
-
-def check_writable(out: str, *, force: bool) -> None:
-    """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file."""
-    import tempfile
-
-    path = Path(out)
-    if path.exists() and not force:
-        raise ConfigurationError(f"{out} exists; refusing to overwrite it (use --force)")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigurationError(f"cannot write {out}: folder {folder} does not exist")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".check"):
-            pass
-    except OSError as exc:
-        raise ConfigurationError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
