@@ -73,9 +73,9 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl coordinator --parties 2 --model linear --mechanism gaussian-fm --epsilon 1 --delta 1e-5 --bind "
     "tcp://0.0.0.0:5555 --curve-dir certs --out model.json": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name alice --data alice.csv --features age,income --label outcome "
-    "--bounds alice-bounds.toml --curve-dir certs --identity-dir certs": DEPLOY,
+    "--bounds alice-bounds.toml --rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name bob --data bob.csv --features 0-4 --bounds bob-bounds.toml "
-    "--curve-dir certs --identity-dir certs": DEPLOY,
+    "--rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
     "vfl predict --model model.json --data joined.csv": DEPLOY,
     "vfl keys --out certs --names hospital_a,hospital_b,hospital_c": CAPE,
     "vfl coordinator --mechanism cape-fm --sites 3 --epsilon 1 --delta 1e-5 --bind tcp://0.0.0.0:5555 --curve-dir "
