@@ -59,7 +59,7 @@ def _measured_excess(epsilon: float, data_sets: int, seed: int) -> tuple[float, 
                                           pytest.param(4.0, 24, marks=pytest.mark.slow)])
 def test_predicted_excess_mse_is_within_25_percent_of_independent_fits(epsilon, seed):
     plan = plan_epsilon(N, [P], epsilons=(epsilon,), noise_sharing="central", replicates=REPLICATES, random_state=seed,
-                        bounds=[(-1.0, 1.0)] * P)
+                        bounds=[(-1.0, 1.0)] * P, label_bounds=(-3 * math.sqrt(2.0), 3 * math.sqrt(2.0)))
     row = plan.rows[0]
     measured, measured_se = _measured_excess(epsilon, REPLICATES, seed + 100)
     combined_se = math.hypot(measured_se, row.excess_error_mean_se)
@@ -104,3 +104,24 @@ def test_bad_planner_input_is_one_clear_error(kwargs, message):
     args = {"n_rows": 100, "party_columns": [2, 2], **kwargs}
     with pytest.raises(ConfigurationError, match=message):
         plan_epsilon(args.pop("n_rows"), args.pop("party_columns"), **args)
+
+
+def test_vfl_plan_prints_json_and_refuses_bad_input_in_one_line(capsys, tmp_path):
+    import json
+
+    from vfl.cli import main
+
+    alice = tmp_path / "alice.toml"
+    alice.write_text("[bounds]\nage = [18, 90]\noutcome = [0, 1]\n")
+    bob = tmp_path / "bob.toml"
+    bob.write_text("[bounds]\nb0 = [0, 1]\nb1 = [0, 5]\n")
+    code = main(["plan", "--rows", "500", "--party-columns", "2,1", "--bounds", f"{bob},{alice}", "--epsilon", "1,2",
+                 "--replicates", "20", "--seed", "1", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["names"] == ["b0", "b1", "age", "intercept"] and doc["settings"]["label_owner"] == 1
+    assert doc["settings"]["label_bounds"] == [0.0, 1.0] and [r["epsilon"] for r in doc["rows"]] == [1.0, 2.0]
+    for argv, message in ((["--party-columns", "a,b"], "--party-columns must be comma-separated numbers"),
+                          (["--party-columns", "2", "--bounds", f"{alice},{bob}"], "2 file(s) for 1 parties")):
+        assert main(["plan", "--rows", "500", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

@@ -21,8 +21,9 @@ public facts only, but the error it causes depends on the data, which the planne
 simulates the release on a **reference data set drawn within the bounds** (the assumption is printed with the
 result): independent columns, each normal around the middle of its declared bounds with standard deviation
 ``spread`` x its half-range, clipped to the bounds (the default spread 1/3 puts the bounds at +-3 sd, as
-benchmarks/utility.py declares them); a linear label y = x . b + e with population R^2 = ``r2``, every column
-explaining the same share, its bounds at +-3 sd of y; or a logistic label with P(y = 1 | x) = sigmoid(x . b), the
+benchmarks/utility.py declares them); a linear label y = x . b + e that fills its declared bounds the same way
+(sd ``spread`` x half-range, clipped), with population R^2 = ``r2`` and every column explaining the same share; or
+a logistic label with P(y = 1 | x) = sigmoid(x . b), the
 log-odds having standard deviation ``logit_sd``. Each replicate draws the exact block statistics of N rows -- for N
 above :data:`SAMPLE_ROWS` by the central-limit rescaling s_N = s_pop + (s_n - s_pop) sqrt(n / N) of a sample of n
 rows, so the cost does not grow with N -- adds the mechanism's noise block by block (``Mechanism.block_noise``, the
@@ -61,7 +62,6 @@ DEFAULT_EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 SAMPLE_ROWS = 4_000        # rows drawn per replicate; above it the statistics are rescaled to N (module docstring)
 POPULATION_ROWS = 200_000  # rows of the reference population's statistics (the centre of the rescaling)
 TEST_ROWS = 20_000         # reference rows the excess error is measured on
-Y_BOUND_SDS = 3.0          # default label bounds: +-3 population sd of y (as benchmarks/utility.py)
 
 
 @dataclass(frozen=True)
@@ -147,13 +147,13 @@ class _Reference:
         p = len(bounds)
         self.mid = (bounds.lower + bounds.upper) / 2.0
         self.sd = spread * (bounds.upper - bounds.lower) / 2.0
-        # every column explains the same share: b_j sd_j = const; Var(x . b) = p const^2 (clipping ignored)
+        # every column explains the same share: b_j sd_j = const, Var(x . b) = p const^2 (clipping ignored)
         if model == "linear":
-            self.beta = np.full(p, 1.0) / self.sd / math.sqrt(p)           # Var(x . b) = 1
-            self.noise_sd = math.sqrt((1.0 - r2) / r2)
-            y_sd = math.sqrt(1.0 + self.noise_sd ** 2)
-            self.y_mid = float(self.beta @ self.mid)
-            self.label_bounds = label_bounds or (self.y_mid - Y_BOUND_SDS * y_sd, self.y_mid + Y_BOUND_SDS * y_sd)
+            lo, hi = label_bounds if label_bounds is not None else (-1.0, 1.0)
+            self.label_bounds = (float(lo), float(hi))
+            self.y_mid, y_sd = (lo + hi) / 2.0, spread * (hi - lo) / 2.0   # the label fills its bounds as a column
+            self.beta = np.full(p, math.sqrt(r2) * y_sd) / self.sd / math.sqrt(p)   # Var(x . b) = R^2 Var(y)
+            self.noise_sd = math.sqrt(1.0 - r2) * y_sd
         else:
             self.beta = np.full(p, logit_sd) / self.sd / math.sqrt(p)      # sd of the log-odds = logit_sd
             self.noise_sd, self.label_bounds = 0.0, (0.0, 1.0)
@@ -275,8 +275,8 @@ def plan_epsilon(n_rows: int, party_columns: Sequence[int], *, model: str = "lin
     coefficient of a fit of N = ``n_rows`` rows whose parties hold ``party_columns`` columns (global order: party
     0's first; ``label_owner`` holds the label and, with ``fit_intercept``, the public constant column).
 
-    ``bounds``: the declared (lo, hi) of every column in that order (default (-1, 1): the result is then per unit of
-    a column's half-range); ``label_bounds``: the label's (linear; default +-3 sd of the reference label). ``spread``,
+    ``bounds``: the declared (lo, hi) of every column in that order, ``label_bounds`` the label's (linear); default
+    (-1, 1) for each: the result is then per unit of a half-range. ``spread``,
     ``r2``, ``logit_sd``: the reference data (module docstring). ``noise_sharing``: "two-sided" (a networked run:
     both parties of a cross block add a draw) or "central" (the in-process estimators). ``replicates``: simulated
     runs per epsilon. Public inputs only: no data is read and no budget is spent.
@@ -378,8 +378,8 @@ def norm_ppf(q: float) -> float:
 
 def _assumptions(model: str, spread: float, r2: float, logit_sd: float, default_bounds: bool,
                  default_label: bool) -> list[str]:
-    out = [f"each column normal around the middle of its bounds with sd {spread:.3g} x its half-range, clipped, "
-           "independent of the others",
+    out = [f"each column{' and the label' if model == 'linear' else ''} normal around the middle of its bounds with "
+           f"sd {spread:.3g} x its half-range, clipped; columns independent",
            (f"label = linear in the columns + noise, population R^2 = {r2:g}, every column explaining the same share"
             if model == "linear" else
             f"P(label = 1) = sigmoid(log-odds linear in the columns), sd of the log-odds {logit_sd:g}, base rate 1/2")]
@@ -387,5 +387,5 @@ def _assumptions(model: str, spread: float, r2: float, logit_sd: float, default_
         out.append("no bounds given: every column declared in (-1, 1), so coefficients and widths are per unit of a "
                    "column's half-range")
     if default_label and model == "linear":
-        out.append("label bounds at +-3 sd of the label")
+        out.append("no label bounds given: the label declared in (-1, 1)")
     return out
