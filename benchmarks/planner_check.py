@@ -90,12 +90,14 @@ def markdown(doc: dict) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['n_train']}, {r['epsilon']:g} | {r['measured_r2_lost']:.4f} | {r['measured_se']:.4f} | "
-                     f"{r['predicted_r2_lost']:.4f} | {r['predicted_se']:.4f} | {ratio} | "
+        lines.append(f"| {r['n_train']}, {r['epsilon']:g} | {r['measured_r2_lost']:.3g} | {r['measured_se']:.2g} | "
+                     f"{r['predicted_r2_lost']:.3g} | {r['predicted_se']:.2g} | {ratio} | "
                      f"{'yes' if r['resolvable'] else 'no'} | {'yes' if r['met'] else 'no'} |")
     met = sum(r["met"] for r in doc["rows"])
+    missed = [f"n = {r['n_train']}, ε = {r['epsilon']:g} (predicted / measured "
+              f"{'—' if r['ratio'] is None else format(r['ratio'], '.2f')})" for r in doc["rows"] if not r["met"]]
     lines += ["", f"{met} of {len(doc['rows'])} cells met; within ±25 % in {doc['within_25']} of "
-              f"{doc['resolvable']} resolvable cells."]
+              f"{doc['resolvable']} resolvable cells" + (f"; missed: {'; '.join(missed)}." if missed else ".")]
     return "\n".join(lines)
 
 
