@@ -112,3 +112,11 @@ def test_the_browser_check_can_fail(tmp_path):
     bad.write_text("<!DOCTYPE html><html><body><p>x</p><script>undefinedFunction();</script></body></html>")
     page = load_page(bad, tmp_path)
     assert page.console_errors, "a page with an uncaught error must show a console error"
+
+
+def test_fit_measures_pair_each_value_with_its_interval():
+    from vfl.models.report import fit_lines
+
+    lines = fit_lines({"fit": {"taylor_gain_over_base_rate": 0.01, "taylor_gain_conf_int": [-0.01, 0.03],
+                               "r2": None, "r2_conf_int": None, "base_rate": 0.4}, "warnings": []})
+    assert lines[1:] == ["  taylor gain over base rate: 0.01  [-0.01, 0.03]", "  r2: n/a", "  base rate: 0.4"]

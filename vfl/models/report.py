@@ -108,7 +108,7 @@ def fit_lines(inf: dict[str, Any] | None) -> list[str]:
     for key, value in fit.items():
         if key.endswith("_conf_int") or isinstance(value, (list, dict)):
             continue
-        ci = fit.get(f"{key}_conf_int") or fit.get(key.replace("_gain_over_mean", "_gain") + "_conf_int")
+        ci = fit.get(f"{key}_conf_int") or fit.get(re.sub(r"_over_\w+$", "", key) + "_conf_int")   # gain_over_mean
         tail = f"  [{_fmt(ci[0])}, {_fmt(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
         lines.append(f"  {key.replace('_', ' ')}: {_fmt(value)}{tail}")
     if len(lines) == 1:
@@ -269,7 +269,8 @@ def _planner_figure(plan: Any, epsilon: float | None) -> str:
     ax.set_xscale("log")
     ax.set_xticks(eps, [f"{e:g}" for e in eps])
     ax.minorticks_off()
-    ax.set_yscale("symlog", linthresh=1e-4)
+    if min(r.excess_error_median for r in plan.rows) > 0:
+        ax.set_yscale("log")   # else (a noise-free or tiny error) the linear scale shows the values near 0
     ax.set_xlabel("epsilon")
     ax.set_ylabel(f"excess test {plan.error_measure} (median)")
     ax.set_title(f"planner: expected excess error at N = {plan.settings['n_rows']}")
