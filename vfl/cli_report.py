@@ -102,33 +102,31 @@ def plan(n_rows: int, party_columns: str, model: str, mechanism: str, epsilons: 
 
 @click.command()
 @click.argument("model_path", type=click.Path(dir_okay=False))
-@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
-              help="A party's privacy ledger (`vfl budget`): add what each of its datasets has spent.")
+@click.option("--ledger", "ledger_paths", type=click.Path(dir_okay=False), multiple=True,
+              help="A party's privacy ledger (`vfl budget`): add what each of its datasets has spent. Repeat it for "
+                   "the ledgers of several parties.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write one self-contained HTML page with figures (coefficients with intervals, error vs "
                    "epsilon from the planner, budget over runs with --ledger); atomic, refused if it exists.")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --html file.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed of the planner's simulation in the HTML page (reproducible figures).")
-def report(model_path: str, ledger_path: str | None, html_out: str | None, force: bool, seed: int | None) -> None:
+def report(model_path: str, ledger_paths: tuple[str, ...], html_out: str | None, force: bool, seed: int | None
+           ) -> None:
     """A released model in words: coefficients with intervals and p-values, fit measures, the privacy guarantee in
     plain words and, with --ledger, the budget spent."""
     from vfl.cli import check_writable
     from vfl.models.report import report_html, report_text
     from vfl.net.modelio import atomic_write_text
+    from vfl.privacy.ledger import Ledger
 
     if html_out:
         check_writable(html_out, force=force)
     doc = _read_model(model_path)
-    ledger = None
-    if ledger_path:
-        from vfl.privacy.ledger import Ledger
-
-        ledger = Ledger(ledger_path, create=False)
-    click.echo(report_text(doc, ledger=ledger, ledger_path=ledger_path or ""))
+    ledgers = [(path, Ledger(path, create=False)) for path in ledger_paths]
+    click.echo(report_text(doc, ledgers=ledgers))
     if html_out:
-        atomic_write_text(html_out, report_html(doc, ledger=ledger, ledger_path=ledger_path or "",
-                                                random_state=seed))
+        atomic_write_text(html_out, report_html(doc, ledgers=ledgers, random_state=seed))
         click.echo(f"report page written to {html_out}")
 
 

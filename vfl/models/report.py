@@ -145,20 +145,23 @@ def guarantee_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def ledger_rows(ledger: Any) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
-    """(per-dataset summary of the ledger, composed epsilon after each run per dataset label) from an open
-    :class:`vfl.privacy.ledger.Ledger` (the same composition as ``vfl budget show``)."""
+def ledger_rows(ledger: Any) -> tuple[list[dict[str, Any]], list[tuple[str, list[float], float | None]]]:
+    """(per-dataset summary of the ledger, per dataset: its label, the composed epsilon after each of its runs and its
+    lifetime budget's epsilon) from an open :class:`vfl.privacy.ledger.Ledger` (the composition of ``vfl budget
+    show``)."""
     from vfl.privacy.ledger import DEFAULT_DELTA, Budget, compose
 
     summary = ledger.summary()
     runs = ledger.runs()
-    curves: dict[str, list[float]] = {}
+    curves = []
     for row in summary:
         mine = [r for r in runs if r.dataset == row["dataset"]]
         b = Budget(*row["budget"]) if row["budget"] else None
         label = row["name"] or f"sha256:{row['fingerprint'][:12]}"
-        curves[label] = [compose([r.spend for r in mine[: i + 1]], b.delta if b else DEFAULT_DELTA).epsilon
-                         for i in range(len(mine))]
+        who = getattr(ledger, "party", None)
+        curves.append((f"{who}: {label}" if who else label,
+                       [compose([r.spend for r in mine[: i + 1]], b.delta if b else DEFAULT_DELTA).epsilon
+                        for i in range(len(mine))], b.epsilon if b else None))
     return summary, curves
 
 
@@ -182,13 +185,13 @@ def header_line(doc: dict[str, Any]) -> str:
             f"{len(doc.get('parties') or [])} parties (run {str(doc.get('run_id', ''))[:8]})")
 
 
-def report_text(doc: dict[str, Any], *, ledger: Any = None, ledger_path: str = "") -> str:
-    """The whole report as text (``vfl report``)."""
+def report_text(doc: dict[str, Any], *, ledgers: Sequence[tuple[str, Any]] = ()) -> str:
+    """The whole report as text (``vfl report``); ``ledgers``: (path, open Ledger) of every party ledger to show."""
     rows, inf = coefficient_rows(doc)
     lines = [header_line(doc), ""] + coefficient_lines(rows, inf) + [""] + fit_lines(inf) + [""]
     lines += guarantee_lines(doc.get("privacy_report") or {})
-    if ledger is not None:
-        lines += [""] + ledger_lines(ledger_path, ledger_rows(ledger)[0])
+    for path, ledger in ledgers:
+        lines += [""] + ledger_lines(path, ledger_rows(ledger)[0])
     return "\n".join(lines)
 
 
@@ -277,17 +280,17 @@ def _planner_figure(plan: Any, epsilon: float | None) -> str:
     return _svg(fig)
 
 
-def _budget_figure(curves: dict[str, list[float]], summary: list[dict[str, Any]]) -> str:
+def _budget_figure(curves: Sequence[tuple[str, list[float], float | None]]) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    for (label, values), row in zip(curves.items(), summary, strict=True):
+    for label, values, budget in curves:
         line, = ax.plot(range(1, len(values) + 1), values, "o-", label=label)
-        if row["budget"] is not None:
-            ax.axhline(row["budget"][0], color=line.get_color(), ls="--", lw=0.8)
+        if budget is not None:
+            ax.axhline(budget, color=line.get_color(), ls="--", lw=0.8)
     ax.set_xlabel("run")
     ax.set_ylabel("epsilon spent (composed)")
     ax.set_title("privacy budget over runs (dashed: lifetime budget)")
@@ -318,7 +321,7 @@ STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1
          "figure{margin:1em 0}svg{max-width:100%;height:auto}")
 
 
-def report_html(doc: dict[str, Any], *, ledger: Any = None, ledger_path: str = "", planner_replicates: int = 200,
+def report_html(doc: dict[str, Any], *, ledgers: Sequence[tuple[str, Any]] = (), planner_replicates: int = 200,
                 random_state: Any = None) -> str:
     """One self-contained HTML page: the text report's sections, a coefficient table, and the figures
     (coefficients with intervals, the planner's error vs epsilon, the budget over runs with a ledger)."""
@@ -335,10 +338,14 @@ def report_html(doc: dict[str, Any], *, ledger: Any = None, ledger_path: str = "
     else:
         parts += [f"<figure>{_planner_figure(plan, report.get('epsilon_claimed') or report.get('epsilon'))}</figure>",
                   f"<p>{html.escape('Assumed: ' + '; '.join(plan.assumptions))}</p>"]
-    if ledger is not None:
-        summary, curves = ledger_rows(ledger)
-        parts += ["<h2>Privacy budget</h2>", _pre(ledger_lines(ledger_path, summary))]
+    if ledgers:
+        parts.append("<h2>Privacy budget</h2>")
+        curves = []
+        for path, ledger in ledgers:
+            summary, mine = ledger_rows(ledger)
+            parts.append(_pre(ledger_lines(path, summary)))
+            curves += mine
         if curves:
-            parts.append(f"<figure>{_budget_figure(curves, summary)}</figure>")
+            parts.append(f"<figure>{_budget_figure(curves)}</figure>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vfl model report</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
