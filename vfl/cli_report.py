@@ -86,7 +86,7 @@ def plan(n_rows: int, party_columns: str, model: str, mechanism: str, epsilons: 
          label_owner: int | None, bounds: str | None, no_fit_intercept: bool, spread: float, r2: float,
          logit_sd: float, one_sided: bool, replicates: int, seed: int | None, as_json: bool) -> None:
     """Before spending any budget: the noise per block, the expected excess error and the expected interval width
-    per coefficient over a grid of epsilon, from public facts only (docs/planner.md)."""
+    per coefficient over a grid of epsilon, from public facts only (docs/report.md)."""
     from vfl.models.planner import plan_epsilon
 
     counts = _numbers(party_columns, "--party-columns", int)
