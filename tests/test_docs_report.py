@@ -42,3 +42,10 @@ def test_the_run_line_and_the_target_verdicts_are_the_jsons() -> None:
         diff, se = abs(r["predicted_r2_lost"] - r["measured_r2_lost"]), math.hypot(r["measured_se"], r["predicted_se"])
         assert r["resolvable"] == (r["measured_r2_lost"] > 4 * se)
         assert r["met"] == (diff <= (0.25 * r["measured_r2_lost"] if r["resolvable"] else 2 * se))
+
+
+def test_logistic_measured_column_is_the_committed_logistic_benchmark() -> None:
+    bench = json.loads((ROOT / "docs" / "data" / "logistic_utility.json").read_text(encoding="utf-8"))
+    measured = {r["epsilon"]: r["taylor"] - r["gfm"] for r in bench["rows"] if r["data"] == "synthetic"}
+    rows = _doc()["logistic"]
+    assert rows and all(r["measured_accuracy_lost"] == measured[r["epsilon"]] for r in rows)
