@@ -255,7 +255,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
         from vfl.net.modelio import report_text
 
         _echo(report_text(model_))
-    _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients)")
+    _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients; trained on "
+          f"{model_.n_samples} rows)")
 
 
 def _member_ledger_options(command: Callable) -> Callable:
@@ -294,6 +295,10 @@ def _member_ledger_options(command: Callable) -> Callable:
 @click.option("--id", "id_column", default=None,
               help="Row-ID column (text; any row order): the parties align their rows by a private set intersection "
                    "of these IDs and train on the IDs common to all (docs/psi.md). Give it on every party or none.")
+@click.option("--rows-aligned", is_flag=True,
+              help="State that this table holds the same people in the same row order as every co-party's table "
+                   "(rows are then paired by position). Without --id a party runs only with it (a built-in data set "
+                   "is aligned by construction).")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None,
               help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds. Required (here or "
                    "inline in --config) for every column and the label unless --allow-data-derived-bounds, or "
@@ -340,7 +345,8 @@ def _member_ledger_options(command: Callable) -> Callable:
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 @_member_ledger_options
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
-          label: str | None, id_column: str | None, bounds: str | None, allow_data_derived_bounds: bool,
+          label: str | None, id_column: str | None, rows_aligned: bool, bounds: str | None,
+          allow_data_derived_bounds: bool,
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
@@ -354,7 +360,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     its privacy budget (--ledger, --budget; docs/privacy.md) is refused when it arrives; an accepted plan's spend is
     reserved once the roster verifies, before anything data-dependent is sent.
     """
-    from vfl.net.config import PartyConfig, load_party_config
+    from vfl.net.config import PartyConfig, check_row_alignment, load_party_config
     from vfl.net.party import PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
@@ -370,6 +376,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         cfg.features = [features]
     cfg.label = label or cfg.label
     cfg.id = id_column or cfg.id
+    cfg.rows_aligned = rows_aligned or cfg.rows_aligned
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
     cfg.identity_dir = identity_dir or cfg.identity_dir
@@ -387,6 +394,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    check_row_alignment(cfg)                   # aligned rows or a refusal, before the table is read (issue 31)
     ledger, lifetime = _open_ledger(cfg)       # checked before the table is read: a corrupted ledger costs nothing
     local = _party_local_data(cfg, config)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
@@ -840,6 +848,17 @@ def _add_scoring_commands() -> None:
 
 
 _add_scoring_commands()
+
+
+def _add_report_commands() -> None:
+    """``vfl plan`` and ``vfl report`` (issue 31) live in :mod:`vfl.cli_report`."""
+    from vfl.cli_report import plan, report
+
+    cli.add_command(plan)
+    cli.add_command(report)
+
+
+_add_report_commands()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

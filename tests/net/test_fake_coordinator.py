@@ -189,7 +189,8 @@ def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path, identity_di
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
                              "--data", str(data), "--features", "b0,b1,b2", "--bounds", str(bounds), "--no-progress",
-                             "--timeout", "30", "--insecure-test-keys", "--identity-dir", str(identity_dir)],
+                             "--timeout", "30", "--insecure-test-keys", "--identity-dir", str(identity_dir),
+                             "--rows-aligned"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:

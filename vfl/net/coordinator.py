@@ -104,6 +104,9 @@ class Coordinator(PartyLink):
         try:
             regs = self._register_all()
             self._align(regs)
+            self.log(f"training on {regs[0].n_rows} rows "
+                     + ("(the row IDs common to all parties)" if self.aligned_rows is not None else
+                        "(paired by position, row i of every party's table)"))
             if self.settings.mechanism in BCD_MECHANISMS:
                 model = self._run_bcd(regs)
             else:
