@@ -40,6 +40,7 @@ TOP_LEVEL_LAYER = {
     "api": "faces",
     "api_scoring": "faces",
     "cli_scoring": "faces",
+    "cli_check": "faces",
     "cli": "faces",
     "demo": "faces",
 }

@@ -151,7 +151,10 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         if made.returncode:
             raise PartyFailure(f"demo failed: vfl keys: {made.stderr.strip()}")
         coord_cmd += ["--curve-dir", str(keys)]
-        party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys)] for cmd in party_cmds]
+        # the demo's runs are not the user's: each party records them in a throwaway ledger in the demo's folder
+        party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys), "--ledger",
+                       str(folder / f"ledger-{name}.sqlite")] for cmd, name in zip(party_cmds, ("alice", "bob"),
+                                                                                      strict=True)]
         start = time.perf_counter()
         procs = [subprocess.Popen(coord_cmd, env=env, cwd=folder)]   # it prints "model written to model.json"
         try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -342,12 +343,28 @@ def plain_file_mode(target: Path) -> int:
         return 0o666 & ~umask
 
 
+def is_special_file(path: str | Path) -> bool:
+    """True when ``path`` exists and is not a regular file or folder (a device such as /dev/null, a FIFO): output
+    to it is streamed, not "overwritten"."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic).
 
-    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``.
+    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``. An existing
+    target that is not a regular file (``/dev/null``, a FIFO, a terminal) is written in place: renaming over it
+    would replace the device itself.
     """
     target = Path(path)
+    if is_special_file(target):
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     folder = target.parent if str(target.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
