@@ -6,8 +6,8 @@
 * Ctrl-C on the coordinator reaches the parties as "stopped by its operator", not ``KeyboardInterrupt``;
 * a party started twice is told its registration was refused and the run goes on (and it does: a model);
 * ``vfl predict --out /dev/null`` works, and /dev/null stays a device;
-* a failed start leaves no ledger file; ``vfl demo`` never writes the user's ledgers, and its plan line names the
-  intercept column.
+* a failed start leaves no ledger file (``vfl demo``'s own ledgers and its plan line naming the intercept column:
+  tests/test_first_hour.py::test_demo_prints_only_a_folder_it_keeps).
 """
 
 from __future__ import annotations
@@ -166,16 +166,3 @@ def test_a_failed_start_leaves_no_ledger_file(tmp_path, data, identity_dir):
                   env=env)
     assert silent.returncode == 3 and "no answer from the coordinator" in _error_line(silent.stderr)
     assert not ledgers.exists() or list(ledgers.iterdir()) == []
-
-
-def test_demo_keeps_its_runs_out_of_the_users_ledgers_and_names_the_intercept(tmp_path):
-    home = tmp_path / "home"
-    env = dict(os.environ, VFL_LEDGER=str(tmp_path / "ledgers"), HOME=str(home), XDG_DATA_HOME=str(home / "data"))
-    run = _vfl("demo", "--rows", "200", "--key-bits", "1024", "--timeout", "300", "--out-dir", str(tmp_path / "demo"),
-               env=env, timeout=800)
-    assert run.returncode == 0, run.stderr
-    assert not (tmp_path / "ledgers").exists() and not (home / "data").exists()
-    assert sorted(p.name for p in (tmp_path / "demo").glob("ledger-*.sqlite")) == ["ledger-alice.sqlite",
-                                                                                  "ledger-bob.sqlite"]
-    plan = [ln for ln in run.stdout.splitlines() if ln.startswith("[bob] plan:")]
-    assert plan and "parties alice (3 cols + intercept, label), bob (2 cols)" in plan[0], run.stdout

@@ -17,7 +17,8 @@ gets: the files reach it by the guide's own ``scp`` lines, which the test carrie
   down``) mid-run; the coordinator ends the run with exit 3, naming the party, within ``--timeout``, and writes no
   model; the other parties are told.
 
-Skipped, with the reason, only where network namespaces cannot be created (not root, no iproute2).
+Skipped, with the reason, only where network namespaces cannot be created (not root, no iproute2). Run by its own
+step of ``.ci/run``: ``.venv/bin/python -m pytest -q -m slow tests/net/test_multi_host.py``.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ import pytest
 
 from tests.net.conftest import Procs
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(1500)]
+#: slow-marked (about 2.5 minutes on a loaded 2-core machine) so the default suite stays under 10 minutes; .ci/run
+#: runs this file in a step of its own
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "deployment.md"
 #: host -> last octet of its address in 10.77.0.0/24
-HOSTS = {"coordinator": 1, "alice": 2, "bob": 3, "carol": 4, "hub": 5, "client": 6}
+HOSTS = {"coordinator": 1, "alice": 2, "bob": 3, "carol": 4, "hub": 5, "client": 6, "dask-carol": 7,
+         "worker-carol": 8}
 PARTIES = ("alice", "bob", "carol")
 #: long-running roles the guide starts (the test starts them in the background and waits for what it needs)
 BACKGROUND = ("coordinator", "party", "serve", "score")
@@ -147,7 +151,7 @@ def guide_blocks() -> list[tuple[str, list[str]]]:
     out = []
     for block in re.findall(r"^```bash\n(.*?)^```", GUIDE.read_text(encoding="utf-8"), re.S | re.M):
         first, _, rest = block.partition("\n")
-        m = re.fullmatch(r"# host: (\w+)", first.strip())
+        m = re.fullmatch(r"# host: ([\w-]+)", first.strip())
         if m:
             joined = re.sub(r"\\\n\s*", " ", rest)
             out.append((m.group(1), [ln.strip() for ln in joined.splitlines() if ln.strip()]))
@@ -187,7 +191,7 @@ def _carry_out(procs: Procs, lab: Lab, host: str, command: str, folders: dict[st
     argv = shlex.split(command)
     if argv[0] == "scp":
         src, dest = argv[-2], argv[-1]
-        m = re.fullmatch(r"(\w+)\.example:(.+)", dest)
+        m = re.fullmatch(r"([\w-]+)\.example:(.+)", dest)
         assert m, command
         if running["training"]:   # the model exists only once the run is over
             for p in running["training"]:
@@ -199,7 +203,7 @@ def _carry_out(procs: Procs, lab: Lab, host: str, command: str, folders: dict[st
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folders[host] / src, target)
         return ""
-    argv = [re.sub(r"(\w+)\.example", lambda m: lab.addr[m.group(1)], a) for a in argv]
+    argv = [re.sub(r"([\w-]+)\.example", lambda m: lab.addr[m.group(1)], a) for a in argv]
     if argv[0] == "vfl":
         args = argv[1:]
         if args[0] == "coordinator":
@@ -212,6 +216,10 @@ def _carry_out(procs: Procs, lab: Lab, host: str, command: str, folders: dict[st
             running["by_host"].setdefault(host, []).append(p)
             return ""
         argv = _vfl(*args)
+    elif argv[0] == "dask":   # a party's Dask scheduler or worker: long-running
+        p = _start(procs, lab, host, folders[host], [str(Path(sys.executable).with_name("dask")), *argv[1:]])
+        running["other"].append(p)
+        return ""
     elif argv[0] != "curl":
         raise AssertionError(f"docs/deployment.md: the test does not know how to run {command!r}")
     deadline = time.monotonic() + GENEROUS
@@ -229,6 +237,18 @@ def _carry_out(procs: Procs, lab: Lab, host: str, command: str, folders: dict[st
         time.sleep(0.5)
 
 
+#: what carol's Dask scheduler ran: its workers' addresses and how many tasks it has seen (run from carol's machine)
+DASK_PROBE = """
+import json, sys
+from dask.distributed import Client
+with Client(sys.argv[1], timeout=120) as c:
+    info = c.run_on_scheduler(lambda dask_scheduler: (sorted(dask_scheduler.workers),
+                                                      sum(sum(p.state_counts.values())
+                                                          for p in dask_scheduler.task_prefixes.values())))
+print(json.dumps(info))
+"""
+
+
 def _secrets_of(folder: Path) -> set[str]:
     return {p.name for p in folder.rglob("*") if p.name.endswith((".key_secret", ".sign.secret"))}
 
@@ -239,7 +259,7 @@ def test_the_deployment_guide_runs_across_hosts(lab, procs, tmp_path):
     for f in folders.values():
         f.mkdir()
     ids, X, held = _write_tables(lab, 300, seed=32, folders=folders, must_hold=("u0007", "u0042"))
-    running: dict = {"training": [], "serving": [], "finished": [], "by_host": {}}
+    running: dict = {"training": [], "serving": [], "other": [], "finished": [], "by_host": {}}
     outputs: list[tuple[str, str, str]] = []
     blocks = guide_blocks()
     assert {h for h, _ in blocks} == set(HOSTS), "every host of the guide runs something"
@@ -256,7 +276,8 @@ def test_the_deployment_guide_runs_across_hosts(lab, procs, tmp_path):
             for p in PARTIES:
                 assert _secrets_of(folders[p]) == {f"{p}.key_secret", f"{p}.sign.secret"}
             assert _secrets_of(folders["hub"]) == {"coordinator.key_secret"}
-            assert _secrets_of(folders["client"]) == set()
+            for other in ("client", "dask-carol", "worker-carol"):
+                assert _secrets_of(folders[other]) == set()
     trained = time.monotonic() - t0
     checks = [out for h, c, out in outputs if c.startswith("vfl check")]
     assert len(checks) == 4 and all(out.rstrip().endswith("checks passed") for out in checks), checks
@@ -267,6 +288,14 @@ def test_the_deployment_guide_runs_across_hosts(lab, procs, tmp_path):
         if "party" in p.args:
             assert "every identity pinned and every signature valid" in out
             assert "row IDs are common to all parties" in out
+
+    # carol's secure products ran on her Dask worker, in another namespace
+    assert all(p.poll() is None for p in running["other"]), "carol's Dask scheduler and worker are still up"
+    probe = subprocess.run(lab.argv("carol", [sys.executable, "-c", DASK_PROBE, f"tcp://{lab.addr['dask-carol']}:8786"]),
+                           capture_output=True, text=True, timeout=GENEROUS)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    workers, tasks = json.loads(probe.stdout)
+    assert [w.split(":")[1] for w in workers] == [f"//{lab.addr['worker-carol']}"] and tasks > 0, probe.stdout
 
     # the client's answer: the model applied to the joined table, for every ID all three parties hold
     from vfl.net.modelio import load_model
