@@ -839,7 +839,10 @@ def keys(out: str, names: tuple[str, ...], add: tuple[str, ...], bundles: tuple[
         _echo(str(path))
     for org in split(bundles):
         _echo(f"{write_bundle(out, org)}: everything {org}'s machine needs, and no other organisation's secret")
-    if written:
+    if add:
+        _echo(f"send {', '.join(f'{n}.key' for n in split(add))} to the coordinator and the .sign.pub file(s) to every "
+              "co-party; the secrets stay on this machine (docs/deployment.md)")
+    elif written:
         _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
               "coordinator.key_secret and the parties' .key files at the coordinator; give every party the "
               "NAME.sign.pub of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those "

@@ -54,7 +54,7 @@ def check(role: str, config: str | None, name: str | None, connect: str | None, 
         else:
             checks.skip("keys", "no --curve-dir: the coordinator may then listen on loopback only")
         if bind:
-            checks.run("bind", lambda: pf.bind_free(bind))
+            checks.run("bind", lambda: pf.bind_free(bind, curve=bool(curve_dir)))
     else:
         _member_checks(checks, role, config, name, connect, curve_dir, identity_dir, expected, data, features, label,
                        id_column, bounds, ledger_path, timeout)

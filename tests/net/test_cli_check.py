@@ -82,6 +82,16 @@ def test_a_passing_check_sends_no_message_writes_nothing_and_the_hub_sees_no_fra
     assert lines[-1] == "all 5 checks passed"
     assert hub.frames == [] and hub.lines == []            # a handshake, and not one message
     assert not (tmp_path / "ledgers").exists()             # read only: no ledger created, no budget spent
+    # a capeFM site: the same checks (its table holds its rows' label)
+    hub = RecordingHub(tmp_path / "certs")
+    try:
+        site = _vfl("check", "site", "--name", "alice", "--connect", hub.server.endpoint, "--curve-dir",
+                    str(tmp_path / "certs"), "--data", str(data["alice"]), "--features", "age:tenure", "--bounds",
+                    str(data["bounds"]), "--timeout", "60", env=env)
+    finally:
+        hub.close()
+    assert site.returncode == 2 and "FAIL data: a site holds the label of its rows: give --label" in site.stdout
+    assert "ok   coordinator:" in site.stdout and hub.frames == []
 
 
 def test_failing_checks_are_named_one_line_each_and_exit_2(setup):
@@ -140,3 +150,6 @@ def test_coordinator_check_keys_expected_parties_and_bind(setup):
     assert busy.returncode == 2
     assert "FAIL keys: authorised parties: alice, bob; expected alice (not expected: bob)" in busy.stdout
     assert f"FAIL bind: cannot bind {hub.server.endpoint}" in busy.stdout
+    public = _vfl("check", "coordinator", "--bind", "tcp://0.0.0.0:5555", env=env)   # no --curve-dir
+    assert public.returncode == 2
+    assert "FAIL bind: the coordinator refuses to listen on tcp://0.0.0.0:5555 without CURVE" in public.stdout

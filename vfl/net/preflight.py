@@ -11,7 +11,8 @@ terminal shows it as it is), and the command exits non-zero when any check faile
   handshake. A CURVE handshake succeeds only if the server holds the secret key of *this* ``coordinator.key`` and
   authorises this party's key (CurveZMQ, RFC 26), so success proves both. Nothing else is sent: no REGISTER, no
   message at all, so the coordinator neither counts it as a party nor learns anything about the data;
-* **the bind address**: a coordinator binds its ``--bind`` for a moment (the address is this host's, the port free);
+* **the bind address**: a non-loopback ``--bind`` needs ``--curve-dir``; a coordinator binds it for a moment (the
+  address is this host's, the port free);
 * **data**: the table and the bounds file parse as ``vfl party`` reads them and declare public bounds for every
   contributed column and the label (:func:`vfl.net.party.check_declared_bounds`); the values are checked against
   those bounds as at start. Read locally, never sent;
@@ -94,8 +95,12 @@ def server_keys(curve_dir: str, expect: list[str] | None) -> str:
     return f"{COORDINATOR_NAME}.key_secret loads; " + _names(expect, names, "authorised parties:")
 
 
-def bind_free(bind: str) -> str:
-    """Bind ``bind`` for a moment (no CURVE needed: nothing connects in that moment) and release it."""
+def bind_free(bind: str, *, curve: bool) -> str:
+    """The coordinator would accept ``bind`` (a non-loopback address needs CURVE, :func:`vfl.net.notices.check_bind`);
+    bind it for a moment (no CURVE needed: nothing connects in that moment) and release it."""
+    from vfl.net.notices import check_bind
+
+    check_bind(bind, curve=curve, allow_plaintext_public=False, role="coordinator")
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.ROUTER)
     try:
