@@ -8,7 +8,7 @@ import click
 
 __all__ = ["check"]
 
-ROLES = ("party", "site", "coordinator")
+ROLES = ("party", "site", "serve", "coordinator")
 
 
 @click.command()
@@ -31,6 +31,8 @@ ROLES = ("party", "site", "coordinator")
 @click.option("--label", default=None, help="party/site: its label column, if any.")
 @click.option("--id", "id_column", default=None, help="party/site: its row-ID column, if it aligns by --id.")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None, help="party/site: its bounds TOML.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="serve: the model file `vfl serve` will serve (its roster entry is checked).")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="party/site: its privacy ledger (default: that of --name); opened read only.")
 @click.option("--timeout", type=float, default=30.0, show_default=True,
@@ -38,7 +40,7 @@ ROLES = ("party", "site", "coordinator")
 def check(role: str, config: str | None, name: str | None, connect: str | None, bind: str | None,
           curve_dir: str | None, identity_dir: str | None, expect: str | None, data: str | None,
           features: str | None, label: str | None, id_column: str | None, bounds: str | None,
-          ledger_path: str | None, timeout: float) -> None:
+          model_path: str | None, ledger_path: str | None, timeout: float) -> None:
     """Preflight of one role: keys, identities, the hub's CURVE key, data and bounds, ledger; one line per check.
 
     Exits 2 if any check fails. Sends nothing but a ZeroMQ handshake (no registration, nothing data-dependent),
@@ -57,7 +59,7 @@ def check(role: str, config: str | None, name: str | None, connect: str | None, 
             checks.run("bind", lambda: pf.bind_free(bind, curve=bool(curve_dir)))
     else:
         _member_checks(checks, role, config, name, connect, curve_dir, identity_dir, expected, data, features, label,
-                       id_column, bounds, ledger_path, timeout)
+                       id_column, bounds, ledger_path, timeout, model_path)
     if checks.failed:
         from vfl.exceptions import ConfigurationError
 
@@ -66,7 +68,7 @@ def check(role: str, config: str | None, name: str | None, connect: str | None, 
 
 
 def _member_checks(checks, role, config, name, connect, curve_dir, identity_dir, expected, data, features,  # noqa
-                   label, id_column, bounds, ledger_path, timeout) -> None:
+                   label, id_column, bounds, ledger_path, timeout, model_path) -> None:
     from pathlib import Path
 
     from vfl.exceptions import ConfigurationError
@@ -89,8 +91,15 @@ def _member_checks(checks, role, config, name, connect, curve_dir, identity_dir,
         checks.run("identities", lambda: pf.pinned_identities(cfg.identity_dir, cfg.name, expected))
     else:
         checks.skip("identities", "no --identity-dir: a party does not start without one")
+    hub = "scoring hub" if role == "serve" else "coordinator"
     if cfg.connect:
-        checks.run("coordinator", lambda: pf.hub_answers(cfg.connect, cfg.name, cfg.curve_dir, timeout))
+        checks.run(hub, lambda: pf.hub_answers(cfg.connect, cfg.name, cfg.curve_dir, timeout, hub))
+    if role == "serve":   # serving spends no budget: no ledger
+        if not model_path:
+            raise ConfigurationError("vfl check serve needs --model (the file `vfl serve` will serve)")
+        if checks.run("model", lambda: pf.served_model(model_path, cfg.name, cfg.identity_dir)) and cfg.data:
+            checks.run("data", lambda: pf.serving_table(model_path, cfg.name, cfg.data, cfg.id or "", features))
+        return
     if cfg.data or cfg.dataset:
         checks.run("data", lambda: _data(cfg, config, role))
     from vfl.privacy.ledger import default_ledger_path

@@ -153,3 +153,21 @@ def test_coordinator_check_keys_expected_parties_and_bind(setup):
     public = _vfl("check", "coordinator", "--bind", "tcp://0.0.0.0:5555", env=env)   # no --curve-dir
     assert public.returncode == 2
     assert "FAIL bind: the coordinator refuses to listen on tcp://0.0.0.0:5555 without CURVE" in public.stdout
+
+
+def test_serve_check_refuses_a_model_whose_roster_entry_another_key_signed(setup, identity_dir):
+    """`vfl check serve`: the model's roster entry of alice must be signed by alice's own identity (what `vfl serve`
+    refuses before connecting); a model trained by the tests' alice checked with another alice key fails."""
+    from tests.net.test_scoring_network import _model, _write
+
+    tmp_path, _, env = setup
+    _model("linear", ["alice", "bob"], identity_dir=identity_dir).to_json(tmp_path / "model.json")
+    _write(tmp_path, ["alice", "bob"])
+    base = ["check", "serve", "--name", "alice", "--model", str(tmp_path / "model.json"), "--data",
+            str(tmp_path / "alice.csv"), "--id", "pid"]
+    good = _vfl(*base, "--identity-dir", str(identity_dir), env=env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "ok   model:" in good.stdout and "signed by this party's own identity" in good.stdout
+    assert "ok   data:" in good.stdout and "IDs, 2 column(s) of the model" in good.stdout
+    other = _vfl(*base, "--identity-dir", str(tmp_path / "certs"), env=env)   # another alice key
+    assert other.returncode == 2 and "FAIL model:" in other.stdout and "ledger" not in other.stdout

@@ -17,7 +17,10 @@ terminal shows it as it is), and the command exits non-zero when any check faile
   contributed column and the label (:func:`vfl.net.party.check_declared_bounds`); the values are checked against
   those bounds as at start. Read locally, never sent;
 * **ledger**: the privacy ledger opens and passes its integrity check (read only: a missing ledger is reported and
-  not created, and no budget is spent).
+  not created, and no budget is spent);
+* **serving** (``vfl check serve``): the model file loads and its recorded roster holds this party's entry, signed by
+  its own identity, registering the columns it serves -- what ``vfl serve`` checks before it connects -- and the
+  table yields those columns through the model's preprocessing.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from vfl.net.transport import (
 )
 
 __all__ = ["Preflight", "client_keys", "pinned_identities", "server_keys", "hub_answers", "bind_free",
-           "ledger_opens"]
+           "ledger_opens", "served_model", "serving_table"]
 
 
 @dataclass
@@ -143,3 +146,31 @@ def ledger_opens(path: Path, party: str) -> str:
     ledger = Ledger(path, party=party, create=False)
     runs = ledger.runs()
     return f"{path} opens and passes its integrity check ({len(runs)} run(s) recorded)"
+
+
+def served_model(model_path: str, name: str, identity_dir: str | None) -> str:
+    """What `vfl serve` checks before connecting: this party's block of the model and its own signed roster entry."""
+    from vfl.net.modelio import load_model
+    from vfl.net.scoring import scoring_block
+    from vfl.protocols.roster import verify_own_entry
+    from vfl.secure.identity import load_party_identity
+
+    model = load_model(model_path)
+    block = scoring_block(model, name)
+    own = load_party_identity(identity_dir, name)[0].public_hex if identity_dir else None
+    verify_own_entry(model.roster, name, own, list(block.features))
+    if model.roster is not None and model.roster.get("run") != model.run_id:
+        raise VFLError(f"the model's roster is of run {model.roster.get('run')}, not of the model's run {model.run_id}")
+    signed = "signed by this party's own identity" if own else "NOT checked (no --identity-dir)"
+    return (f"{model_path}: run {model.run_id[:8]}, {name} serves {', '.join(block.features)}; its roster entry "
+            f"{signed}")
+
+
+def serving_table(model_path: str, name: str, data: str, id_column: str, features: str | None) -> str:
+    from vfl.net.modelio import load_model
+    from vfl.net.scoring import load_serving_table
+
+    if not id_column:
+        raise VFLError("give --id (the table's row-ID column that queries look up)")
+    ids, X = load_serving_table(load_model(model_path), name, data, id_column, features)
+    return f"{data}: {len(ids)} IDs, {X.shape[1]} column(s) of the model"
