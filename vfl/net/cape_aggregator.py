@@ -276,7 +276,8 @@ class CapeAggregator(SiteLink):
             i = index_of.get(peer)
             if i is None:
                 if msg.type is MessageType.REGISTER:
-                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites")
+                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites (is one of them "
+                                       "started twice?)", run_goes_on=True)
                 continue
             reg = self.sites[i]
             if msg.sender != reg.name:

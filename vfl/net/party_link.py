@@ -91,7 +91,8 @@ class PartyLink:
         reg = next((r for r in self.parties if r.peer == peer), None)
         if reg is None:
             if msg.type is MessageType.REGISTER:
-                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties")
+                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties (is one of them "
+                                   "started twice?)", run_goes_on=True)
             return None
         if msg.sender != reg.name:
             self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
