@@ -41,6 +41,7 @@ TOP_LEVEL_LAYER = {
     "api_scoring": "faces",
     "cli_scoring": "faces",
     "cli_report": "faces",
+    "cli_check": "faces",
     "cli": "faces",
     "demo": "faces",
 }

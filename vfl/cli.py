@@ -8,7 +8,8 @@ code  meaning
 ====  ==========================================================================
 0     success
 1     other vfl error (privacy parameters, keys, degenerate objective, ...)
-2     bad option, configuration or data (ConfigurationError, DataValidationError)
+2     bad option, configuration or data (ConfigurationError, DataValidationError), or a policy refusal: a
+      plan above the member's limits or its privacy budget (BudgetError)
 3     a party failed, timed out or the run was aborted (PartyFailure)
 4     protocol violation by a peer (ProtocolError)
 130   interrupted (Ctrl-C)
@@ -27,6 +28,7 @@ import click
 
 from vfl.data.files import check_writable
 from vfl.exceptions import (
+    BudgetError,
     ConfigurationError,
     DataValidationError,
     PartyFailure,
@@ -75,7 +77,7 @@ def _budget_split(value: str) -> str | float:
 
 def exit_code_for(exc: BaseException) -> int:
     """Exit code of the CLI for an exception (see the module docstring)."""
-    if isinstance(exc, (ConfigurationError, DataValidationError, click.UsageError)):
+    if isinstance(exc, (ConfigurationError, DataValidationError, BudgetError, click.UsageError)):
         return 2
     if isinstance(exc, PartyFailure):
         return 3
@@ -460,6 +462,9 @@ def _open_member_ledger(name: str, ledger_path: str | None, budget: Any) -> tupl
 
     lifetime = Budget.parse(budget) if budget else None
     ledger = Ledger(ledger_path or default_ledger_path(name), party=name)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:   # a start that fails before the first reservation leaves no empty ledger file
+        ctx.call_on_close(ledger.discard_if_unused)
     return ledger, lifetime
 
 
@@ -787,28 +792,48 @@ def predict(model_path: str, data: str, out: str | None, proba: bool, force: boo
 # ---------------------------------------------------------------------------------------------- keys
 @cli.command()
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the keys.")
-@click.option("--names", required=True, multiple=True,
-              help="Party names (comma separated or repeated); coordinator keys are always written.")
-def keys(out: str, names: tuple[str, ...]) -> None:
+@click.option("--names", multiple=True,
+              help="Party names (comma separated or repeated) of a new folder; coordinator keys are always written.")
+@click.option("--add", "add", multiple=True,
+              help="Add these parties (comma separated or repeated) to an existing --out folder; no existing key is "
+                   "touched (the others then only need the newcomers' public files, docs/deployment.md).")
+@click.option("--bundle", "bundles", multiple=True,
+              help="Copy what one organisation's machine needs into OUT/bundle-ORG (ORG: a party or coordinator; "
+                   "comma separated or repeated): a party's own secrets, coordinator.key and every NAME.sign.pub; "
+                   "the coordinator's secret and every NAME.key.")
+def keys(out: str, names: tuple[str, ...], add: tuple[str, ...], bundles: tuple[str, ...]) -> None:
     """Write CURVE certificates (zmq.auth) for the coordinator and each party, and each party's Ed25519 signing
     identity (NAME.sign.secret, secret, mode 0600; NAME.sign.pub, public). Existing keys are never overwritten."""
+    from vfl.net.keyfiles import add_parties, write_bundle, write_key_folder
     from vfl.net.messages import validate_name
-    from vfl.net.transport import write_certificates
-    from vfl.secure.identity import write_identities
 
-    flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
-    try:
-        for n in flat:
-            validate_name(n)
-    except ProtocolError as exc:
-        raise ConfigurationError(str(exc)) from None
-    written = write_certificates(out, flat)
-    written += write_identities(out, [n for n in flat if n != "coordinator"])
+    def split(items: tuple[str, ...]) -> list[str]:
+        flat = [n.strip() for item in items for n in item.split(",") if n.strip()]
+        try:
+            for n in flat:
+                validate_name(n)
+        except ProtocolError as exc:
+            raise ConfigurationError(str(exc)) from None
+        return flat
+
+    if names and add:
+        raise ConfigurationError("--names makes a new key folder and --add adds parties to an existing one: give one")
+    if not (names or add or bundles):
+        raise ConfigurationError("give --names NAME[,NAME...] (a new folder), --add NAME (add parties to --out) or "
+                                 "--bundle ORG")
+    written = write_key_folder(out, split(names)) if names else add_parties(out, split(add)) if add else []
     for path in written:
         _echo(str(path))
-    _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
-          "coordinator.key_secret and the parties' .key files at the coordinator; give every party the NAME.sign.pub "
-          "of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those .sign.pub files)")
+    for org in split(bundles):
+        _echo(f"{write_bundle(out, org)}: everything {org}'s machine needs, and no other organisation's secret")
+    if add:
+        _echo(f"send {', '.join(f'{n}.key' for n in split(add))} to the coordinator and the .sign.pub file(s) to every "
+              "co-party; the secrets stay on this machine (docs/deployment.md)")
+    elif written:
+        _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
+              "coordinator.key_secret and the parties' .key files at the coordinator; give every party the "
+              "NAME.sign.pub of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those "
+              ".sign.pub files); `vfl keys --out DIR --bundle ORG` copies exactly one organisation's files")
 
 
 # ---------------------------------------------------------------------------------------------- demo
@@ -841,10 +866,12 @@ class Terminated(KeyboardInterrupt):
 
 def _add_scoring_commands() -> None:
     """``vfl score`` and ``vfl serve`` (federated scoring, issue 22) live in :mod:`vfl.cli_scoring`."""
+    from vfl.cli_check import check  # `vfl check`: the preflight of one role (issue 32)
     from vfl.cli_scoring import score, serve
 
     cli.add_command(score)
     cli.add_command(serve)
+    cli.add_command(check)
 
 
 _add_scoring_commands()

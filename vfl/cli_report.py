@@ -115,7 +115,7 @@ def report(model_path: str, ledger_paths: tuple[str, ...], html_out: str | None,
            ) -> None:
     """A released model in words: coefficients with intervals and p-values, fit measures, the privacy guarantee in
     plain words and, with --ledger, the budget spent."""
-    from vfl.cli import check_writable
+    from vfl.data.files import check_writable
     from vfl.models.report import report_html, report_text
     from vfl.net.modelio import atomic_write_text
     from vfl.privacy.ledger import Ledger

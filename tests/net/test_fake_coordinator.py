@@ -152,8 +152,8 @@ def test_an_opted_in_party_prints_the_plan_it_runs(fake, identity_dir):
     assert fake.wait_for(MessageType.READY, timeout=30) is not None
     fake.send(peer, MessageType.ABORT, {"reason": "test over", "error": "E"})
     party.join(30)
-    assert any("plan: none (NO noise), linear model, parties alice (2 cols, label), bob (3 cols), 1024-bit keys"
-               in line for line in party.lines), party.lines
+    assert any("plan: none (NO noise), linear model, parties alice (1 col + intercept, label), bob (3 cols), "
+               "1024-bit keys" in line for line in party.lines), party.lines
 
 
 @pytest.mark.parametrize("params,text", [({"epsilon": 50.0}, "refuses epsilon 50"),

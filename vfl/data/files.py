@@ -10,14 +10,33 @@ from pathlib import Path
 
 from vfl.exceptions import ConfigurationError
 
-__all__ = ["check_writable"]
+__all__ = ["check_writable", "is_special_file"]
+
+
+def is_special_file(path: str | Path) -> bool:
+    """True when ``path`` exists and is not a regular file or folder (a device such as /dev/null, a FIFO): output
+    to it is streamed, not "overwritten"."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def check_writable(out: str, *, force: bool) -> None:
-    """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file."""
+    """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file; an existing
+    device or FIFO (``/dev/null``) is written to, not overwritten, so it only needs to be writable."""
+    import os
     import tempfile  # not at import time: ``vfl --help`` stays fast
 
     path = Path(out)
+    if is_special_file(path):
+        if not os.access(path, os.W_OK):
+            raise ConfigurationError(f"cannot write {out}: permission denied")
+        return
     if path.exists() and not force:
         raise ConfigurationError(f"{out} exists; refusing to overwrite it (use --force)")
     folder = path.parent if str(path.parent) else Path(".")

@@ -34,7 +34,7 @@ from vfl.exceptions import (
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.party import HEARTBEAT_SECONDS, send_error
-from vfl.net.predict import output_column
+from vfl.net.predict import format_value, output_column
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
 from vfl.protocols.roster import check_self_signed, sign_registration, verify_own_entry
@@ -491,7 +491,7 @@ def scores_csv(model: FittedModel, scores: Scores, id_name: str) -> str:
         if scores.missing[i]:
             w.writerow([ident, *([""] * len(cols)), "missing"])
             continue
-        vals = [f"{scores.value[i]:.17g}"]
+        vals = [format_value(scores.value[i])]
         if scores.label is not None:
             vals.append(f"{int(scores.label[i])}")
         w.writerow([ident, *vals, "scored"])
