@@ -259,7 +259,8 @@ def test_cli_killed_site_makes_the_cli_aggregator_exit_3_without_a_model(tmp_pat
 
 
 def test_every_cli_option_of_site_and_coordinator_is_explained():
-    from vfl.cli import coordinator, site
+    from vfl.cli.cape import site
+    from vfl.cli.coordinator import coordinator
 
     for command in (site, coordinator):
         for param in command.params:
