@@ -9,7 +9,9 @@ import click
 from vfl.cli.options import (
     TEST_NOISE_MODES,
     echo,
+    hub_options,
     member_ledger_options,
+    member_link_options,
     open_member_ledger,
     require_site_identity,
     site_identity_options,
@@ -36,10 +38,6 @@ __all__ = ["aggregator", "site", "djica_aggregator", "djica_site"]
 @click.option("--bounds", type=click.Path(dir_okay=False), required=True,
               help="TOML '[bounds] column = [lo, hi]' of public feature (and label) bounds; the same file at every "
                    "site.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Give up when the aggregator is silent this many seconds.")
 @click.option("--seed", type=int, default=None,
               help="Seed this site's noise (reproducible experiments only; the report flags seeded runs).")
 @click.option("--insecure-test-noise", type=click.Choice(TEST_NOISE_MODES), default=None,
@@ -48,6 +46,7 @@ __all__ = ["aggregator", "site", "djica_aggregator", "djica_site"]
 @site_identity_options
 @site_policy_options
 @member_ledger_options
+@member_link_options(hub="aggregator")
 def site(connect: str, name: str, data: str, features: str, label: str, bounds: str, curve_dir: str | None,
          timeout: float, seed: int | None, insecure_test_noise: str | None, identity_dir: str | None,
          insecure_no_identity: bool, max_epsilon: float, max_delta: float, min_colluders: int,
@@ -105,22 +104,14 @@ def site(connect: str, name: str, data: str, features: str, label: str, bounds: 
 @click.option("--tol", type=float, default=1e-6, show_default=True, help="Stop when ||Delta W||_F^2 < tol.")
 @click.option("--insecure-test-noise", type=click.Choice(["none"]), default=None,
               help="TESTS ONLY: run without noise (every site must pass the same flag).")
-@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, help="Endpoint to listen on.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds to wait for registrations, and the longest a site may stay silent.")
-@click.option("--max-run-time", type=float, default=86400.0, show_default=True,
-              help="Abort the run (no model) after this many seconds.")
 @click.option("--out", type=click.Path(dir_okay=False), default="djica_model.json", show_default=True,
               help="Model JSON (written atomically: W, b, subspace, whitening, privacy report).")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="Enable CURVE: directory with coordinator.key_secret and the allowed sites' public keys.")
-@click.option("--allow-plaintext-public", is_flag=True,
-              help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise). Only on a network you trust.")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
               help="Largest message accepted from a site, in [65536, 268435456]; a D (8 D^2 bytes) or "
                    "--rounds x --components (8 J (K^2 + K) bytes) whose messages exceed it is refused.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
+@hub_options(members="sites", member="site")
 def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, rounds: int, learning_rate: float,
                      pca_share: float, clip: float, unit_size: int, colluding: int | None, calibration: str,
                      accountant: str, anneal_deg: float, anneal_step: float, tol: float,
@@ -152,10 +143,6 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
               help="Dimension columns: names, ranges FIRST:LAST or 0-based indices, comma separated (default: all).")
 @click.option("--scale", type=float, default=1.0, show_default=True,
               help="Public constant the data are divided by; every time point must then have ||x||_2 <= 1.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Give up when the aggregator is silent this many seconds.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed the noise (reproducible experiments only; every site given the same seed reproduces the "
                    "in-process fit; the report flags seeded runs).")
@@ -164,6 +151,7 @@ def djica_aggregator(sites: int, components: int, epsilon: float, delta: float, 
 @site_identity_options
 @site_policy_options
 @member_ledger_options
+@member_link_options(hub="aggregator")
 def djica_site(connect: str, name: str, data: str, columns: str | None, scale: float, curve_dir: str | None,
                timeout: float, seed: int | None, insecure_test_noise: str | None, identity_dir: str | None,
                insecure_no_identity: bool, max_epsilon: float, max_delta: float, min_colluders: int,
@@ -203,22 +191,10 @@ def djica_site(connect: str, name: str, data: str, columns: str | None, scale: f
               help="Regression model (logistic uses the order-2 Taylor objective).")
 @click.option("--epsilon", type=float, default=None, help="Privacy budget epsilon of each site.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta of each site.")
-@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
-              help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds to wait for registrations, and the longest a site may stay silent (a silent site aborts "
-                   "the run, no model written).")
-@click.option("--max-run-time", type=float, default=86400.0, show_default=True,
-              help="Seconds after which the whole run is aborted even if every site still sends heartbeats.")
 @click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
               help="Where to write the model JSON (atomically; nothing is written on failure). Checked for "
                    "writability before the run; an existing file is refused unless --force.")
 @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing --out file.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="Enable CURVE: directory with coordinator.key_secret and the allowed sites' *.key files.")
-@click.option("--allow-plaintext-public", is_flag=True,
-              help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise: anyone who reaches the "
-                   "interface could read and inject the run's messages). Only on a network you trust.")
 @click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
               help="Noise calibration: analytic (default) or paper (Tasnim et al.'s noise, true epsilon reported).")
 @click.option("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, show_default=True,
@@ -227,6 +203,7 @@ def djica_site(connect: str, name: str, data: str, columns: str | None, scale: f
               help="Give every site a public constant column (an intercept); it counts against the row-norm radius; "
                    "--no-fit-intercept: no intercept at all (columns and label mapped by x / max(|lo|, |hi|)).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
+@hub_options(members="sites", member="site")
 def aggregator(sites: int, colluding: int | None, site_weights: str, insecure_test_noise: str | None, model: str,
                epsilon: float | None, delta: float, bind: str, timeout: float, max_run_time: float, out: str,
                force: bool, curve_dir: str | None, allow_plaintext_public: bool, calibration: str | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vfl.cli.options import TEST_NOISE_MODES, echo
+from vfl.cli.options import TEST_NOISE_MODES, echo, hub_options
 from vfl.data.files import check_writable
 from vfl.exceptions import ConfigurationError
 from vfl.net.messages import MAX_MESSAGE_BYTES
@@ -63,13 +63,6 @@ def _budget_split(value: str) -> str | float:
               help="Privacy budget epsilon (required unless none/bcd; cape-fm: per site).")
 @click.option("--delta", type=float, default=1e-5, show_default=True,
               help="Privacy parameter delta (Gaussian mechanisms; cape-fm: per site).")
-@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
-              help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE).")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds to wait for registrations, and the longest a party or site may stay silent (cape-fm: "
-                   "a silent site aborts the run, no model written).")
-@click.option("--max-run-time", type=float, default=86400.0, show_default=True,
-              help="Seconds after which the whole run is aborted even if every party/site still sends heartbeats.")
 @click.option("--out", type=click.Path(dir_okay=False), default="model.json", show_default=True,
               help="Where to write the model JSON (atomically; nothing is written on failure). Checked for "
                    "writability before the run; an existing file is refused unless --force.")
@@ -81,12 +74,6 @@ def _budget_split(value: str) -> str | float:
 @click.option("--precision-bits", type=int, default=None,
               help="Vertical mechanisms: fixed-point fractional bits of the secure products (default: vfl.secure's "
                    "default; cape-fm's secure aggregation always uses 40).")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="Enable CURVE: directory with coordinator.key_secret and the allowed parties' (or cape-fm "
-                   "sites') *.key files.")
-@click.option("--allow-plaintext-public", is_flag=True,
-              help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise: anyone who reaches the "
-                   "interface could read and inject the run's messages). Only on a network you trust.")
 @click.option("--calibration", type=click.Choice(GAUSSIAN_CALIBRATIONS), default=None,
               help="gaussian-fm and cape-fm noise calibration (paper: Tasnim et al.'s noise, true epsilon "
                    "reported; cape-fm takes analytic (default) or paper).")
@@ -128,6 +115,7 @@ def _budget_split(value: str) -> str | float:
               help="Public minimum number of rows N (with --id: of row IDs common to all parties) below which the "
                    "run stops without a model.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
+@hub_options(members="parties (or cape-fm sites)", member="party or site")
 @click.pass_context
 def coordinator(ctx: click.Context, parties: int | None, sites: int | None, colluding: int | None, site_weights: str,
                 insecure_test_noise: str | None, model: str, mechanism: str, epsilon: float | None, delta: float,

@@ -11,14 +11,55 @@ import click
 from vfl.protocols.policy import DEFAULT_MAX_DELTA as DEFAULT_PLAN_MAX_DELTA
 from vfl.protocols.policy import DEFAULT_MAX_EPSILON as DEFAULT_PLAN_MAX_EPSILON
 
-__all__ = ["TEST_NOISE_MODES", "echo", "member_ledger_options", "open_member_ledger", "require_site_identity",
-           "site_identity_options", "site_policy_options"]
+__all__ = ["TEST_NOISE_MODES", "echo", "hub_options", "member_ledger_options", "member_link_options",
+           "open_member_ledger", "require_site_identity", "site_identity_options", "site_policy_options"]
 
 TEST_NOISE_MODES = ("none", "zero-sum-only")   # --insecure-test-noise of the capeFM hub and sites
 
 
 def echo(text: str) -> None:
     click.echo(text, err=False)
+
+
+def _apply(options: list[Callable], command: Callable) -> Callable:
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def hub_options(*, members: str, member: str) -> Callable[[Callable], Callable]:
+    """``--bind``, ``--timeout``, ``--max-run-time``, ``--curve-dir``, ``--allow-plaintext-public`` of a hub that
+    members register with (``vfl coordinator``, ``vfl aggregator``, ``vfl djica-aggregator``): one help text for
+    all of them, naming the hub's MEMBERS (plural) and MEMBER (singular)."""
+    options = [
+        click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
+                     help="ZeroMQ endpoint to listen on (use tcp://0.0.0.0:PORT for other machines, with CURVE)."),
+        click.option("--timeout", type=float, default=120.0, show_default=True,
+                     help=f"Seconds to wait for registrations, and the longest a {member} may stay silent (a silent "
+                          f"{member} aborts the run, no model written)."),
+        click.option("--max-run-time", type=float, default=86400.0, show_default=True,
+                     help=f"Seconds after which the whole run is aborted (no model written) even if every {member} "
+                          "still sends heartbeats."),
+        click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+                     help=f"Enable CURVE: directory with coordinator.key_secret and the allowed {members}' *.key "
+                          "files."),
+        click.option("--allow-plaintext-public", is_flag=True,
+                     help="Listen on a non-loopback --bind WITHOUT CURVE (refused otherwise: anyone who reaches the "
+                          "interface could read and inject the run's messages). Only on a network you trust."),
+    ]
+    return lambda command: _apply(options, command)
+
+
+def member_link_options(*, hub: str) -> Callable[[Callable], Callable]:
+    """``--curve-dir`` and ``--timeout`` of a member that connects to a HUB (``vfl party``, ``vfl site``,
+    ``vfl djica-site``): one help text for all of them."""
+    options = [
+        click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
+                     help="CURVE keys: directory with NAME.key_secret and coordinator.key."),
+        click.option("--timeout", type=float, default=120.0, show_default=True,
+                     help=f"Give up when the {hub} is silent this many seconds."),
+    ]
+    return lambda command: _apply(options, command)
 
 
 def member_ledger_options(command: Callable) -> Callable:

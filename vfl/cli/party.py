@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from vfl.cli.options import echo, member_ledger_options, open_member_ledger
+from vfl.cli.options import echo, member_ledger_options, member_link_options, open_member_ledger
 from vfl.exceptions import ConfigurationError
 from vfl.protocols.policy import DEFAULT_MAX_DELTA as DEFAULT_PLAN_MAX_DELTA
 from vfl.protocols.policy import DEFAULT_MAX_EPSILON as DEFAULT_PLAN_MAX_EPSILON
@@ -42,8 +42,6 @@ __all__ = ["party"]
 @click.option("--allow-data-derived-bounds", is_flag=True,
               help="Start WITHOUT declared bounds: they are taken from this party's private data (min/max), warns, "
                    "and the model is NOT formally differentially private (its report says formal DP: no).")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
-              help="CURVE keys: directory with NAME.key_secret and coordinator.key.")
 @click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
               help="Signing identities (`vfl keys`): this party's NAME.sign.secret and the pinned NAME.sign.pub of "
                    "every co-party it accepts. Every co-party's registration, roster entry and message is checked "
@@ -52,8 +50,6 @@ __all__ = ["party"]
 @click.option("--insecure-no-identity", is_flag=True,
               help="Run WITHOUT signing identities (loopback experiments only): a hostile coordinator could then "
                    "substitute keys, invent parties and forge responses. Warns, and the model's report says so.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Give up when the coordinator is silent this many seconds.")
 @click.option("--order", type=int, default=None,
               help="Position of this party in the global column order (default: parties sorted by name).")
 @click.option("--insecure-test-keys", is_flag=True, help="Accept Paillier keys below 2048 bits (tests only).")
@@ -80,6 +76,7 @@ __all__ = ["party"]
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 @member_ledger_options
+@member_link_options(hub="coordinator")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, rows_aligned: bool, bounds: str | None,
           allow_data_derived_bounds: bool,
