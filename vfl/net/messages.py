@@ -170,6 +170,8 @@ class MessageType(str, Enum):
     BCD_COEF = "bcd_coef"
     BCD_STOP = "bcd_stop"
     RESULT = "result"
+    MODEL_CHECK = "model_check"
+    MODEL_SIGNATURE = "model_signature"
     HEARTBEAT = "heartbeat"
     ABORT = "abort"
     ERROR = "error"
@@ -276,6 +278,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "seeded": (False, _is_bool),
         "bounds": (False, _is_opt(_is_dict)),
         "bounds_from_data": (False, _is_bool),
+        "auth": (False, _AUTH),   # signed for the model check at the end of the run (vfl.net.model_check)
     },
     MessageType.ENC_REQUEST: {
         "block": (True, _BLOCK),
@@ -305,8 +308,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "wire": (True, _is_dict),
         "auth": (False, _AUTH),
     },
-    MessageType.SHARE: {"block": (True, _BLOCK)},
-    MessageType.BLOCK: {"block": (True, _BLOCK)},
+    MessageType.SHARE: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
+    MessageType.BLOCK: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
     MessageType.BCD_REMAINDER: {
         "round": (True, _is_int(0, 1_000_000)),
         "to": (True, _is_name),
@@ -317,6 +320,10 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
                            "rounds_run": (False, _is_int(0, 1_000_000))},
     MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
     MessageType.RESULT: {"model": (True, _is_dict)},
+    # the signed model (vfl.net.model_check): the release and the unsigned model out, each party's signature back
+    MessageType.MODEL_CHECK: {"model": (True, _is_dict), "settings": (True, _is_dict),
+                              "release": (True, _is_list(_is_dict, 1_000_000))},
+    MessageType.MODEL_SIGNATURE: {"digest": (True, _KEY), "auth": (False, _AUTH)},
     MessageType.HEARTBEAT: {},
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},

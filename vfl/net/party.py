@@ -29,6 +29,7 @@ thread, so heartbeats keep flowing during long computations.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import queue
 import sys
@@ -54,7 +55,8 @@ from vfl.exceptions import (
 )
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
-from vfl.net.modelio import FittedModel
+from vfl.net.model_check import check_release, check_result, default_model_path
+from vfl.net.modelio import FittedModel, atomic_write_text
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
@@ -339,7 +341,7 @@ class PartyNode:
                  max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_data_derived_bounds: bool | None = False,
                  model: str | None = None, ledger: Ledger | None = None, budget: Budget | None = None,
-                 dataset_name: str | None = None) -> None:
+                 dataset_name: str | None = None, model_out: str | Path | None = None) -> None:
         """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
         (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns).
         ``allow_data_derived_bounds``: start without declared bounds (:func:`check_declared_bounds`; warns, not
@@ -348,7 +350,9 @@ class PartyNode:
         ``ledger``: the party's privacy ledger (:mod:`vfl.privacy.ledger`; None: runs are not recorded), where
         each accepted plan's spend is reserved before anything data-dependent is sent; ``budget``: the lifetime
         budget of this dataset (None: record only); ``dataset_name``: the declared name its budget is kept under
-        (default: the fingerprint of its declared columns, bounds and row count)."""
+        (default: the fingerprint of its declared columns, bounds and row count). ``model_out``: where the model
+        every party signed is stored at the end of an FM run (default ``model-NAME-RUN.json`` next to the ledger;
+        :mod:`vfl.net.model_check`)."""
         self.data = data
         self.ledger, self.budget = ledger, budget
         self.dataset = dataset_key(data.feature_names, data.n_rows, bounds=data.bounds, label=data.label_name,
@@ -378,6 +382,9 @@ class PartyNode:
         self._stop = threading.Event()
         self.alignment: AlignmentParty | None = None
         self.rows_before_alignment = data.n_rows
+        #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
+        self.model_out = model_out
+        self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -460,7 +467,12 @@ class PartyNode:
             self._submit(session.start)
             return None
         if kind is MessageType.RESULT:
-            return FittedModel.from_dict(msg.body["model"])
+            return self._result(msg, session, t.run_id)
+        if kind is MessageType.MODEL_CHECK:
+            if not isinstance(session, FMParty) or self.roster is None or self.roster.digest is None:
+                raise ProtocolError("model check outside a completed FM run")
+            self._submit(self._check_model, msg, t.run_id)   # after this party's last share (same worker chain)
+            return None
         if kind in (PSI_START, PSI_POINTS, PSI_RESULT):
             self._align(msg, session)
             return None
@@ -475,6 +487,31 @@ class PartyNode:
                 self.roster.check_paillier(msg.blob(0), sender, str(msg.body["block"]))
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
+
+    def _check_model(self, msg: Message, run: str) -> list:
+        """Worker: re-derive the model from the signed release and sign its digest (:mod:`vfl.net.model_check`)."""
+        assert self.roster is not None
+        reply = check_release(msg, self.roster, run, self.identity)
+        self.signed_digest = bytes.fromhex(reply.body["digest"])
+        self.log(f"[{self.data.name}] model check: the coefficients follow from this run's release; " + (
+            "signed" if self.identity is not None else "NOT signed (no identity)"))
+        return [reply]
+
+    def _result(self, msg: Message, session: FMParty | BCDParty | None, run: str) -> FittedModel:
+        """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
+        stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
+        doc = msg.body["model"]
+        if not isinstance(session, FMParty):
+            return FittedModel.from_dict(doc)
+        assert self.roster is not None
+        model = check_result(doc, self.signed_digest, self.roster)
+        path = self.model_out if self.model_out is not None else default_model_path(
+            None if self.ledger is None else self.ledger.path, self.data.name, run)
+        if path is not None:
+            atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+            self.log(f"[{self.data.name}] model " + ("signed by every party" if model.signatures else "UNSIGNED")
+                     + f" stored in {path}")
+        return model
 
     def _reserve(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> None:
         """Compose this plan's spend (this party's own privacy report: the true epsilon and its accounting object)
