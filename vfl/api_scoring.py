@@ -16,6 +16,7 @@ import numpy as np
 
 from vfl.api import Party, _run_on_loopback
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
+from vfl.net.model_signing import check_signed
 from vfl.net.modelio import FittedModel, load_model
 from vfl.net.scoring import DEFAULT_MAX_QUERY_IDS, Scores, ScoringHubNode, ScoringPartyNode, scoring_block
 from vfl.secure.identity import write_identities
@@ -44,7 +45,7 @@ def _party_rows(model: FittedModel, party: Party) -> tuple[list[str], np.ndarray
 
 def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequence[Any], *,
           timeout: float = 120.0, max_query_ids: int = DEFAULT_MAX_QUERY_IDS, bind: str = "tcp://127.0.0.1:0",
-          verbose: bool = False) -> Scores:
+          verbose: bool = False, allow_unsigned_model: bool = False) -> Scores:
     """Score ``ids`` with ``model`` over loopback: every party of the model with features serves its block.
 
     Returns :class:`vfl.net.scoring.Scores`: ``value`` (linear: prediction; logistic: probability), ``label``
@@ -52,8 +53,11 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
     The hub computes ``sum_k c_k . clip(x_k) + b`` from pairwise-masked partial scores (docs/serving.md).
     All parties are this process with throwaway identities, so the check a `vfl serve` party makes of the model's
     signed training roster is skipped here (its columns are checked); serve a deployed model with `vfl serve`.
+    The model must carry the signature of every party of its roster (:mod:`vfl.net.model_signing`, under the keys
+    the roster records); ``allow_unsigned_model``: a model with no signature at all is used anyway, with a warning.
     """
     m = model if isinstance(model, FittedModel) else load_model(model)
+    check_signed(m, "to score", allow_unsigned=allow_unsigned_model)
     rows = {p.name: _party_rows(m, p) for p in parties}
     log = print if verbose else None
     with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:
@@ -69,7 +73,7 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
             nodes = {name: ScoringPartyNode(m, name, *rows[name], hub.endpoint, identity_dir=identities,
-                                            allow_unsigned_model=True, timeout=timeout, log=log)
+                                            model_checked=True, timeout=timeout, log=log)
                      for name in hub.names}
 
         def run_hub() -> Any:

@@ -39,9 +39,13 @@ def _echo(text: str) -> None:
               help="Listen on a non-loopback --bind without CURVE, or serve --http on a non-loopback address "
                    "(plain HTTP: IDs and scores in clear). Only on a network you trust.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
+@click.option("--allow-unsigned-model", is_flag=True,
+              help="INSECURE: use a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "invalid signature is refused even so.")
 def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
           timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None,
-          allow_plaintext_public: bool, quiet: bool) -> None:
+          allow_plaintext_public: bool, quiet: bool, allow_unsigned_model: bool) -> None:
     """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
     from vfl.net.notices import check_bind
 
@@ -49,18 +53,19 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
     if http_address is not None:
         if ids_path is not None or out is not None:
             raise click.UsageError("--http serves queries online; it excludes --ids and --out")
-        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public)
+        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public,
+                    allow_unsigned_model)
         return
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
     from vfl.cli import check_writable
-    from vfl.net.modelio import load_model
+    from vfl.net.model_signing import load_signed_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
     from vfl.net.transport import load_server_keys
     from vfl.protocols.scoring import check_query
 
     check_writable(out, force=force)
-    model = load_model(model_path)
+    model = load_signed_model(model_path, allow_unsigned=allow_unsigned_model)   # every roster party signed it
     id_name, ids = read_query_file(ids_path, id_column)
     check_query(ids, max_query_ids)   # a bad query is refused before anyone is contacted
     curve = load_server_keys(curve_dir) if curve_dir else None
@@ -79,9 +84,9 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
 
 
 def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
-                address: str, quiet: bool, allow_plaintext_public: bool) -> None:
+                address: str, quiet: bool, allow_plaintext_public: bool, allow_unsigned_model: bool = False) -> None:
     from vfl.exceptions import ConfigurationError
-    from vfl.net.modelio import load_model
+    from vfl.net.model_signing import load_signed_model
     from vfl.net.notices import is_loopback
     from vfl.net.scoring import ScoringHubNode
     from vfl.net.scoring_http import ScoringService, parse_http_address
@@ -92,7 +97,7 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
         raise ConfigurationError(f"the scoring service refuses to serve plain HTTP on {address}: IDs and scores would "
                                  "travel in clear; bind 127.0.0.1 behind a TLS reverse proxy, or pass "
                                  "--allow-plaintext-public on a network you trust")
-    model = load_model(model_path)
+    model = load_signed_model(model_path, allow_unsigned=allow_unsigned_model)
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
                          log=None if quiet else _echo)
@@ -119,8 +124,9 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
 @click.option("--insecure-no-identity", is_flag=True,
               help="Serve without identities (loopback experiments only): co-parties' keys are not checked.")
 @click.option("--allow-unsigned-model", is_flag=True,
-              help="INSECURE: serve a model whose recorded roster holds no entry this party signed (trained before "
-                   "models recorded it, with --insecure-no-identity, or under another key); warns loudly.")
+              help="INSECURE: serve a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "invalid signature is refused even so.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds of silence from the hub after which this party stops.")
 def serve(model_path: str, connect: str, name: str, data: str, id_column: str, features: str | None,

@@ -15,7 +15,8 @@ features those of the model, and that key's valid signature over the digest. ``v
 keys and its own key; ``vfl predict`` and ``vfl score`` with the keys the roster records (``--identity-dir`` pins
 them). :func:`load_signed_model` is the loader those commands use; ``allow_unsigned`` (``--allow-unsigned-model``)
 accepts, loudly, only a file that carries no signatures at all (written before models were signed, or by an
-``--insecure-no-identity`` run); a file with a missing or invalid signature is refused even then.
+``--insecure-no-identity`` or (DP-)BCD run); a file with a missing or invalid signature is refused even then, and
+``vfl serve`` refuses even with it an unsigned file that records a signed roster (:func:`check_signed`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from vfl.net.modelio import FittedModel, load_model
 from vfl.protocols.roster import entry_digest, registration_digest
 from vfl.secure.identity import PinnedKeys, verify_signature
 
-__all__ = ["verify_model_signatures", "load_signed_model", "is_unsigned", "UNSIGNED_MODEL_WARNING"]
+__all__ = ["verify_model_signatures", "load_signed_model", "check_signed", "is_unsigned", "has_signed_roster",
+           "UNSIGNED_MODEL_WARNING"]
 
 #: what an opted-out loader says (stderr warning and the command's log)
 UNSIGNED_MODEL_WARNING = ("model {path}: {reason}; used ANYWAY (--allow-unsigned-model): nothing shows that its "
@@ -123,15 +125,26 @@ def load_signed_model(path: str | Path, *, allow_unsigned: bool = False, pinned:
     return model
 
 
+def has_signed_roster(model: FittedModel) -> bool:
+    """The model records a roster whose entries are signed: its run had identities, so its parties could sign it."""
+    entries = model.roster.get("entries") if isinstance(model.roster, dict) else None
+    return isinstance(entries, list) and any(isinstance(e, dict) and "auth" in e for e in entries)
+
+
 def check_signed(model: FittedModel, what: str, *, allow_unsigned: bool = False, pinned: PinnedKeys | None = None,
-                 own: tuple[str, str] | None = None, log: Callable[[str], Any] | None = None) -> bool:
-    """:func:`load_signed_model`'s check of an already loaded model; True if signed, False if accepted unsigned."""
+                 own: tuple[str, str] | None = None, log: Callable[[str], Any] | None = None,
+                 serving: bool = False) -> bool:
+    """:func:`load_signed_model`'s check of an already loaded model; True if signed, False if accepted unsigned.
+    ``serving`` (``vfl serve``): the opt-out does not cover an unsigned model that records a signed roster (what a
+    hostile coordinator writes from the entries of a run it aborted, issue 29 item 3): only a model without roster
+    or of an ``--insecure-no-identity`` run."""
     try:
         verify_model_signatures(model, pinned=pinned, own=own)
         return True
     except IdentityError as exc:
-        if not (allow_unsigned and is_unsigned(model)):
-            hint = ("; --allow-unsigned-model uses it anyway" if is_unsigned(model)
+        optable = is_unsigned(model) and not (serving and has_signed_roster(model))
+        if not (allow_unsigned and optable):
+            hint = ("; --allow-unsigned-model uses it anyway" if optable
                     else "; refused even with --allow-unsigned-model")
             raise IdentityError(f"model {what}: {exc}; refusing it{hint}") from None
         text = UNSIGNED_MODEL_WARNING.format(path=what, reason=exc)
