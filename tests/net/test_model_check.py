@@ -105,3 +105,21 @@ def test_a_party_refuses_to_sign_a_model_that_does_not_follow_from_the_release(t
     assert reason in str(info.value), info.value
     assert not (tmp_path / "model.json").exists()
     assert not (tmp_path / "alice.json").exists() and not (tmp_path / "bob.json").exists()
+
+
+def test_the_release_travels_packed_in_one_frame_and_is_checked_on_unpacking():
+    """A run has more payloads than a message may carry frames (MAX_FRAMES): the model check packs them into one
+    frame; unpacking gives them back exactly and refuses a size that leaves the frame or trailing bytes."""
+    from vfl.exceptions import ProtocolError
+    from vfl.net.messages import MAX_FRAMES, IntArray, pack_payloads, unpack_payloads
+
+    payloads = [np.arange(6.0).reshape(2, 3), IntArray.of(np.array([[2**70, -3]], dtype=object)), b"key"] * MAX_FRAMES
+    descs, blob = pack_payloads(payloads)
+    back = unpack_payloads(descs, blob)
+    assert len(back) == len(payloads) > MAX_FRAMES
+    np.testing.assert_array_equal(back[0], payloads[0])
+    assert back[1].values.tolist() == [[2**70, -3]] and back[2] == b"key"
+    with pytest.raises(ProtocolError, match="exceeds the frame"):
+        unpack_payloads([{**descs[0], "size": len(blob) + 1}], blob)
+    with pytest.raises(ProtocolError, match="trailing bytes"):
+        unpack_payloads(descs[:-1], blob)

@@ -23,6 +23,7 @@ dropped by the transport and never ends a run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from vfl.net.messages import (
     MessageType,
     check_max_message_bytes,
     message_of,
+    pack_payloads,
 )
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.notices import Reminder
@@ -73,13 +75,18 @@ class ReleaseRecorder:
             self.items.append((party, msg))
 
     def check_message(self, model_doc: dict, settings: RunSettings) -> Message:
-        release, frames = [], []
+        """MODEL_CHECK: the settings and each recorded message's body in the header; frame 0 the model document
+        (JSON, a frame: a wide model's document may exceed the header limit), frame 1 every recorded message's
+        payload packed (:func:`vfl.net.messages.pack_payloads`, descriptors in ``frames``)."""
+        release, payloads = [], []
         for party, msg in self.items:
             release.append({"party": party, "type": msg.type.value, "frames": len(msg.payload),
                             "body": {k: v for k, v in msg.body.items() if k != "origin"}})
-            frames.extend(msg.payload)
-        return Message(MessageType.MODEL_CHECK, {"model": model_doc, "settings": dataclasses.asdict(settings),
-                                                 "release": release}, frames)
+            payloads.extend(msg.payload)
+        descs, packed = pack_payloads(payloads)   # one frame: a run has more frames than a message may carry
+        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings), "release": release,
+                                                 "frames": descs},
+                       [json.dumps(model_doc, allow_nan=False).encode(), packed])
 
 
 class Coordinator(PartyLink):

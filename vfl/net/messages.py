@@ -115,6 +115,8 @@ __all__ = [
     "MAX_ICA_DIMS",
     "check_max_message_bytes",
     "MAX_FRAMES",
+    "pack_payloads",
+    "unpack_payloads",
     "MAX_INTS",
     "FRAME_KINDS",
     "MessageType",
@@ -321,8 +323,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
     MessageType.RESULT: {"model": (True, _is_dict)},
     # the signed model (vfl.net.model_check): the release and the unsigned model out, each party's signature back
-    MessageType.MODEL_CHECK: {"model": (True, _is_dict), "settings": (True, _is_dict),
-                              "release": (True, _is_list(_is_dict, 1_000_000))},
+    MessageType.MODEL_CHECK: {"settings": (True, _is_dict), "release": (True, _is_list(_is_dict, 1_000_000)),
+                              "frames": (True, _is_list(_is_dict, 1_000_000))},
     MessageType.MODEL_SIGNATURE: {"digest": (True, _KEY), "auth": (False, _AUTH)},
     MessageType.HEARTBEAT: {},
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
@@ -526,6 +528,36 @@ def _decode_payload(desc: dict, data: memoryview) -> Payload:
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise ProtocolError("array frame contains NaN or infinity")
     return arr
+
+
+def pack_payloads(payloads: Sequence[Payload]) -> tuple[list[dict], bytes]:
+    """Several payloads in one bytes frame (a message carrying more than :data:`MAX_FRAMES` of them, e.g. the model
+    check's release): their descriptors, each with its byte ``size``, and their concatenated encodings."""
+    descs, blobs = [], []
+    for p in payloads:
+        desc, blob = _encode_payload(p)
+        descs.append({**desc, "size": len(blob)})
+        blobs.append(blob)
+    return descs, b"".join(blobs)
+
+
+def unpack_payloads(descs: Any, blob: bytes) -> list[Payload]:
+    """Inverse of :func:`pack_payloads`, every descriptor and size checked (ProtocolError, never another error)."""
+    if not isinstance(descs, list) or len(descs) > 1_000_000:
+        raise ProtocolError("packed payloads: malformed descriptors")
+    view, pos, out = memoryview(blob).cast("B"), 0, []
+    for d in descs:
+        size = d.get("size") if isinstance(d, dict) else None
+        if not _is_int(0, len(blob) - pos)(size):
+            raise ProtocolError("packed payloads: a size exceeds the frame")
+        desc = {k: v for k, v in d.items() if k != "size"}
+        part = view[pos:pos + size]
+        _check_descriptor(desc, part.nbytes)
+        out.append(_decode_payload(desc, part))
+        pos += size
+    if pos != len(blob):
+        raise ProtocolError("packed payloads: trailing bytes")
+    return out
 
 
 # ------------------------------------------------------------------ messages

@@ -8,7 +8,9 @@ release (:mod:`vfl.protocols.fm_release`) the coordinator sends every party MODE
   each secure product) and SHARE (the two shares of each cross block). Each carries its producer's Ed25519
   signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
 * ``settings``: the run's public settings (:class:`vfl.protocols.settings.RunSettings`);
-* ``model``: the model document the coordinator will write (without signatures).
+* ``model`` (frame 0, JSON): the model document the coordinator will write (without signatures); the recorded
+  messages' payloads travel packed in frame 1 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
+  message may carry frames).
 
 The party (:func:`check_release`) checks every signature against its pinned keys, rebuilds the coordinator's side
 from the settings and the roster's registrations (the rebuilt PLAN must have the digest of the plan this party
@@ -34,7 +36,7 @@ import numpy as np
 
 from vfl.exceptions import ProtocolError, VFLError
 from vfl.net.coordinator import ALIGNMENT_NOTE, IDENTITY_NOTE, RECORDED, fm_model
-from vfl.net.messages import Message, MessageType
+from vfl.net.messages import Message, MessageType, unpack_payloads
 from vfl.net.model_signing import verify_model_signatures
 from vfl.net.modelio import FittedModel, model_document_digest
 from vfl.protocols.contracts import RegisterBody, Registration
@@ -53,17 +55,19 @@ UNCOMPARED = ("w", "coef", "coefficients", "intercept", "created", "vfl_version"
 
 
 def _recorded(msg: Message) -> list[tuple[str, Message]]:
+    """The recorded messages: each body from ``release``, its payloads unpacked from frame 1."""
+    payloads = unpack_payloads(msg.body["frames"], msg.blob(1))
     items, pos = [], 0
     for item in msg.body["release"]:
         kind, count, party = item.get("type"), item.get("frames"), item.get("party")
-        if kind not in RECORDED or not isinstance(count, int) or not 0 <= count <= len(msg.payload) - pos \
+        if kind not in RECORDED or not isinstance(count, int) or not 0 <= count <= len(payloads) - pos \
                 or not isinstance(party, str) or not isinstance(item.get("body"), dict):
             raise ProtocolError("the model check's release is malformed")
-        items.append((party, Message(MessageType(kind), dict(item["body"]), msg.payload[pos:pos + count],
+        items.append((party, Message(MessageType(kind), dict(item["body"]), payloads[pos:pos + count],
                                      sender=party)))
         pos += count
-    if pos != len(msg.payload):
-        raise ProtocolError("the model check's release has frames no message claims")
+    if pos != len(payloads):
+        raise ProtocolError("the model check's release has payloads no message claims")
     return items
 
 
@@ -115,7 +119,12 @@ def _rebuild_model(msg: Message, roster: Roster, run: str) -> FittedModel:
 def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdentity | None) -> Message:
     """Party side: re-derive the model, compare it with the coordinator's document, sign its digest (module
     docstring). ProtocolError (one line, the run fails) if anything differs."""
-    doc = msg.body["model"]
+    try:
+        doc = json.loads(msg.blob(0))
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("the model check's model document is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError("the model check's model document is not a model")
     if "signatures" in doc:
         raise ProtocolError("the model to check already carries signatures")
     try:
