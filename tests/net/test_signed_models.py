@@ -229,3 +229,25 @@ def test_a_model_from_an_aborted_run_is_refused(runs, tmp_path):
                  "--name", "alice", "--data", str(data["alice"]), "--id", "id", "--identity-dir", str(ids),
                  "--allow-unsigned-model", "--timeout", "5")
     assert serve.returncode == 4 and "refused even with --allow-unsigned-model" in serve.stderr, serve.stderr
+
+
+def test_a_roster_of_invented_keys_is_refused_under_pinned_keys(runs, tmp_path):
+    """A coordinator that invents both parties' keys can sign a file consistently; `vfl predict` without pins checks
+    only that consistency and accepts it (the residual docs/serving.md states), `vfl predict --identity-dir` with the
+    parties' pinned keys and `vfl serve` refuse it."""
+    from signed_model import signed
+
+    root, data, ids, trained = runs
+    invented = tmp_path / "invented"
+    write_identities(invented, ["alice", "bob"])
+    model = load_model(trained["one"]["alice"])
+    model.w = np.eye(len(model.w))[0]            # a column reader, under a roster of keys the coordinator made
+    signed(model, invented).to_json(tmp_path / "m.json")
+    joined = _joined(root, data)
+    assert _vfl("predict", "--model", str(tmp_path / "m.json"), "--data", joined, "--id", "id").returncode == 0
+    pred = _vfl("predict", "--model", str(tmp_path / "m.json"), "--data", joined, "--id", "id", "--identity-dir",
+                str(ids))
+    assert pred.returncode == 4 and "not the one pinned for it" in pred.stderr, pred.stderr
+    serve = _vfl("serve", "--model", str(tmp_path / "m.json"), "--connect", f"tcp://127.0.0.1:{free_port()}", "--name",
+                 "alice", "--data", str(data["alice"]), "--id", "id", "--identity-dir", str(ids), "--timeout", "5")
+    assert serve.returncode == 4 and "not the one pinned for it" in serve.stderr, serve.stderr

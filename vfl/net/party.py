@@ -491,10 +491,12 @@ class PartyNode:
     def _check_model(self, msg: Message, run: str) -> list:
         """Worker: re-derive the model from the signed release and sign its digest (:mod:`vfl.net.model_check`)."""
         assert self.roster is not None
+        start = time.monotonic()
         reply = check_release(msg, self.roster, run, self.identity)
         self.signed_digest = bytes.fromhex(reply.body["digest"])
-        self.log(f"[{self.data.name}] model check: the coefficients follow from this run's release; " + (
-            "signed" if self.identity is not None else "NOT signed (no identity)"))
+        self.log(f"[{self.data.name}] model check: the coefficients follow from this run's release ("
+                 f"{time.monotonic() - start:.2f} s); " + ("signed" if self.identity is not None
+                                                          else "NOT signed (no identity)"))
         return [reply]
 
     def _result(self, msg: Message, session: FMParty | BCDParty | None, run: str) -> FittedModel:
