@@ -17,12 +17,13 @@ import numpy as np
 from vfl.api import Party, _run_on_loopback
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
 from vfl.net.model_signing import check_signed
-from vfl.net.modelio import FittedModel, load_model
+from vfl.net.modelio import FittedModel
+from vfl.net.modelio import load_model as read_model_file
 from vfl.net.scoring import DEFAULT_MAX_QUERY_IDS, Scores, ScoringHubNode, ScoringPartyNode, scoring_block
 from vfl.secure.identity import write_identities
 from vfl.secure.psi import normalise_ids
 
-__all__ = ["score"]
+__all__ = ["load_model", "score"]
 
 
 def _party_rows(model: FittedModel, party: Party) -> tuple[list[str], np.ndarray]:
@@ -43,6 +44,21 @@ def _party_rows(model: FittedModel, party: Party) -> tuple[list[str], np.ndarray
     return normalise_ids(party.ids, what=f"party {party.name}: ids"), X
 
 
+def load_model(path: str | Path, *, allow_unsigned_model: bool = False,
+               identity_dir: str | Path | None = None) -> FittedModel:
+    """``vfl.load_model``: read a model file and check that every party of its training roster signed it (issue 29;
+    :func:`vfl.net.model_signing.verify_model_signatures`), under the keys the roster records or, with
+    ``identity_dir``, under the parties' keys pinned there. ``allow_unsigned_model``: a file with no signature at
+    all (written before models were signed; an ``--insecure-no-identity``, (DP-)BCD or capeFM run) is returned with
+    a :class:`PrivacyLeakWarning`. Any other failure raises :class:`IdentityError`. To read a file without any check
+    (inspection only): :func:`vfl.net.modelio.load_model`."""
+    from vfl.net.model_signing import load_signed_model
+    from vfl.secure.identity import load_pinned
+
+    return load_signed_model(path, allow_unsigned=allow_unsigned_model,
+                             pinned=None if identity_dir is None else load_pinned(identity_dir))
+
+
 def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequence[Any], *,
           timeout: float = 120.0, max_query_ids: int = DEFAULT_MAX_QUERY_IDS, bind: str = "tcp://127.0.0.1:0",
           verbose: bool = False, allow_unsigned_model: bool = False) -> Scores:
@@ -56,7 +72,7 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
     The model must carry the signature of every party of its roster (:mod:`vfl.net.model_signing`, under the keys
     the roster records); ``allow_unsigned_model``: a model with no signature at all is used anyway, with a warning.
     """
-    m = model if isinstance(model, FittedModel) else load_model(model)
+    m = model if isinstance(model, FittedModel) else read_model_file(model)
     check_signed(m, "to score", allow_unsigned=allow_unsigned_model)
     rows = {p.name: _party_rows(m, p) for p in parties}
     log = print if verbose else None

@@ -95,6 +95,14 @@ def test_an_honest_run_gives_a_model_every_party_signed_and_stored(tmp_path, ide
     assert sorted(written["signatures"]) == ["alice", "bob"]
     for name in ("alice", "bob"):   # each party stored the very file the coordinator wrote
         assert json.loads((tmp_path / f"{name}.json").read_text()) == written
+    # the Python loader checks the signatures too (vfl.load_model), under pinned keys with identity_dir
+    import vfl
+
+    assert vfl.load_model(tmp_path / "alice.json", identity_dir=identity_dir).signatures == written["signatures"]
+    written["intercept"] = 0.0      # a derived field, but inside the signed document
+    (tmp_path / "edited.json").write_text(json.dumps(written))
+    with pytest.raises(vfl.VFLError, match="refused even with --allow-unsigned-model"):
+        vfl.load_model(tmp_path / "edited.json", allow_unsigned_model=True)
 
 
 @pytest.mark.parametrize("tamper,reason", TAMPERING, ids=[t.__name__ for t, _ in TAMPERING])

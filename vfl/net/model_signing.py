@@ -146,7 +146,8 @@ def check_signed(model: FittedModel, what: str, *, allow_unsigned: bool = False,
         if not (allow_unsigned and optable):
             hint = ("; --allow-unsigned-model uses it anyway" if optable
                     else "; refused even with --allow-unsigned-model")
-            raise IdentityError(f"model {what}: {exc}; refusing it{hint}") from None
+            reason = str(exc).removesuffix("; refusing it")
+            raise IdentityError(f"model {what}: {reason}; refusing it{hint}") from None
         text = UNSIGNED_MODEL_WARNING.format(path=what, reason=exc)
         warnings.warn(text, PrivacyLeakWarning, stacklevel=3)
         if log is not None:
