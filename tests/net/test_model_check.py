@@ -127,7 +127,7 @@ def test_the_release_travels_packed_in_one_frame_and_is_checked_on_unpacking():
     assert len(back) == len(payloads) > MAX_FRAMES
     np.testing.assert_array_equal(back[0], payloads[0])
     assert back[1].values.tolist() == [[2**70, -3]] and back[2] == b"key"
-    with pytest.raises(ProtocolError, match="exceeds the frame"):
+    with pytest.raises(ProtocolError, match="does not fit the frame"):
         unpack_payloads([{**descs[0], "size": len(blob) + 1}], blob)
     with pytest.raises(ProtocolError, match="trailing bytes"):
         unpack_payloads(descs[:-1], blob)

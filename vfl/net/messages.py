@@ -114,9 +114,7 @@ __all__ = [
     "MIN_MESSAGE_BYTES",
     "MAX_ICA_DIMS",
     "check_max_message_bytes",
-    "MAX_FRAMES",
-    "pack_payloads",
-    "unpack_payloads",
+    "MAX_FRAMES", "pack_payloads", "unpack_payloads",
     "MAX_INTS",
     "FRAME_KINDS",
     "MessageType",
@@ -322,7 +320,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
                            "rounds_run": (False, _is_int(0, 1_000_000))},
     MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
     MessageType.RESULT: {"model": (True, _is_dict)},
-    # the signed model (vfl.net.model_check): the release and the unsigned model out, each party's signature back
+    # signed models (vfl.net.model_check): the release and the unsigned model out, each party's signature back
     MessageType.MODEL_CHECK: {"settings": (True, _is_dict), "release": (True, _is_list(_is_dict, 1_000_000)),
                               "frames": (True, _is_list(_is_dict, 1_000_000))},
     MessageType.MODEL_SIGNATURE: {"digest": (True, _KEY), "auth": (False, _AUTH)},
@@ -531,27 +529,19 @@ def _decode_payload(desc: dict, data: memoryview) -> Payload:
 
 
 def pack_payloads(payloads: Sequence[Payload]) -> tuple[list[dict], bytes]:
-    """Several payloads in one bytes frame (a message carrying more than :data:`MAX_FRAMES` of them, e.g. the model
-    check's release): their descriptors, each with its byte ``size``, and their concatenated encodings."""
-    descs, blobs = [], []
-    for p in payloads:
-        desc, blob = _encode_payload(p)
-        descs.append({**desc, "size": len(blob)})
-        blobs.append(blob)
-    return descs, b"".join(blobs)
+    """Payloads in one frame (more than :data:`MAX_FRAMES`, e.g. the model check's release): descriptors with sizes."""
+    encoded = [_encode_payload(p) for p in payloads]
+    return [{**d, "size": len(b)} for d, b in encoded], b"".join(b for _, b in encoded)
 
 
 def unpack_payloads(descs: Any, blob: bytes) -> list[Payload]:
     """Inverse of :func:`pack_payloads`, every descriptor and size checked (ProtocolError, never another error)."""
-    if not isinstance(descs, list) or len(descs) > 1_000_000:
-        raise ProtocolError("packed payloads: malformed descriptors")
     view, pos, out = memoryview(blob).cast("B"), 0, []
-    for d in descs:
+    for d in descs if isinstance(descs, list) else [None]:
         size = d.get("size") if isinstance(d, dict) else None
         if not _is_int(0, len(blob) - pos)(size):
-            raise ProtocolError("packed payloads: a size exceeds the frame")
-        desc = {k: v for k, v in d.items() if k != "size"}
-        part = view[pos:pos + size]
+            raise ProtocolError("packed payloads: a descriptor or size does not fit the frame")
+        desc, part = {k: v for k, v in d.items() if k != "size"}, view[pos:pos + size]  # type: ignore[union-attr]
         _check_descriptor(desc, part.nbytes)
         out.append(_decode_payload(desc, part))
         pos += size

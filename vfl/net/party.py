@@ -20,7 +20,10 @@ A party never sends a raw row. What leaves it (see docs/threat_model.md):
   added inside the ciphertext (a discrete Gaussian/Laplace in fixed-point units; spec §1.3 [correction]);
 * SHARE: its additive share of a cross block in fixed point ``2^-2p`` units, with its own local
   offset (logistic ``alpha``: ``(1/(2N)) sum_i x_i``, Zhang et al. 2012 eq. 12) folded in, so the
-  coordinator only ever learns the noisy block.
+  coordinator only ever learns the noisy block. READY, BLOCK and SHARE carry the party's signature too;
+* MODEL_SIGNATURE (end of an FM run): its signature over the model file's digest, given only after it re-derived the
+  model from the run's signed release (:mod:`vfl.net.model_check`); the signed file it receives is stored
+  (``model_out``).
 
 Socket I/O and heartbeats stay on the calling thread; encryption and products run on a worker
 thread, so heartbeats keep flowing during long computations.
