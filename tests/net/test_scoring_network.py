@@ -205,8 +205,8 @@ def test_the_hub_never_receives_a_partial_score_in_clear(procs, tmp_path, identi
     assert all(procs.finish(p)[0] == 0 for p in parties)
     assert int((~scores.missing).sum()) == len(set.intersection(*held.values()))
     np.testing.assert_allclose(again.value, scores.value[:10], atol=1e-9)
-    partial_bytes = sum(len(f) for f in received if len(f) == 8 * 2 * len(query))
-    assert partial_bytes == 3 * 8 * 2 * len(query)          # the three masked vectors did pass through this socket
+    partial_bytes = sum(len(f) for f in received if len(f) == 8 * (2 * len(query) + 1))
+    assert partial_bytes == 3 * 8 * (2 * len(query) + 1)    # the three masked vectors did pass through this socket
     words = _partials(model, tmp_path, names, held, ids)
     assert len(words) > 400
     frames = [f for f in received if len(f) % 8 == 0]
