@@ -77,3 +77,8 @@ class DataConversionWarning(UserWarning):
 
 class SlowBackendWarning(RuntimeWarning):
     """gmpy2 is missing: Paillier arithmetic runs 7-12x slower."""
+
+
+class NoBetterThanBaselineWarning(UserWarning):
+    """A fitted model is no better (or cannot be told apart from) predicting the mean or the base rate, as estimated
+    from its DP release (vfl.models.inference)."""

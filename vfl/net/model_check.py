@@ -52,6 +52,22 @@ __all__ = ["check_release", "check_result", "default_model_path", "W_RTOL",
 W_RTOL = 1e-9
 #: fields of the model document compared within tolerance (derived from ``w``) or not at all (stamps)
 UNCOMPARED = ("w", "coef", "coefficients", "intercept", "created", "vfl_version", "signatures")
+#: fields compared number by number to :data:`DERIVED_RTOL`: the inference record is a deterministic bootstrap (public
+#: seed) of the release, equal on one machine, equal up to floating-point rounding across BLAS builds
+NUMERIC = ("inference",)
+DERIVED_RTOL = 1e-6
+
+
+def _close(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same JSON value, numbers within :data:`DERIVED_RTOL`."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return bool(np.isclose(a, b, rtol=DERIVED_RTOL, atol=1e-12))
+    return bool(a == b)
 
 
 def _recorded(msg: Message) -> list[tuple[str, Message]]:
@@ -138,7 +154,8 @@ def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdent
             np.max(np.abs(mine.w), initial=1.0))):
         raise ProtocolError("the model's coefficients do not follow from the run's release; refusing to sign it")
     ours = json.loads(json.dumps(mine.to_dict(), allow_nan=False))   # as the document travelled: lists, not tuples
-    differ = sorted(k for k in set(ours) | set(doc) if k not in UNCOMPARED and ours.get(k) != doc.get(k))
+    differ = sorted(k for k in set(ours) | set(doc) if k not in UNCOMPARED and (
+        not _close(ours.get(k), doc.get(k)) if k in NUMERIC else ours.get(k) != doc.get(k)))
     if differ:
         raise ProtocolError(f"the model's {', '.join(differ)} differ from what the run's release gives; refusing "
                             "to sign it")

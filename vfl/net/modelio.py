@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError
+from vfl.models.inference import InferenceMixin, InferenceResult
 from vfl.secure.identity import canonical_json
 
 __all__ = ["PartyColumns", "FittedModel", "JsonModel", "atomic_write_text", "load_model", "report_text",
@@ -140,8 +141,9 @@ class JsonModel:
 
 
 @dataclass
-class FittedModel(JsonModel):
-    """A model trained by the vfl protocol (or loaded from JSON)."""
+class FittedModel(InferenceMixin, JsonModel):
+    """A model trained by the vfl protocol (or loaded from JSON); ``bse``, ``pvalues``, ``conf_int(alpha)`` and
+    ``summary()`` from its ``inference`` record (:mod:`vfl.models.inference`, computed by the coordinator)."""
 
     model: str
     mechanism: str
@@ -160,6 +162,9 @@ class FittedModel(JsonModel):
     #: Public: each entry is a party's signed registration (names, feature names, row count) and key fingerprint.
     #: A serving party checks its own entry in it (:func:`vfl.protocols.roster.verify_own_entry`).
     roster: dict[str, Any] | None = None
+    #: standard errors, intervals, p-values and fit measures from the release (:meth:`InferenceResult.to_dict`);
+    #: None = not computed (an older file, a (DP-)BCD run)
+    inference: dict[str, Any] | None = None
     #: party -> Ed25519 signature (hex) over :func:`model_document_digest` of this file without ``signatures``:
     #: each party of the roster signed after re-deriving the coefficients from the run's release
     #: (:mod:`vfl.net.model_check`); None = unsigned (an older file, an ``--insecure-no-identity`` or BCD run)
@@ -176,10 +181,18 @@ class FittedModel(JsonModel):
         d = sum(p.n_columns for p in self.parties)
         if self.w.shape != (d,):
             raise ConfigurationError(f"model has {self.w.size} coefficients for {d} features")
+        out = self.original_units(self.w)
+        self.coef_ = out[:-1]
+        self.intercept_ = float(out[-1])
+
+    def original_units(self, w: np.ndarray) -> np.ndarray:
+        """[coef..., intercept] in original units of a model ``w`` on the prepared columns (the public affine maps
+        of the parties and, linear, of the label)."""
+        w = np.asarray(w, dtype=float)
         coefs, icpt = [], 0.0
         start = 0
         for p in self.parties:
-            c, i = p.affine(self.w[start:start + p.n_columns])
+            c, i = p.affine(w[start:start + p.n_columns])
             coefs.append(c)
             icpt += i
             start += p.n_columns
@@ -188,8 +201,13 @@ class FittedModel(JsonModel):
             lo, hi = self.label_bounds
             half = (hi - lo) / 2.0
             coef, icpt = coef * half, lo + half * (icpt + 1.0)
-        self.coef_ = coef
-        self.intercept_ = float(icpt)
+        return np.append(coef, icpt)
+
+    def _inference(self) -> InferenceResult:
+        if self.inference is None:
+            raise ConfigurationError("this model has no inference record (a (DP-)BCD run, or a file written before "
+                                     "vfl computed inference from the release)")
+        return InferenceResult.from_dict(self.inference)
 
     # ------------------------------------------------------------ sklearn-like
     @property
@@ -283,6 +301,7 @@ class FittedModel(JsonModel):
                          "intercept": p.intercept, "preprocessing": p.preprocessing} for p in self.parties],
             "privacy_report": self.privacy_report, "extra": self.extra,
             **({} if self.roster is None else {"roster": self.roster}),
+            **({} if self.inference is None else {"inference": self.inference}),
             **({} if self.signatures is None else {"signatures": self.signatures}),
         }
 
@@ -312,10 +331,20 @@ class FittedModel(JsonModel):
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
                        str(doc.get("run_id", "")), doc.get("extra") or {}, None if label is None else str(label),
                        None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]),
-                       _roster_of(doc.get("roster")), _signatures_of(doc.get("signatures")),
-                       model_document_digest(doc))
+                       _roster_of(doc.get("roster")), _inference_of(doc.get("inference")),
+                       _signatures_of(doc.get("signatures")), model_document_digest(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"malformed model file: {exc}") from None
+
+
+def _inference_of(value: Any) -> dict[str, Any] | None:
+    """The optional ``inference`` record of a model file: absent/null, or a readable :class:`InferenceResult`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("its inference record is not an object")
+    InferenceResult.from_dict(value)
+    return value
 
 
 def _roster_of(value: Any) -> dict[str, Any] | None:
