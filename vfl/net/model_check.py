@@ -16,11 +16,12 @@ The party (:func:`check_release`) checks every signature against its pinned keys
 from the settings and the roster's registrations (the rebuilt PLAN must have the digest of the plan this party
 accepted), feeds it the recorded messages (the same checks the coordinator makes: owners, shapes, packed ranges,
 product magnitudes), assembles and solves with the same deterministic code (:meth:`FMCoordinator.finish`; the
-eigenvalue floor is selected from the release with a public seed) and builds the model file. The coefficients
-must agree to :data:`W_RTOL`, and everything else in the document exactly, else the party refuses (ERROR, the run
-fails, no model is written). Only then does it sign :func:`vfl.net.modelio.model_document_digest` of the document
-(MODEL_SIGNATURE). The coordinator writes all signatures into the file and sends it (RESULT); each party checks the
-signatures and stores the file (``--model-out``, :func:`default_model_path`).
+eigenvalue floor is selected from the release with a public seed) and builds the model file. The coefficients must
+agree to :data:`W_RTOL`, the inference record to :data:`DERIVED_RTOL` and everything else in the document exactly,
+else the party refuses (ERROR, the run fails, no model is written). Only then does it sign
+:func:`vfl.net.modelio.model_document_digest` of the document (MODEL_SIGNATURE). The coordinator writes all
+signatures into the file and sends it (RESULT); each party checks the signatures and stores the file
+(``--model-out``, :func:`default_model_path`).
 
 What a party learns from the release it checks is the noisy objective, post-processing of the DP release
 (docs/privacy.md, "What a party learns from the model check").
