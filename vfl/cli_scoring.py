@@ -75,7 +75,7 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
         return
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
-    from vfl.cli import check_writable
+    from vfl.data.files import check_writable
     from vfl.net.model_signing import load_signed_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
     from vfl.net.transport import load_server_keys

@@ -59,6 +59,10 @@ class ConfigurationError(VFLError, ValueError):
     """A CLI option, configuration file or API argument is invalid."""
 
 
+class WorkerStalled(VFLError, RuntimeError):
+    """A local pool worker made no progress for ``VFL_WORKER_STALL_SECONDS`` (names the worker and its pid)."""
+
+
 class DPBCDAbort(VFLError):
     """DP-BCD's utility check ||v_out|| <= xi failed; the whole run outputs nothing (de Jong et al. 2022, Alg. 2)."""
 

@@ -140,6 +140,9 @@ class Coordinator(PartyLink):
         try:
             regs = self._register_all()
             self._align(regs)
+            self.log(f"training on {regs[0].n_rows} rows "
+                     + ("(the row IDs common to all parties)" if self.aligned_rows is not None else
+                        "(paired by position, row i of every party's table)"))
             if self.settings.mechanism in BCD_MECHANISMS:
                 model = self._run_bcd(regs)
             else:
@@ -203,7 +206,7 @@ class Coordinator(PartyLink):
                 reg = self._parse_registration(peer, msg)
                 self._check_registration(reg)
             except VFLError as exc:  # a stray REGISTER (a name already taken, a bad signature) is refused; the run
-                self._refuse(peer, str(exc), exc)     # goes on (issue 14)
+                self._refuse(peer, str(exc), exc, run_goes_on=True)     # goes on (issue 14)
                 continue
             conflict = registration_conflict(self.parties, reg)
             if conflict is not None:   # a party this run cannot take: it would wait out the window for nothing
@@ -233,7 +236,8 @@ class Coordinator(PartyLink):
     def _check_registration(self, reg: Registration) -> None:
         """A REGISTER whose name is taken already: refused, the run goes on (its holder is here; issue 14)."""
         if any(r.name == reg.name for r in self.parties):
-            raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
+            raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique (is "
+                                     f"{reg.name} started twice?)")
 
     def _align(self, regs: list[Registration]) -> None:
         """With row IDs: the private set intersection (:mod:`vfl.protocols.alignment`), after which every party

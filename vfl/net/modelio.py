@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.files import is_special_file
 from vfl.exceptions import ConfigurationError, DataValidationError
 from vfl.models.inference import InferenceMixin, InferenceResult
 from vfl.secure.identity import canonical_json
@@ -405,9 +406,15 @@ def plain_file_mode(target: Path) -> int:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic).
 
-    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``.
+    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``. An existing
+    target that is not a regular file (``/dev/null``, a FIFO, a terminal) is written in place: renaming over it
+    would replace the device itself.
     """
     target = Path(path)
+    if is_special_file(target):
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     folder = target.parent if str(target.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)

@@ -35,7 +35,7 @@ from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of
 from vfl.net.model_signing import check_signed
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.party import HEARTBEAT_SECONDS, send_error
-from vfl.net.predict import output_column
+from vfl.net.predict import format_value, output_column
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
 from vfl.protocols.roster import check_self_signed, sign_registration
@@ -492,7 +492,7 @@ def scores_csv(model: FittedModel, scores: Scores, id_name: str) -> str:
         if scores.missing[i]:
             w.writerow([ident, *([""] * len(cols)), "missing"])
             continue
-        vals = [f"{scores.value[i]:.17g}"]
+        vals = [format_value(scores.value[i])]
         if scores.label is not None:
             vals.append(f"{int(scores.label[i])}")
         w.writerow([ident, *vals, "scored"])

@@ -38,9 +38,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from vfl.exceptions import DataValidationError, EncodingOverflowError, KeyValidationError, ProtocolError
-from vfl.secure.fastmath import legendre as _legendre  # the one gmpy2 shim (Python-int fallback there)
-from vfl.secure.fastmath import mpz as _mpz
-from vfl.secure.fastmath import powmod as _powmod
+from vfl.secure.bigint import legendre as _legendre  # the one gmpy2 shim (Python-int fallback there)
+from vfl.secure.bigint import mpz as _mpz
+from vfl.secure.bigint import powmod as _powmod
 
 __all__ = [
     "MODP_2048_PRIME",
