@@ -181,7 +181,8 @@ def test_a_model_from_an_aborted_run_is_refused(runs, tmp_path):
             label = ["--label", "score"] if party == "alice" else []
             procs.append(_start(["party", "--name", party, "--connect", fake.endpoint, "--data", str(plain[party]),
                                  "--features", ",".join(FEATURES[party]), *label, "--bounds", str(data["bounds"]),
-                                 "--no-progress", "--timeout", "60", "--insecure-test-keys", "--identity-dir", str(ids),
+                                 "--rows-aligned", "--no-progress", "--timeout", "60", "--insecure-test-keys",
+                                 "--identity-dir", str(ids),
                                  "--ledger", str(tmp_path / f"{party}.sqlite")], tmp_path / f"{party}.log"))
         peers = {}
         for _ in range(2):
