@@ -25,7 +25,9 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.fm.domain import (
     BoundsLike,
     ColumnBounds,
+    clip_rows,
     from_unit_interval_coefficients,
+    from_unit_interval_rows,
     prepare_labels,
     prepare_party_block,
     resolve_bounds,
@@ -117,6 +119,7 @@ class _FMRegression(LinearModelBase):
         """Release a noisy FM objective of (X, y) and minimise it. Returns self."""
         X, y, feature_names = self._validate_fit_input(X, y, feature_names)
         domain = self.domain or DEFAULT_DOMAIN.get(self.mechanism, "linf")
+        self.domain_ = domain
         self.bounds_ = self._feature_bounds(X, feature_names)
         d = X.shape[1] + (1 if self.fit_intercept else 0)
         no_icpt = not self.fit_intercept
@@ -161,6 +164,30 @@ class _FMRegression(LinearModelBase):
         self.coef_ = coef
         self.intercept_ = float(intercept)
 
+    def _decision(self, X: Any) -> np.ndarray:
+        """z = x~ coef_ + intercept_, x~ the row as the fit saw it (:meth:`preprocess`)."""
+        return self.preprocess(self._validate_predict_input(X)) @ self.coef_ + self.intercept_
+
+    def preprocess(self, X: np.ndarray) -> np.ndarray:
+        """Raw rows as the fit used them, in original units (the rows ``coef_``, ``intercept_`` apply to).
+
+        ``row_norm="scale"`` (and the linf domain) is a public linear map of each column, so the model is linear in
+        the raw row and the rows are returned unchanged. ``row_norm="clip"`` in the l2 domain clips each mapped row
+        to the public radius r = sqrt(d_x/d) (:func:`vfl.fm.domain.clip_rows`), a nonlinear map: the fit's
+        coefficients hold for the clipped row, so prediction applies the same clip (values outside the bounds are
+        first clipped to them when ``out_of_bounds="clip"``, as in the fit) and maps the row back to original units.
+        """
+        X = np.asarray(X, dtype=float)
+        if not (self.row_norm == "clip" and getattr(self, "domain_", None) == "l2"):
+            return X
+        symmetric = not self.fit_intercept
+        b = self.bounds_.symmetric() if symmetric else self.bounds_
+        if self.out_of_bounds == "clip":
+            X = np.clip(X, self.bounds_.lower, self.bounds_.upper)
+        U = X / b.upper if symmetric else 2.0 * (X - b.lower) / (b.upper - b.lower) - 1.0
+        d = X.shape[1] + (1 if self.fit_intercept else 0)
+        return from_unit_interval_rows(clip_rows(U, math.sqrt(X.shape[1] / d)), self.bounds_, symmetric=symmetric)
+
 
 _COMMON_DOC = """
     Parameters (diffprivlib conventions): ``mechanism`` ("none", "laplace-fm", "gaussian-fm" (default),
@@ -168,8 +195,9 @@ _COMMON_DOC = """
     with a :class:`~vfl.exceptions.DataBoundsWarning` and ``formal_dp: false``), ``fit_intercept`` (False: no
     intercept at all, ``intercept_ = 0``), ``domain`` ("linf" | "l2"; default per mechanism), ``fm_sensitivity``
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
-    block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
-    ``out_of_bounds`` ("raise" | "clip"),
+    block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm`` ("scale":
+    the public scaling 1/sqrt(d); "clip": l2 rows clipped to the radius sqrt(d_x/d), and ``predict`` applies the
+    same clip, :meth:`preprocess`), ``out_of_bounds`` ("raise" | "clip"),
     ``lambda_floor`` (None: the public floor sigma_M sqrt(d); logistic Gaussian FM selects it from the release,
     docs/privacy.md, "Logistic regression: the eigenvalue floor selected from the release"; a number: that floor),
     ``fallback``, ``regularization`` ("floor": the public eigenvalue floor alone; "adaptive": the
