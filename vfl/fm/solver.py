@@ -38,7 +38,8 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective
 from vfl.fm.objective import QuadraticObjective
 
-__all__ = ["SolveResult", "Intercept", "REGULARIZATIONS", "DEFAULT_REGULARIZATION", "project_psd", "solve",
+__all__ = ["SolveResult", "Intercept", "REGULARIZATIONS", "DEFAULT_REGULARIZATION", "default_regularization",
+           "project_psd", "solve",
            "solve_details", "predict_linear", "predict_logistic_proba"]
 
 #: how the projected objective is regularised: the public eigenvalue floor alone, or the floor plus the adaptive
@@ -47,6 +48,13 @@ REGULARIZATIONS = ("floor", "adaptive")
 #: the default per model, chosen from benchmarks/utility.py (docs/benchmarks_utility.md): adaptive wins most linear
 #: cells; logistic keeps the floor (not measured there)
 DEFAULT_REGULARIZATION = {"linear": "adaptive", "logistic": "floor"}
+
+
+def default_regularization(model: str, mechanism: str) -> str:
+    """The solve's default per model and mechanism: "floor" for relaxed FM (one common noise std on M and alpha,
+    where the adaptive shrinkage of alpha was worse in 14 of 21 synthetic cells, issue 33), else
+    :data:`DEFAULT_REGULARIZATION` of the model. In-process and networked fits share it."""
+    return "floor" if mechanism == "relaxed-fm" else DEFAULT_REGULARIZATION[model]
 
 
 @dataclass(frozen=True)

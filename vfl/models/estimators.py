@@ -32,13 +32,15 @@ from vfl.fm.domain import (
     prepare_party_block,
     resolve_bounds,
 )
-from vfl.fm.objective import QuadraticObjective
-from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
+from vfl.fm.objective import QuadraticObjective, fm_objective
+from vfl.fm.solver import default_regularization, solve_details
 from vfl.models.base import LinearModelBase
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease, objective_gradient
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
+from vfl.privacy.release_choice import choose_release
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
 __all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report", "diffprivlib_bounds"]
@@ -92,10 +94,10 @@ class _FMRegression(LinearModelBase):
 
     _model = "linear"
 
-    def _mechanism_options(self) -> dict:
-        if self.mechanism == "laplace-fm":
+    def _mechanism_options(self, mechanism: str) -> dict:
+        if mechanism == "laplace-fm":
             return {"fm_sensitivity": self.fm_sensitivity}
-        if self.mechanism == "gaussian-fm":
+        if mechanism == "gaussian-fm":
             return {"calibration": self.calibration, "sym": self.sym, "budget_split": self.budget_split}
         return {}
 
@@ -116,15 +118,22 @@ class _FMRegression(LinearModelBase):
         return resolve_bounds(self.bounds, X, feature_names)
 
     def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None):
-        """Release a noisy FM objective of (X, y) and minimise it. Returns self."""
+        """Release a noisy FM objective (or noisy FM gradients) of (X, y) and minimise it. Returns self."""
         X, y, feature_names = self._validate_fit_input(X, y, feature_names)
-        domain = self.domain or DEFAULT_DOMAIN.get(self.mechanism, "linf")
+        d = X.shape[1] + (1 if self.fit_intercept else 0)
+        mechanism, row_norm, choice = self.mechanism, self.row_norm, None
+        if mechanism == "auto":   # public facts only (vfl.privacy.release_choice)
+            choice = choose_release(self._model, X.shape[0], d, self.epsilon, self.delta)
+            mechanism, row_norm = choice.mechanism, choice.row_norm
+        self.mechanism_, self.row_norm_ = mechanism, row_norm
+        domain = self.domain or DEFAULT_DOMAIN.get(mechanism, "l2" if mechanism == "noisy-gd" else "linf")
+        if mechanism == "noisy-gd" and domain != "l2":
+            raise ConfigurationError("mechanism 'noisy-gd' needs the l2 domain (its sensitivity holds for ||x|| <= 1)")
         self.domain_ = domain
         self.bounds_ = self._feature_bounds(X, feature_names)
-        d = X.shape[1] + (1 if self.fit_intercept else 0)
         no_icpt = not self.fit_intercept
         U, col_scale = prepare_party_block(X, bounds=self.bounds_, domain=domain, n_features_total=d,
-                                           row_norm=self.row_norm, out_of_bounds=self.out_of_bounds,
+                                           row_norm=row_norm, out_of_bounds=self.out_of_bounds,
                                            feature_names=feature_names, symmetric=no_icpt)
         # the intercept column is a public constant that consumes norm budget (spec pitfall 4): in the l2 domain
         # it must be 1/sqrt(d) (its radius r = sqrt(1/d)) whether the features were scaled or clipped
@@ -132,33 +141,60 @@ class _FMRegression(LinearModelBase):
         if self.fit_intercept:
             U = np.hstack([U, np.full((U.shape[0], 1), icpt_value)])
         y_unit = self._prepare_y(y)
-        release_beta = self.release_beta or (self.calibration == "paper" and self.mechanism == "gaussian-fm")
-        plan = DissectionPlan([d], 0, model=self._model, release_beta=release_beta)
-        mech = make_mechanism(self.mechanism, plan=plan, n_samples=X.shape[0], epsilon=self.epsilon,
-                              delta=self.delta, domain=domain, seeded=is_seeded(self.random_state),
-                              **self._mechanism_options())
-        planned = mech.privacy_report()
-        check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
-        rng = make_rng(self.random_state)
-        objective = release_objective(plan, mech, [U], y_unit, rng)
-        floor = release_floor(objective, mech, self.lambda_floor)
-        regularization = self.regularization or DEFAULT_REGULARIZATION[self._model]
-        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback, regularization=regularization,
-                               alpha_noise_var=mech.alpha_noise_variance())
-        self.objective_ = objective
-        self.solve_result_ = result
-        self.coef_unit_ = result.w
-        self.privacy_report_ = finish_report(mech.privacy_report(), self.random_state,
+        if mechanism == "noisy-gd":
+            w, report = self._release_gradients(U, y_unit)
+        else:
+            w, report = self._release_matrix(U, y_unit, mechanism, domain)
+        if choice is not None:
+            report.extra["release_choice"] = choice.to_dict()
+            report.notes.append(f"mechanism='auto' chose {choice.mechanism} with row_norm={choice.row_norm!r} from "
+                                f"public facts: {choice.reason}")
+        self.coef_unit_ = w
+        self.privacy_report_ = finish_report(report, self.random_state,
                                              [self.bounds_, getattr(self, "y_bounds_", None)],
                                              ["the feature bounds", "the label bounds"])
         record_fit(self.accountant, self.privacy_report_.epsilon, self.privacy_report_.delta,
                    what=type(self).__name__)
-        w_x = result.w[: X.shape[1]]
-        coef, icpt = from_unit_interval_coefficients(w_x, self.bounds_, col_scale, symmetric=no_icpt)
+        coef, icpt = from_unit_interval_coefficients(w[: X.shape[1]], self.bounds_, col_scale, symmetric=no_icpt)
         if self.fit_intercept:
-            icpt += float(result.w[-1] * icpt_value)
+            icpt += float(w[-1] * icpt_value)
         self._set_output_units(coef, icpt)
         return self
+
+    def _release_matrix(self, U: np.ndarray, y_unit: np.ndarray, mechanism: str, domain: str
+                        ) -> tuple[np.ndarray, PrivacyReport]:
+        """The FM release of (alpha, M) and its floored solve (sets ``objective_``, ``solve_result_``)."""
+        d = U.shape[1]
+        release_beta = self.release_beta or (self.calibration == "paper" and mechanism == "gaussian-fm")
+        plan = DissectionPlan([d], 0, model=self._model, release_beta=release_beta)
+        mech = make_mechanism(mechanism, plan=plan, n_samples=U.shape[0], epsilon=self.epsilon,
+                              delta=self.delta, domain=domain, seeded=is_seeded(self.random_state),
+                              **self._mechanism_options(mechanism))
+        planned = mech.privacy_report()
+        check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {mechanism!r}")
+        rng = make_rng(self.random_state)
+        objective = release_objective(plan, mech, [U], y_unit, rng)
+        floor = release_floor(objective, mech, self.lambda_floor)
+        regularization = self.regularization or default_regularization(self._model, mechanism)
+        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback, regularization=regularization,
+                               alpha_noise_var=mech.alpha_noise_variance())
+        self.objective_ = objective
+        self.solve_result_ = result
+        return result.w, mech.privacy_report()
+
+    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray) -> tuple[np.ndarray, PrivacyReport]:
+        """T noisy projected gradient rounds of the FM objective (vfl.privacy.gradient_release); the exact objective
+        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None)."""
+        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta,
+                                  steps=DEFAULT_STEPS if self.steps is None else self.steps,
+                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius)
+        planned = release.privacy_report()
+        check_fit(self.accountant, planned.epsilon, planned.delta, what="mechanism 'noisy-gd'")
+        rng = make_rng(self.random_state)
+        w = release.run(objective_gradient(fm_objective(U, y_unit, self._model)), rng)
+        self.objective_ = None
+        self.solve_result_ = None
+        return w, release.privacy_report()
 
     def _set_output_units(self, coef: np.ndarray, intercept: float) -> None:
         self.coef_ = coef
@@ -178,7 +214,7 @@ class _FMRegression(LinearModelBase):
         first clipped to them when ``out_of_bounds="clip"``, as in the fit) and maps the row back to original units.
         """
         X = np.asarray(X, dtype=float)
-        if not (self.row_norm == "clip" and getattr(self, "domain_", None) == "l2"):
+        if not (getattr(self, "row_norm_", self.row_norm) == "clip" and getattr(self, "domain_", None) == "l2"):
             return X
         symmetric = not self.fit_intercept
         b = self.bounds_.symmetric() if symmetric else self.bounds_
@@ -235,7 +271,10 @@ class LinearRegression(_FMRegression):
                  out_of_bounds: str = "raise", lambda_floor: float | None = None, fallback: str = "raise",
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
                  bounds_y: tuple[float, float] | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
+                 iterate_radius: float | None = None) -> None:
+        self.steps = steps
+        self.iterate_radius = iterate_radius
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -287,7 +326,10 @@ class LogisticRegression(_FMRegression):
                  row_norm: str = "scale", out_of_bounds: str = "raise", lambda_floor: float | None = None,
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
                  bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
+                 iterate_radius: float | None = None) -> None:
+        self.steps = steps
+        self.iterate_radius = iterate_radius
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
