@@ -18,7 +18,13 @@ from vfl.privacy.gradient_release import (
     round_sensitivity,
     run_noisy_gradient,
 )
-from vfl.privacy.release_choice import GRADIENT_THRESHOLD, choose_release, floor_ratio
+from vfl.privacy.release_choice import (
+    CLIP_THRESHOLD,
+    GRADIENT_THRESHOLD,
+    NOISE_THRESHOLD,
+    choose_release,
+    floor_ratio,
+)
 
 
 def _row_gradient(model: str, x: np.ndarray, y: float, w: np.ndarray) -> np.ndarray:
@@ -142,6 +148,14 @@ def test_auto_reads_only_public_facts_and_records_its_choice() -> None:
     for f, c in zip(fits, choices, strict=True):
         expected = choose_release("linear", 1000, 7, f.epsilon, 1e-5)
         assert c == expected.to_dict() and f.mechanism_ == expected.mechanism and f.row_norm_ == expected.row_norm
-        assert (c["mechanism"] == "noisy-gd") == (floor_ratio("linear", 1000, 7, f.epsilon, 1e-5)
-                                                  >= GRADIENT_THRESHOLD)
+        q = floor_ratio("linear", 1000, 7, f.epsilon, 1e-5)
+        assert (c["mechanism"] == "noisy-gd") == (GRADIENT_THRESHOLD <= q < NOISE_THRESHOLD)
+        assert (c["row_norm"] == "clip") == (CLIP_THRESHOLD <= q < NOISE_THRESHOLD)
         assert f.privacy_report_.epsilon == pytest.approx(f.epsilon, rel=1e-6)
+
+
+@pytest.mark.parametrize("n,eps,zone", [(100_000, 1.0, "gaussian-fm/scale"), (10_000, 1.0, "gaussian-fm/clip"),
+                                        (1_000, 1.0, "noisy-gd/clip"), (400, 0.5, "gaussian-fm/scale")])
+def test_the_zones_of_the_rule(n: int, eps: float, zone: str) -> None:
+    c = choose_release("linear", n, 11, eps, 1e-5)
+    assert f"{c.mechanism}/{c.row_norm}" == zone
