@@ -227,7 +227,12 @@ class _FMRegression(LinearModelBase):
 
 _COMMON_DOC = """
     Parameters (diffprivlib conventions): ``mechanism`` ("none", "laplace-fm", "gaussian-fm" (default),
-    "relaxed-fm"), ``epsilon``, ``delta``, ``bounds`` (public per-column (lo, hi); None takes them from the data
+    "relaxed-fm", "noisy-gd": T noisy projected gradient rounds of the FM objective
+    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25) and ``iterate_radius`` R (default 1);
+    "auto": the release picked from the public N, d, epsilon, delta by
+    :func:`vfl.privacy.release_choice.choose_release`, recorded in ``privacy_report_.extra["release_choice"]``;
+    docs/privacy.md, "Choosing the release from public facts"),
+    ``epsilon``, ``delta``, ``bounds`` (public per-column (lo, hi); None takes them from the data
     with a :class:`~vfl.exceptions.DataBoundsWarning` and ``formal_dp: false``), ``fit_intercept`` (False: no
     intercept at all, ``intercept_ = 0``), ``domain`` ("linf" | "l2"; default per mechanism), ``fm_sensitivity``
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
@@ -250,7 +255,8 @@ _COMMON_DOC = """
     (linear); ``data_norm`` (logistic; the largest ||x||_2 of a row), which implies the bounds
     (-data_norm, data_norm) of every column.
 
-    Attributes: ``coef_``, ``intercept_`` (original units), ``coef_unit_`` (in the public domain),
+    Attributes: ``coef_``, ``intercept_`` (original units; with ``row_norm="clip"`` they apply to the clipped row,
+    :meth:`preprocess`), ``coef_unit_`` (in the public domain), ``mechanism_``, ``row_norm_`` (what was run),
     ``n_features_in_``, ``feature_names_in_`` (when X has string column names), ``bounds_``,
     ``privacy_report_`` (:class:`~vfl.privacy.accounting.PrivacyReport`), ``objective_``, ``solve_result_``.
 """
