@@ -276,18 +276,19 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
 
 def _member_ledger_options(command: Callable) -> Callable:
     """``--ledger``, ``--budget``, ``--dataset-name``: a member's privacy ledger (``vfl party``, ``vfl site``,
-    ``vfl djica-site``; vfl.privacy.ledger.BudgetGuard)."""
+    ``vfl djica-site``; vfl.privacy.budget_guard.BudgetGuard)."""
     options = [
         click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
                      help="This member's privacy ledger (SQLite): every run's spend per dataset. Default: "
                           "ledger-NAME.sqlite in $VFL_LEDGER or the user's data directory (~/.local/share/vfl)."),
         click.option("--budget", default=None, metavar="EPSILON[,DELTA]",
-                     help="Lifetime privacy budget of this dataset (delta default 1e-5): a plan whose spend, composed "
-                          "with the ledger's history, would exceed it is refused before anything data-dependent is "
-                          "sent."),
+                     help="Lifetime privacy budget (delta default 1e-5): a plan whose spend, composed with the "
+                          "ledger's history, would exceed it is refused when it arrives, before this member sends "
+                          "anything for it (a refused plan costs nothing)."),
         click.option("--dataset-name", default=None,
-                     help="Name this dataset's budget is kept under (a refreshed table continues the same budget); "
-                          "default: the fingerprint of its declared columns, bounds and row count."),
+                     help="Keep a separate budget for a separate dataset, declared by this name (recorded with its "
+                          "files and columns). Default: one budget for every run of this member, whatever the rows, "
+                          "bounds, label or --id subset."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -365,8 +366,9 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
     --min-epsilon, --max-epsilon, --max-delta) and prints the plan it is about to run; then it checks the signed
-    roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid; then it
-    reserves the plan's spend in its privacy ledger (--ledger, --budget; docs/privacy.md) or refuses the plan.
+    roster against its pinned identities (--identity-dir): every co-party pinned, every signature valid. A plan over
+    its privacy budget (--ledger, --budget; docs/privacy.md) is refused when it arrives; an accepted plan's spend is
+    reserved once the roster verifies, before anything data-dependent is sent.
     """
     from vfl.net.config import PartyConfig, load_party_config
     from vfl.net.party import PartyNode
@@ -409,7 +411,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                      policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
                      identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
                      allow_data_derived_bounds=allow_data_derived_bounds,
-                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name)
+                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name,
+                     dataset_files=[str(Path(cfg.data).resolve())] if cfg.data else [f"built-in:{cfg.dataset}"])
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
     model_ = node.run()

@@ -57,16 +57,30 @@ def _plan_to_bob(ledger: Ledger, identity_dir: Path) -> tuple[FakeCoordinator, l
     return fake, lines, outcome
 
 
+def _first_data_dependent(fake: FakeCoordinator, timeout: float) -> MessageType | None:
+    """The type of the first message after the roster that is derived from the party's data (or an ERROR)."""
+    got = fake.wait_for(*(t for t in MessageType if t not in (MessageType.REGISTER, MessageType.ROSTER_ENTRY,
+                                                              MessageType.HEARTBEAT)), timeout=timeout)
+    return None if got is None else got[1].type
+
+
 def test_a_plan_over_budget_is_refused_before_anything_data_dependent_leaves(tmp_path, identity_dir):
-    """First plan: reserved in the ledger, then the ROSTER_ENTRY; the run is aborted later and stays counted.
+    """First plan: checked (nothing recorded) when it arrives, the ROSTER_ENTRY sent; reserved once the roster
+    verifies, before the first data-dependent message; the run is aborted later and stays counted (issue 29).
     Second plan (another run): ERROR with spent/requested/left, and nothing else after the PLAN (no ROSTER_ENTRY,
     no READY, no BLOCK); the ledger has one run."""
     ledger = Ledger(tmp_path / "bob.sqlite", party="bob")
     fake, lines, outcome = _plan_to_bob(ledger, identity_dir)
+
+    def nothing_reserved_at_the_roster_entry(entries: list[dict]) -> None:
+        assert ledger.runs() == []
+
     try:
-        assert fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=60)[1].type is \
-            MessageType.ROSTER_ENTRY
-        (run,) = ledger.runs()
+        assert fake.roster(outcome["peer"], identity_dir, cheat=nothing_reserved_at_the_roster_entry,
+                           timeout=60) is not None
+        first = _first_data_dependent(fake, timeout=60)
+        assert first is not None and first is not MessageType.ERROR, first
+        (run,) = ledger.runs()   # committed before that message left
         assert (run.run_id, run.state, run.mechanism) == (fake.run_id, "reserved", "laplace-fm")
         assert run.epsilon == pytest.approx(0.714, abs=1e-3)
         fake.send(outcome["peer"], MessageType.ABORT, {"reason": "test over", "error": "E"})
@@ -75,6 +89,7 @@ def test_a_plan_over_budget_is_refused_before_anything_data_dependent_leaves(tmp
         fake.close()
     assert ledger.runs()[0].state == "aborted"
     assert any("reserved epsilon" in line for line in lines), lines
+    assert any("fits" in line and "reserved only once the run starts" in line for line in lines), lines
 
     fake, lines, outcome = _plan_to_bob(ledger, identity_dir)
     try:
@@ -131,8 +146,8 @@ def test_cli_budget_first_run_succeeds_second_is_refused(procs, data, tmp_path):
     assert procs.finish(coord)[0] != 0 and procs.finish(alice)[0] != 0
     assert not out2.exists()
     assert [(r.run_id, r.state) for r in Ledger(ledgers["bob"]).runs()] == [(first.run_id, "completed")]
-    # alice has no budget: she records both runs, the refused one as aborted
-    assert [r.state for r in Ledger(ledgers["alice"]).runs()] == ["completed", "aborted"]
+    # alice has no budget and is not charged for bob's refusal: he refused before the roster, so she never reserved
+    assert [r.state for r in Ledger(ledgers["alice"]).runs()] == ["completed"]
 
 
 def test_cli_party_killed_mid_run_leaves_its_spend_reserved(procs, data, tmp_path):

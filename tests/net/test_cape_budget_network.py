@@ -47,15 +47,21 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
     """site0 has --budget 1.2 and each run spends its true epsilon 1 (analytic calibration; two compose to 1.47
     by PLD): the first run completes and is recorded; in the second the site refuses with the one line (spent,
     requested, left) before it sends anything after its REGISTER (no DH key, no masked share, no release), the run
-    ends without a model, and the ledger still shows the one completed run."""
+    ends without a model, and the ledger still shows the one completed run. site1 (a ledger, no budget) is not
+    charged for site0's refusal (issue 29): a site checks a plan when it arrives and reserves only before its first
+    data-dependent message (its masked share), which needs every site's DH key."""
     _write_fm_sites(tmp_path)
     ledger = tmp_path / "site0.sqlite"
     budget = ["--ledger", str(ledger), "--budget", "1.2"]
+    other = tmp_path / "site1.sqlite"
+
+    def options(i: int) -> list[str]:
+        return budget if i == 0 else ["--ledger", str(other)] if i == 1 else []
 
     received: list = []
     agg = CapeAggregator(CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
                          on_receive=received.append)
-    sites = [_fm_site(procs, agg.endpoint, tmp_path, i, *(budget if i == 0 else [])) for i in range(3)]
+    sites = [_fm_site(procs, agg.endpoint, tmp_path, i, *options(i)) for i in range(3)]
     agg.run()
     out0, err0 = sites[0].communicate(timeout=120)
     assert sites[0].returncode == 0, err0
@@ -68,11 +74,13 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
     assert first.epsilon == pytest.approx(1.0, rel=1e-6) and first.mechanism == "capeFM linear"
     assert first.accounting["kind"] == "gaussian" and first.accounting["mu"] > 0
     assert first.budget == [1.2, 1e-5]
+    assert first.covers == {"files": [str((tmp_path / "site0.csv").resolve())], "columns": FEATURES, "label": "y",
+                            "rows": 40}
 
     received.clear()
     agg2 = CapeAggregator(CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
                           on_receive=received.append)
-    sites = [_fm_site(procs, agg2.endpoint, tmp_path, i, *(budget if i == 0 else [])) for i in range(3)]
+    sites = [_fm_site(procs, agg2.endpoint, tmp_path, i, *options(i)) for i in range(3)]
     with pytest.raises(VFLError) as caught:
         agg2.run()
     assert "privacy budget" in str(caught.value)
@@ -87,6 +95,9 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
     assert not any(m.type in (MessageType.CAPE_MASKED, MessageType.CAPE_RELEASE) for m in received)
     assert not (tmp_path / "model.json").exists()
     assert [(r.run_id, r.state) for r in Ledger(ledger).runs()] == [(first.run_id, "completed")]
+    for s in sites[1:]:
+        procs.finish(s)
+    assert [(r.run_id, r.state) for r in Ledger(other).runs()] == [(first.run_id, "completed")]
 
 
 def test_capedjica_site_records_its_whole_plan_in_the_ledger(tmp_path, procs):

@@ -222,7 +222,7 @@ def test_vfl_budget_show_history_export(tmp_path, capsys):
     assert "tcp://127.0.0.1:5555" in history
     assert main(["budget", "show", "--ledger", str(path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == ["crm", None]
+    assert [r["name"] for r in rows] == ["crm", "default"]
     assert rows[0]["left_epsilon"] == pytest.approx(0.5, abs=1e-3)
     out = tmp_path / "export.json"
     assert main(["budget", "export", "--ledger", str(path), "--out", str(out)]) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from vfl.exceptions import ConfigurationError
@@ -80,7 +81,8 @@ def run_site(*, connect: str, name: str, data: str, features: str, label: str, b
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = SiteNode(local, connect, curve=curve, timeout=timeout, random_state=seed, noise=noise or "full", log=echo,
                     policy=policy, ledger=ledger, budget=budget, dataset_name=dataset_name,
-                    identity_dir=identity_dir, insecure_no_identity=insecure_no_identity)
+                    identity_dir=identity_dir, insecure_no_identity=insecure_no_identity,
+                    dataset_files=[str(Path(data).resolve())])
     echo(f"[{name}] {local.n_rows} rows, {len(local.feature_names)} features, label {label}; connecting to {connect}")
     model_ = node.run()
     echo(f"[{name}] done: capeFM model released ({len(model_.coef_)} coefficients)")

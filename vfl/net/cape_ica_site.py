@@ -25,7 +25,7 @@ from vfl.net.ica_model import ICAModel
 from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_name
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys
-from vfl.privacy.ledger import Budget, DatasetKey, Ledger, LedgerError
+from vfl.privacy.ledger import Budget, DatasetKey, Ledger, declared_name
 from vfl.protocols.cape_djica_rounds import CapeICASite
 from vfl.protocols.policy import SitePolicy
 from vfl.rng import RandomState
@@ -70,14 +70,15 @@ class ICASiteData:
         return int(self.X.shape[1])
 
     def ledger_key(self, name: str | None = None) -> DatasetKey:
-        """The key this site's budget is kept under in its privacy ledger: the declared ``name``, else the
-        fingerprint of its dimension columns (or D), its public scale and its time points N_s."""
+        """This site's budget in its privacy ledger: the declared ``name``, else the site's default budget (one per
+        site, issue 29); recorded with it, the fingerprint of its dimension columns (or D), its public scale and
+        its time points N_s."""
         decl = {"role": ROLE, "columns": self.columns, "dims": int(self.X.shape[0]), "scale": self.scale,
                 "rows": self.n_rows}
         digest = hashlib.sha256(json.dumps(decl, sort_keys=True).encode()).hexdigest()
-        if name is not None and not str(name).strip():
-            raise LedgerError("a declared dataset name must not be empty")
-        return DatasetKey(digest, None if name is None else str(name).strip())
+        covers = {"files": [], "columns": self.columns or [f"{int(self.X.shape[0])} dimensions"], "label": None,
+                  "rows": self.n_rows}
+        return DatasetKey(digest, declared_name(name), covers)
 
     def register_body(self) -> dict[str, Any]:
         return {"name": self.name, "n_rows": self.n_rows, "features": [], "label_owner": False,
@@ -101,7 +102,7 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
                   log: Callable[[str], None] | None = None, policy: SitePolicy | None = None,
                   ledger: Ledger | None = None, budget: Budget | None = None,
                   dataset_name: str | None = None, identity_dir: str | Path | None = None,
-                  insecure_no_identity: bool = False) -> SiteNode:
+                  insecure_no_identity: bool = False, dataset_files: Sequence[str] = ()) -> SiteNode:
     """A :class:`SiteNode` running the capeDJICA session; ``run()`` returns the sites' copy of the model.
     ``ledger``/``budget``/``dataset_name``: the site's privacy ledger (the whole plan's spend is reserved);
     ``identity_dir``/``insecure_no_identity``: its signing identity and pinned co-sites (as :class:`SiteNode`)."""
@@ -110,7 +111,7 @@ def ica_site_node(data: ICASiteData, connect: str, *, curve: CurveClientKeys | N
     return SiteNode(data, connect, curve=curve, timeout=timeout, random_state=random_state,  # type: ignore[arg-type]
                     session_factory=djica_session(noise, policy), log=log, result_parser=_parse_result,
                     ledger=ledger, budget=budget, dataset_name=dataset_name, identity_dir=identity_dir,
-                    insecure_no_identity=insecure_no_identity)
+                    insecure_no_identity=insecure_no_identity, dataset_files=dataset_files)
 
 
 def _parse_result(msg: Message) -> ICAModel:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ def run_djica_site(*, connect: str, name: str, data: str, columns: str | None, s
     node = ica_site_node(local, connect, curve=curve, timeout=timeout, random_state=seed,
                          noise="none" if noise else "cape", log=echo, policy=policy, ledger=ledger,
                          budget=budget, dataset_name=dataset_name, identity_dir=identity_dir,
-                         insecure_no_identity=insecure_no_identity)
+                         insecure_no_identity=insecure_no_identity, dataset_files=[str(Path(data).resolve())])
     echo(f"[{name}] {local.n_rows} time points x {len(names)} dimensions; connecting to {connect}")
     model = node.run()
     echo(f"[{name}] done: capeDJICA model released ({model.unmixing.shape[0]} components, {model.n_rounds} rounds)")

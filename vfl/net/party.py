@@ -5,10 +5,11 @@ A party never sends a raw row. What leaves it (see docs/threat_model.md):
 * REGISTER: its name, row count, column names, whether it holds the label (and the label's name), whether it aligns
   rows by ID and its declared preprocessing (categories, imputation constants: public declarations,
   docs/data_preparation.md), signed with its Ed25519 identity (:mod:`vfl.secure.identity`);
-* ROSTER_ENTRY (after the PLAN and its policy check): its signed registration, the plan's digest and the fingerprint
-  of the Paillier key it encrypts under; it then checks the ROSTER (every co-party pinned and signed,
-  :mod:`vfl.protocols.roster`) before anything data-dependent, signs every message it sends to a co-party and checks
-  the signature of every one it receives;
+* ROSTER_ENTRY (after the PLAN, its policy check and its read-only budget check): its signed registration, the
+  plan's digest and the fingerprint of the Paillier key it encrypts under; it then checks the ROSTER (every co-party
+  pinned and signed, :mod:`vfl.protocols.roster`), reserves the plan's spend in its privacy ledger
+  (:mod:`vfl.privacy.budget_guard`) and only then sends anything data-dependent; it signs every message it sends
+  to a co-party and checks the signature of every one it receives;
 * PSI_POINTS (``--id``): its row IDs blinded by its secret PSI key, and the other parties' lists re-blinded by it
   (:mod:`vfl.protocols.alignment`: never an ID or a plain hash); afterwards it keeps only the common rows, in the
   agreed order;
@@ -58,7 +59,8 @@ from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
-from vfl.privacy.ledger import Budget, BudgetGuard, Ledger, Spend, dataset_key, spend_of_report
+from vfl.privacy.budget_guard import BudgetGuard
+from vfl.privacy.ledger import Budget, Ledger, Spend, dataset_key, spend_of_report
 from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
@@ -339,20 +341,21 @@ class PartyNode:
                  max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_data_derived_bounds: bool | None = False,
                  model: str | None = None, ledger: Ledger | None = None, budget: Budget | None = None,
-                 dataset_name: str | None = None) -> None:
+                 dataset_name: str | None = None, dataset_files: Sequence[str] = ()) -> None:
         """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
         (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns).
         ``allow_data_derived_bounds``: start without declared bounds (:func:`check_declared_bounds`; warns, not
         formally DP; None: the caller has checked already, as ``vfl.fit`` does); ``model``: the model, when the
         caller knows it before the PLAN (a logistic label needs no bounds).
         ``ledger``: the party's privacy ledger (:mod:`vfl.privacy.ledger`; None: runs are not recorded), where
-        each accepted plan's spend is reserved before anything data-dependent is sent; ``budget``: the lifetime
-        budget of this dataset (None: record only); ``dataset_name``: the declared name its budget is kept under
-        (default: the fingerprint of its declared columns, bounds and row count)."""
+        each plan's spend is checked (read-only) when it arrives and reserved after the roster verifies, before
+        anything data-dependent is sent; ``budget``: the lifetime budget (None: record only); ``dataset_name``: a
+        declared dataset whose budget is kept apart (default: this party's one budget, whatever the rows, bounds,
+        label or ID subset); ``dataset_files``: the files the run reads (recorded in the ledger)."""
         self.data = data
         self.ledger, self.budget = ledger, budget
         self.dataset = dataset_key(data.feature_names, data.n_rows, bounds=data.bounds, label=data.label_name,
-                                   label_bounds=data.label_bounds, name=dataset_name)
+                                   label_bounds=data.label_bounds, name=dataset_name, files=dataset_files)
         #: this party's reservations in its ledger (shared with the CAPE sites, vfl.net.site)
         self.guard = BudgetGuard(ledger, budget, self.dataset, member=f"party {data.name}",
                                  log=lambda line: self.log(line))
@@ -366,6 +369,7 @@ class PartyNode:
             check_declared_bounds(data, self.policy, allow=allow_data_derived_bounds, model=model)
         self.roster: Roster | None = None
         self.registration: dict = {}
+        self._plan_body: dict = {}
         # secure-product work: where it runs (None: local processes; a Dask scheduler address; an Executor), how
         self.executor, self.workers, self.max_frame_bytes = executor, workers, max_frame_bytes
         self.allow_insecure_keys, self.progress = allow_insecure_keys, progress
@@ -447,7 +451,9 @@ class PartyNode:
             if session is not None:
                 raise ProtocolError("second PLAN in one run")
             session = self._session(msg)
-            self._reserve(session, msg.body, t.run_id)   # committed before the ROSTER_ENTRY leaves
+            self._plan_body = msg.body
+            # read-only: a plan over budget is refused before the ROSTER_ENTRY, so no co-party reserves for it
+            self.guard.check(t.run_id, self._spend(session, msg.body))
             self._submit(self._enter_roster, session, msg.body, t.run_id)
             return session
         if kind is MessageType.ROSTER:
@@ -457,6 +463,7 @@ class PartyNode:
             self.log(f"[{self.data.name}] roster: " + (
                 f"{len(self.roster.keys)} parties, every identity pinned and every signature valid"
                 if self.roster.signed else "NOT checked (no identities)"))
+            self._reserve(session, self._plan_body, t.run_id)   # committed before the first data-dependent message
             self._submit(session.start)
             return None
         if kind is MessageType.RESULT:
@@ -476,17 +483,21 @@ class PartyNode:
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
 
+    @staticmethod
+    def _spend(session: FMParty | BCDParty, plan_body: dict) -> Spend:
+        """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
+        if isinstance(session, FMParty):
+            return spend_of_report(session.mech.privacy_report())
+        plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
+        return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
+
     def _reserve(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> None:
-        """Compose this plan's spend (this party's own privacy report: the true epsilon and its accounting object)
-        with the ledger's history of this dataset and reserve it in one committed transaction, or refuse the plan
-        with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`)."""
+        """Compose this plan's spend with the ledger's history of its budget and reserve it in one committed
+        transaction, or refuse the plan with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`):
+        after the roster verified, before the first data-dependent message."""
         if self.ledger is None:
             return
-        if isinstance(session, FMParty):
-            spend = spend_of_report(session.mech.privacy_report())
-        else:   # (DP-)BCD: no formal (epsilon, delta) guarantee, so no budget covers it
-            plan = PlanBody.from_body(plan_body)
-            spend = Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
+        spend = self._spend(session, plan_body)
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
 

@@ -22,7 +22,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
-from vfl.privacy.ledger import Budget, BudgetGuard, DatasetKey, Ledger, Spend, dataset_key
+from vfl.privacy.budget_guard import BudgetGuard
+from vfl.privacy.ledger import Budget, DatasetKey, Ledger, Spend, dataset_key
 from vfl.protocols.cape_aggregation import CapeFMSite, CapeMessage
 from vfl.protocols.cape_keys import CapeKeyBook, SignedCapeSite
 from vfl.protocols.policy import SitePolicy
@@ -138,6 +139,8 @@ class SiteData:
 
 
 SessionFactory = Callable[[Message, SiteData, RandomState], Any]
+#: what a site sends before anything data-dependent: its Diffie-Hellman public key (the masks' key agreement)
+KEY_KINDS = frozenset({"key"})
 
 
 def capefm_session(noise: str = "full", policy: SitePolicy | None = None) -> SessionFactory:
@@ -175,8 +178,11 @@ class SiteNode:
     aggregator's report flags the run as seeded). ``result_parser`` turns the RESULT message (its body's model
     and its frames) into the value :meth:`run` returns (default: :meth:`FittedModel.from_dict` of the body's model).
     ``ledger``, ``budget``, ``dataset_name``: the site's privacy ledger, as a vertical party's
-    (:class:`~vfl.privacy.ledger.BudgetGuard`): the spend of the plan the session accepted (its ``plan_spend``) is
-    reserved after the site's plan check and before the site sends anything, or the plan is refused.
+    (:class:`~vfl.privacy.budget_guard.BudgetGuard`): the spend of the plan the session accepted (its
+    ``plan_spend``) is checked read-only after the site's plan check, before the site sends anything (a plan over
+    budget is refused there, before any co-site can reserve), and reserved before the site's first message that is
+    not its Diffie-Hellman key (:data:`KEY_KINDS`), i.e. before anything data-dependent.
+    ``dataset_files``: the files the site's data came from (recorded in its ledger).
     ``identity_dir``: this site's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-sites (``vfl keys``):
     it signs its Diffie-Hellman values and masks only under values signed by the pinned identities of the plan's
     sites (:mod:`vfl.protocols.cape_keys`); required unless ``insecure_no_identity`` (loopback experiments; warns).
@@ -187,7 +193,8 @@ class SiteNode:
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
                  result_parser: Callable[[Message], Any] | None = None, ledger: Ledger | None = None,
                  budget: Budget | None = None, dataset_name: str | None = None,
-                 identity_dir: str | Path | None = None, insecure_no_identity: bool = False) -> None:
+                 identity_dir: str | Path | None = None, insecure_no_identity: bool = False,
+                 dataset_files: Sequence[str] = ()) -> None:
         #: this site's signing identity and the pinned keys of its co-sites (None, None: no identities, warned)
         self.identity, self.pinned = member_identity(f"site {data.name}", data.name, identity_dir,
                                                      insecure_no_identity, INSECURE_SITE_WARNING.format(name=data.name))
@@ -203,6 +210,8 @@ class SiteNode:
         #: this site's reservations in its privacy ledger (the same helper as a vertical party's, vfl.net.party);
         #: the dataset key comes from ``data.ledger_key(dataset_name)``
         key = data.ledger_key(dataset_name) if ledger is not None else DatasetKey("", dataset_name)
+        if dataset_files:   # recorded with each run in the ledger (what the budget covered), never a key
+            key = replace(key, covers={**(key.covers or {}), "files": [str(f) for f in dataset_files]})
         self.guard = BudgetGuard(ledger, budget, key, member=f"site {data.name}", log=lambda line: self.log(line))
 
     def run(self) -> Any:
@@ -219,18 +228,31 @@ class SiteNode:
         finally:
             t.close()
 
-    def _reserve(self, session: Any, plan: dict[str, Any], run: str) -> None:
-        """Reserve the accepted plan's spend (the session's ``plan_spend``: the true epsilon of the whole plan as
-        the site's own plan check computed it) in the ledger, or refuse it with one line (BudgetError) -- after
-        the site-plan policy check and before the site sends anything."""
-        if self.guard.ledger is None:
-            return
+    def _plan_spend(self, session: Any) -> Spend:
+        """The accepted plan's spend (the session's ``plan_spend``: the true epsilon of the whole plan as the site's
+        own plan check computed it)."""
         spend = getattr(session, "plan_spend", None)
         if not isinstance(spend, Spend):
             raise ConfigurationError(f"site {self.data.name}: this CAPE session reports no spend for its ledger")
+        return spend
+
+    def _reserve(self, session: Any, plan: dict[str, Any], run: str) -> None:
+        """Reserve the plan's spend in the ledger, or refuse it with one line (BudgetError) -- before the site's
+        first data-dependent message."""
+        if self.guard.ledger is None:
+            return
         aggregator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
-        self.guard.reserve(run, spend, coordinator=aggregator, plan_digest=digest)
+        self.guard.reserve(run, self._plan_spend(session), coordinator=aggregator, plan_digest=digest)
+
+    def _send(self, t: ClientTransport, session: Any, plan: dict[str, Any], messages: list[CapeMessage]
+              ) -> float | None:
+        """Send ``messages``, reserving the plan's spend first if one of them is the site's first data-dependent
+        message (any kind but its Diffie-Hellman key)."""
+        if self.guard.ledger is not None and self.guard.reserved is None \
+                and any(m.kind not in KEY_KINDS for m in messages):
+            self._reserve(session, plan, t.run_id)
+        return self._send_all(t, messages)
 
     def _register_body(self) -> dict[str, Any]:
         """REGISTER: the site's declarations, signed with its identity (the aggregator checks the signature is
@@ -252,6 +274,7 @@ class SiteNode:
         t.send(Message(MessageType.REGISTER, self._register_body()))
         last_sent = time.monotonic()
         session: Any = None
+        plan: dict[str, Any] = {}
         reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
         while True:
             msg = t.recv(0.2)
@@ -273,12 +296,14 @@ class SiteNode:
                 session, outgoing = self._open_session(t, msg)
                 summary = getattr(session, "plan_summary", None)   # the plan this site checked and accepted
                 self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
-                self._reserve(session, msg.body["plan"], t.run_id)   # committed before anything leaves
-                last_sent = self._send_all(t, outgoing) or last_sent
+                plan = msg.body["plan"]
+                if self.guard.ledger is not None:   # read-only: refused before the DH key, before any co-site reserves
+                    self.guard.check(t.run_id, self._plan_spend(session))
+                last_sent = self._send(t, session, plan, outgoing) or last_sent
             elif msg.type in TYPE_TO_KIND:
                 if session is None:
                     raise ProtocolError(f"{msg.type.value} before the CAPE plan")
-                last_sent = self._send_all(t, session.handle(from_wire(msg, self.index))) or last_sent  # type: ignore
+                last_sent = self._send(t, session, plan, session.handle(from_wire(msg, self.index))) or last_sent
             elif msg.type not in (MessageType.HEARTBEAT, MessageType.WELCOME):
                 raise ProtocolError(f"unexpected {msg.type.value} from the aggregator")
             if now - last_sent > HEARTBEAT_SECONDS and t.run_id:

@@ -4,8 +4,17 @@ Differential privacy composes: ``k`` releases over the same rows are together at
 (basic composition, Dwork & Roth 2014, *The Algorithmic Foundations of Differential Privacy*, Thm. 3.16), and
 nothing the party does afterwards gives the spend back. Averaging ``k`` independently noised releases divides the
 noise's standard deviation by ``sqrt(k)`` (the repeated-run averaging attack, ``benchmarks/budget_averaging.py``).
-A party therefore keeps a ledger of its runs per dataset and refuses a plan that would take the composed loss above
-its lifetime budget.
+A party therefore keeps a ledger of its runs and refuses a plan that would take the composed loss above its
+lifetime budget.
+
+Whose budget (issue 29): a budget belongs to the people in the data, not to one version of a table. By default every
+run of a party composes with every other (one budget per party, the key ``"default"``), whatever its rows, bounds,
+label or ``--id`` subset: a table minus one row, relabelled or restricted to common IDs holds the same people.
+Only an operator's explicit declaration, ``--dataset-name NAME``, keeps a separate budget (key ``name:NAME``, recorded
+with the files and columns it covered). Ledgers of schema 1 keyed unnamed datasets by a fingerprint of their columns,
+bounds, label and row count; those entries are counted against the default budget (:func:`budget_key`), and such a
+ledger is upgraded in place to schema 2 on open (one ``migrate`` entry in the chain; older vfl then refuses it
+rather than reading its runs under the old keys).
 
 Storage (stdlib :mod:`sqlite3`, one file per party, :func:`default_ledger_path`): an append-only table of entries
 (``reserve``, ``complete``, ``abort``) chained by sha256 (each entry's hash covers the previous hash and its own
@@ -18,7 +27,9 @@ its operator is the party).
 A reservation runs in one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock): read the history, compose, check
 the budget, append, commit. Two processes of the same party serialise on the lock, so they cannot both pass the
 check. The reservation is committed before the party sends anything data-dependent and stays counted whatever
-happens to the run (completed, aborted, or the process killed: the entry stays ``reserved``).
+happens to the run (completed, aborted, or the process killed: the entry stays ``reserved``). A networked member
+first checks a plan read-only (:meth:`Ledger.check`, when the plan arrives) and reserves only once it has verified
+its co-parties and before its first data-dependent message (:class:`vfl.privacy.budget_guard.BudgetGuard`).
 
 Composition (:func:`compose`): runs whose accounting object is a Gaussian mechanism (Gaussian DP ``mu``; Dong,
 Roth & Su 2022, *Gaussian differential privacy*) or a Laplace mechanism (pure ``epsilon``) are composed with
@@ -37,20 +48,23 @@ import os
 import sqlite3
 import sys
 import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vfl.exceptions import BudgetError, ConfigurationError, PrivacyLeakWarning, PrivacyParameterError, VFLError
+from vfl.exceptions import BudgetError, PrivacyParameterError, VFLError
 
-__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "BudgetGuard", "Budget", "Spend", "Composition",
+__all__ = ["LedgerError", "Ledger", "LedgerAccountant", "Budget", "Spend", "Composition",
            "RunRecord", "DatasetKey", "compose", "spend_of_report", "gaussian_spend", "dataset_key",
-           "default_ledger_path", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA"]
+           "default_ledger_path", "budget_key", "declared_name", "SCHEMA_VERSION", "STATES", "DEFAULT_DELTA",
+           "DEFAULT_DATASET"]
 
-SCHEMA_VERSION = 1
+#: 2: one default budget per party (unnamed entries of schema 1, keyed by a fingerprint, count against it)
+SCHEMA_VERSION = 2
+#: the budget of every run without a declared dataset name (issue 29)
+DEFAULT_DATASET = "default"
 STATES = ("reserved", "completed", "aborted")
 #: delta of a budget given without one (``--budget 2`` means (2, 1e-5))
 DEFAULT_DELTA = 1e-5
@@ -209,28 +223,50 @@ def compose(spends: Sequence[Spend], delta: float) -> Composition:
 # ---------------------------------------------------------------------------------------------- datasets and runs
 @dataclass(frozen=True)
 class DatasetKey:
-    """A dataset's budget key: its declared name if any (a refreshed table continues the same budget), else the
-    fingerprint of its declared columns, bounds and row count."""
+    """A run's budget: its declared ``name`` if any (key ``name:NAME``), else the party's default budget (key
+    ``"default"``: every unnamed run of the party composes with every other). ``fingerprint`` (of the table's
+    declarations) and ``covers`` (its files, columns, label, rows) are recorded with each run, never keys."""
 
     fingerprint: str
     name: str | None = None
+    covers: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def key(self) -> str:
-        return f"name:{self.name}" if self.name else f"sha256:{self.fingerprint}"
+        return f"name:{self.name}" if self.name else DEFAULT_DATASET
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{DEFAULT_DATASET} (this party's budget)"
+
+
+def budget_key(stored: str) -> str:
+    """The budget an entry's stored key counts against: a declared ``name:NAME`` keeps its own; anything else (the
+    default, and the ``sha256:`` fingerprint keys of schema 1) is the party's default budget."""
+    return stored if stored.startswith("name:") else DEFAULT_DATASET
+
+
+def declared_name(name: str | None) -> str | None:
+    """``--dataset-name``: None or ``"default"`` is the party's default budget; an empty name is refused."""
+    if name is None:
+        return None
+    if not str(name).strip():
+        raise LedgerError("a declared dataset name must not be empty")
+    return None if str(name).strip() == DEFAULT_DATASET else str(name).strip()
 
 
 def dataset_key(feature_names: Sequence[str], n_rows: int, *, bounds: Any = None, label: str | None = None,
-                label_bounds: Sequence[float] | None = None, name: str | None = None) -> DatasetKey:
-    """sha256 over the canonical JSON of the declared column names, their bounds (``ColumnBounds`` or None), the
-    label's name and bounds, and the row count."""
+                label_bounds: Sequence[float] | None = None, name: str | None = None,
+                files: Sequence[str] = ()) -> DatasetKey:
+    """The party's budget (``name``: a declared dataset, else its default budget) with, recorded: sha256 over the
+    canonical JSON of the declared column names, their bounds (``ColumnBounds`` or None), the label's name and
+    bounds and the row count, and what the run covers (``files``, columns, label, rows)."""
     lower = None if bounds is None else [float(v) for v in bounds.lower]
     upper = None if bounds is None else [float(v) for v in bounds.upper]
     decl = {"features": list(feature_names), "lower": lower, "upper": upper, "label": label,
             "label_bounds": None if label_bounds is None else [float(v) for v in label_bounds], "rows": int(n_rows)}
-    if name is not None and not str(name).strip():
-        raise LedgerError("a declared dataset name must not be empty")
-    return DatasetKey(hashlib.sha256(_canonical(decl)).hexdigest(), None if name is None else str(name).strip())
+    covers = {"files": [str(f) for f in files], "columns": list(feature_names), "label": label, "rows": int(n_rows)}
+    return DatasetKey(hashlib.sha256(_canonical(decl)).hexdigest(), declared_name(name), covers)
 
 
 @dataclass
@@ -252,6 +288,9 @@ class RunRecord:
     ended: float | None = None
     state: str = "reserved"
     reason: str | None = None
+    #: the files, columns, label and rows the run covered (None: a schema-1 entry) and the key it was stored under
+    covers: dict[str, Any] | None = None
+    stored_key: str = ""
 
     @property
     def spend(self) -> Spend:
@@ -292,7 +331,9 @@ class Ledger:
                 raise LedgerError(f"no privacy ledger at {self.path}")
             self._create()
         with self._connect() as conn:
-            self._verify(conn)
+            version = self._verify(conn, versions=("1", str(SCHEMA_VERSION)))[1]
+        if version == "1":
+            self._migrate()
 
     # ------------------------------------------------------------------ storage and integrity
     def _fail(self, what: str) -> LedgerError:
@@ -330,8 +371,32 @@ class Ledger:
         finally:
             conn.close()
 
-    def _verify(self, conn: sqlite3.Connection) -> list[tuple]:
-        """PRAGMA integrity_check, the schema version, the party, and the hash chain; returns the entries."""
+    def _migrate(self) -> None:
+        """Schema 1 -> 2 in one transaction: the ``sha256:`` keys of unnamed datasets count against the party's
+        default budget from now on (:func:`budget_key`); one ``migrate`` entry records it in the chain."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows, version = self._verify(conn, versions=("1", str(SCHEMA_VERSION)))
+                if version == "1":
+                    self._append(conn, rows, "migrate", "", DEFAULT_DATASET, {
+                        "from": 1, "to": SCHEMA_VERSION, "rule": "entries keyed by a fingerprint (sha256:) count "
+                        "against the party's default budget"})
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise self._fail(f"cannot be upgraded to schema {SCHEMA_VERSION} ({exc})") from None
+        finally:
+            conn.close()
+
+    def _verify(self, conn: sqlite3.Connection, versions: Sequence[str] = (str(SCHEMA_VERSION),)
+                ) -> tuple[list[tuple], str]:
+        """PRAGMA integrity_check, the schema version, the party, and the hash chain; returns the entries and the
+        schema version."""
         try:
             check = conn.execute("PRAGMA integrity_check").fetchall()
             if check != [("ok",)]:
@@ -341,7 +406,7 @@ class Ledger:
                                 "ORDER BY seq").fetchall()
         except sqlite3.DatabaseError as exc:
             raise self._fail(f"cannot be read ({exc})") from None
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
+        if meta.get("schema_version") not in versions:
             raise self._fail(f"has schema version {meta.get('schema_version')!r}, this vfl reads {SCHEMA_VERSION}")
         if self.party and meta.get("party") and meta["party"] != self.party:
             raise LedgerError(f"privacy ledger {self.path} belongs to party {meta['party']!r}, not {self.party!r}")
@@ -353,7 +418,7 @@ class Ledger:
             prev = stored
         if meta.get("head") != prev or meta.get("count") != str(len(rows)):
             raise self._fail("fails its integrity check (its last entries were removed or its head was changed)")
-        return rows
+        return rows, str(meta["schema_version"])
 
     def _append(self, conn: sqlite3.Connection, rows: list[tuple], kind: str, run_id: str, dataset: str,
                 body: Mapping[str, Any]) -> None:
@@ -375,7 +440,7 @@ class Ledger:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn, self._verify(conn)
+                yield conn, self._verify(conn)[0]
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -386,21 +451,34 @@ class Ledger:
             conn.close()
 
     # ------------------------------------------------------------------ reservations
+    def _compose(self, history: Sequence[RunRecord], dataset: DatasetKey, run_id: str, spend: Spend,
+                 budget: Budget | None) -> tuple[Composition, Composition]:
+        """(spent before, after) ``spend`` on ``dataset``'s budget, or :class:`BudgetError` over ``budget``."""
+        delta = budget.delta if budget is not None else DEFAULT_DELTA
+        history = [r for r in history if r.dataset == dataset.key]
+        if any(r.run_id == run_id for r in history):
+            raise LedgerError(f"run {run_id} is already in the privacy ledger {self.path}")
+        before = compose([r.spend for r in history], delta)
+        after = compose([*(r.spend for r in history), spend], delta)
+        if budget is not None and after.epsilon > budget.epsilon + _SLACK:
+            raise BudgetError(refusal_line(dataset, budget, before, after, spend))
+        return before, after
+
+    def check(self, dataset: DatasetKey, run_id: str, spend: Spend, *, budget: Budget | None
+              ) -> tuple[Composition, Composition]:
+        """Read-only: what :meth:`reserve` would compose, or its :class:`BudgetError`; records nothing (a plan
+        refused here, or never reserved, costs nothing)."""
+        return self._compose(self.runs(), dataset, run_id, spend, budget)
+
     def reserve(self, dataset: DatasetKey, run_id: str, spend: Spend, *, budget: Budget | None,
                 coordinator: str = "", plan_digest: str = "") -> tuple[Composition, Composition]:
         """Compose ``spend`` with the dataset's history and, if ``budget`` allows it, record it as ``reserved`` in
         one committed ``BEGIN IMMEDIATE`` transaction. Returns (spent before, spent after); raises
         :class:`BudgetError` (one line: spent, requested, left) when the budget would be exceeded."""
-        delta = budget.delta if budget is not None else DEFAULT_DELTA
         with self._write() as (conn, rows):
-            history = [r for r in _records(rows) if r.dataset == dataset.key]
-            if any(r.run_id == run_id for r in history):
-                raise LedgerError(f"run {run_id} is already in the privacy ledger {self.path}")
-            before = compose([r.spend for r in history], delta)
-            after = compose([*(r.spend for r in history), spend], delta)
-            if budget is not None and after.epsilon > budget.epsilon + _SLACK:
-                raise BudgetError(refusal_line(dataset, budget, before, after, spend))
+            before, after = self._compose(_records(rows), dataset, run_id, spend, budget)
             body = {"fingerprint": dataset.fingerprint, "dataset_name": dataset.name,
+                    "covers": None if dataset.covers is None else dict(dataset.covers),
                     "coordinator": coordinator, "plan_digest": plan_digest, "mechanism": spend.mechanism,
                     "epsilon": spend.epsilon if math.isfinite(spend.epsilon) else None, "delta": spend.delta,
                     "accounting": spend.accounting,
@@ -423,7 +501,7 @@ class Ledger:
     def runs(self, dataset: str | None = None) -> list[RunRecord]:
         """Every run (of one dataset key), oldest first."""
         with self._connect() as conn:
-            rows = self._verify(conn)
+            rows = self._verify(conn)[0]
         return [r for r in _records(rows) if dataset is None or r.dataset == dataset]
 
     def summary(self, budget: Budget | None = None) -> list[dict[str, Any]]:
@@ -437,7 +515,8 @@ class Ledger:
             if b is None and mine[-1].budget is not None:
                 b = Budget(*mine[-1].budget)
             comp = compose([r.spend for r in mine], b.delta if b else DEFAULT_DELTA)
-            out.append({"dataset": key, "name": mine[-1].dataset_name, "fingerprint": mine[-1].fingerprint,
+            out.append({"dataset": key, "name": key[len("name:"):] if key.startswith("name:") else key,
+                        "fingerprint": mine[-1].fingerprint, "covers": _covers(mine),
                         "runs": len(mine), **{s: sum(r.state == s for r in mine) for s in STATES},
                         "spent_epsilon": _num(comp.epsilon), "delta": comp.delta, "composition": comp.method,
                         "budget": None if b is None else [b.epsilon, b.delta],
@@ -449,12 +528,26 @@ def _num(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _covers(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """What a budget's runs covered: every file, column, label and row count seen, and how many runs were stored
+    under a schema-1 fingerprint key (their files and columns were not recorded)."""
+    seen: dict[str, list] = {"files": [], "columns": [], "labels": [], "rows": []}
+    for r in runs:
+        c = r.covers or {}
+        for what, values in (("files", c.get("files") or []), ("columns", c.get("columns") or []),
+                             ("labels", [c["label"]] if c.get("label") else []),
+                             ("rows", [c["rows"]] if c.get("rows") is not None else [])):
+            seen[what] += [v for v in values if v not in seen[what]]
+    return {**seen, "unrecorded_runs": sum(r.covers is None for r in runs),
+            "fingerprint_keyed_runs": sum(r.stored_key.startswith("sha256:") for r in runs)}
+
+
 def refusal_line(dataset: DatasetKey, budget: Budget, before: Composition, after: Composition, spend: Spend, *,
                  refused: str = "plan refused before any data-dependent message") -> str:
     """The one line of a refused plan: spent, requested, left."""
     left = max(0.0, budget.epsilon - before.epsilon)
-    what = dataset.name or f"fingerprint {dataset.fingerprint[:12]}"
-    return (f"privacy budget of dataset {what} exceeded: spent epsilon {before.epsilon:.4g} in {before.runs} run(s), "
+    return (f"privacy budget of dataset {dataset.label} exceeded: spent epsilon {before.epsilon:.4g} in "
+            f"{before.runs} run(s), "
             f"this plan requests {spend.epsilon:.4g} ({spend.mechanism}; {after.epsilon:.4g} composed), "
             f"left {left:.4g} of {budget.epsilon:g} at delta {budget.delta:g} (composition: {after.method}); "
             f"{refused}")
@@ -467,10 +560,11 @@ def _records(rows: Iterable[tuple]) -> list[RunRecord]:
         body = json.loads(body_text)
         if kind == "reserve":
             eps = body.get("epsilon")
-            runs[run_id] = RunRecord(run_id, dataset, body["fingerprint"], body.get("dataset_name"),
+            runs[run_id] = RunRecord(run_id, budget_key(dataset), body["fingerprint"], body.get("dataset_name"),
                                      body.get("coordinator", ""), body.get("plan_digest", ""), body["mechanism"],
                                      math.inf if eps is None else float(eps), float(body["delta"]),
-                                     body.get("accounting", {}), body.get("budget"), at)
+                                     body.get("accounting", {}), body.get("budget"), at,
+                                     covers=body.get("covers"), stored_key=dataset)
         elif run_id in runs:
             runs[run_id].state = "completed" if kind == "complete" else "aborted"
             runs[run_id].ended = at
@@ -484,7 +578,8 @@ def _fmt(x: float | None) -> str:
 
 
 def summary_table(ledger: Ledger, budget: Budget | None = None) -> str:
-    """``vfl budget show``: one line per dataset (runs by state, spent, budget, left, composition)."""
+    """``vfl budget show``: one line per budget (its dataset name; runs by state, spent, budget, left,
+    composition), then what it covered (files, columns, label, rows)."""
     rows = ledger.summary(budget)
     if not rows:
         return f"privacy ledger {ledger.path}: no runs yet"
@@ -492,12 +587,26 @@ def summary_table(ledger: Ledger, budget: Budget | None = None) -> str:
              f"{'dataset':<28} {'runs':>4} {'compl.':>6} {'abort.':>6} {'reserv.':>7} {'spent eps':>9} "
              f"{'budget':>14} {'left eps':>8}  composition"]
     for r in rows:
-        label = r["name"] or f"sha256:{r['fingerprint'][:12]}"
+        label = r["name"]
         budget_text = "none" if r["budget"] is None else f"{r['budget'][0]:g},{r['budget'][1]:g}"
         left = "-" if r["budget"] is None else _fmt(r["left_epsilon"])
         lines.append(f"{label[:28]:<28} {r['runs']:>4} {r['completed']:>6} {r['aborted']:>6} {r['reserved']:>7} "
                      f"{_fmt(r['spent_epsilon']):>9} {budget_text:>14} {left:>8}  {r['composition']}")
+        lines.append("    covers " + _covers_text(r["covers"]))
     return "\n".join(lines)
+
+
+def _covers_text(c: Mapping[str, Any]) -> str:
+    parts = [f"files {', '.join(c['files'])}" if c["files"] else "",
+             f"columns {', '.join(c['columns'])}" if c["columns"] else "",
+             f"label {', '.join(c['labels'])}" if c["labels"] else "",
+             f"rows {', '.join(str(n) for n in c['rows'])}" if c["rows"] else "",
+             f"{c['unrecorded_runs']} run(s) of schema 1 (files and columns not recorded)" if c["unrecorded_runs"]
+             else ""]
+    if c["fingerprint_keyed_runs"]:
+        parts.append(f"{c['fingerprint_keyed_runs']} of them kept under a table fingerprint by schema 1, counted "
+                     "here")
+    return "; ".join(p for p in parts if p) or "(nothing recorded)"
 
 
 def history_table(ledger: Ledger) -> str:
@@ -509,7 +618,7 @@ def history_table(ledger: Ledger) -> str:
              f"{'state':<10} coordinator"]
     for r in runs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.started))
-        label = r.dataset_name or f"sha256:{r.fingerprint[:12]}"
+        label = r.dataset[len("name:"):] if r.dataset.startswith("name:") else r.dataset
         eps = r.epsilon if math.isfinite(r.epsilon) else None
         lines.append(f"{when:<20} {r.run_id[:10]:<10} {label[:20]:<20} {r.mechanism:<12} {_fmt(eps):>8} "
                      f"{r.delta:>8.2g} {r.state:<10} {r.coordinator}")
@@ -526,65 +635,17 @@ def export_document(ledger: Ledger, budget: Budget | None = None) -> dict[str, A
             "runs": [r.to_dict() for r in ledger.runs()]}
 
 
-# ---------------------------------------------------------------------------------------------- members
-class BudgetGuard:
-    """A network member's reservations in its ledger (socket-free; shared by a vertical party, ``vfl party``, and the
-    CAPE sites, ``vfl site`` and ``vfl djica-site``): :meth:`reserve` composes an accepted plan's spend with the
-    dataset's history and commits it, or refuses the plan with one line (:class:`BudgetError`: spent, requested,
-    left); :meth:`finish` marks the reserved run completed or aborted (its spend stays counted either way).
-
-    ``ledger``: None records nothing (then ``budget`` must be None too); ``dataset``: the key the budget is kept
-    under; ``member``: "party NAME" or "site NAME" (log lines and warnings); ``log``: where the reservation line
-    goes."""
-
-    def __init__(self, ledger: Ledger | None, budget: Budget | None, dataset: DatasetKey, *, member: str,
-                 log: Callable[[str], None] | None = None) -> None:
-        if budget is not None and ledger is None:
-            raise ConfigurationError("a privacy budget needs a ledger to keep it in (--ledger)")
-        self.ledger, self.budget, self.dataset, self.member = ledger, budget, dataset, member
-        self.log = log or (lambda s: None)
-        #: the run whose spend is reserved and not yet marked completed or aborted
-        self.reserved: str | None = None
-
-    def reserve(self, run: str, spend: Spend, *, coordinator: str = "", plan_digest: str = "") -> None:
-        """Reserve ``spend`` for ``run`` (one committed transaction) or raise :class:`BudgetError`; a no-op
-        without a ledger."""
-        if self.ledger is None:
-            return
-        before, after = self.ledger.reserve(self.dataset, run, spend, budget=self.budget, coordinator=coordinator,
-                                            plan_digest=plan_digest)
-        self.reserved = run
-        left = "" if self.budget is None else \
-            f", left {max(0.0, self.budget.epsilon - after.epsilon):.4g} of {self.budget.epsilon:g}"
-        name = self.member.split(" ", 1)[-1]
-        self.log(f"[{name}] privacy ledger {self.ledger.path}: reserved epsilon {spend.epsilon:.4g} for run "
-                 f"{run[:8]}; this dataset has spent {after.epsilon:.4g} in {after.runs} run(s){left} "
-                 f"(composition: {after.method})")
-
-    def finish(self, state: str, reason: str | None = None) -> None:
-        """Mark the reserved run ``completed`` or ``aborted``; never raises (a ledger that cannot be written warns:
-        the run's own outcome is not hidden, and its spend stays reserved)."""
-        if self.ledger is None or self.reserved is None:
-            return
-        run, self.reserved = self.reserved, None
-        try:
-            self.ledger.finish(run, state, reason)
-        except LedgerError as exc:
-            warnings.warn(f"{self.member}: could not mark run {run[:8]} {state} in the ledger: {exc}",
-                          PrivacyLeakWarning, stacklevel=2)
-
-
 # ---------------------------------------------------------------------------------------------- estimators
 class LedgerAccountant:
     """A diffprivlib-style accountant (``check``, ``spend``, ``remaining``, ``total``) backed by a persistent
     :class:`Ledger`, for the in-process estimators' ``accountant=``: their fits of one dataset (``dataset``: the
-    name the budget is kept under) then share the lifetime budget of the party's networked runs of that name and
-    survive the process. A fit gives only its ``(epsilon, delta)``, so fits compose with basic composition; each
-    fit is one ``completed`` run in the ledger."""
+    name the budget is kept under; ``"default"``: the party's default budget) then share the lifetime budget of the
+    party's networked runs of that name and survive the process. A fit gives only its ``(epsilon, delta)``, so fits
+    compose with basic composition; each fit is one ``completed`` run in the ledger."""
 
     def __init__(self, ledger: Ledger | str | Path, dataset: str, budget: Budget | str | float) -> None:
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
-        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), str(dataset))
+        self.key = DatasetKey(hashlib.sha256(str(dataset).encode()).hexdigest(), declared_name(str(dataset)))
         self.budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
 
     @staticmethod
