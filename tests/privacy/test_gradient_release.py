@@ -159,3 +159,14 @@ def test_auto_reads_only_public_facts_and_records_its_choice() -> None:
 def test_the_zones_of_the_rule(n: int, eps: float, zone: str) -> None:
     c = choose_release("linear", n, 11, eps, 1e-5)
     assert f"{c.mechanism}/{c.row_norm}" == zone
+
+
+@pytest.mark.parametrize("n", [1000, 10_000])
+def test_auto_is_exactly_the_chosen_release(n: int) -> None:
+    """auto adds no step of its own: the same seed gives the same model as the chosen mechanism and row_norm."""
+    X, y, s = _synthetic(5, n)
+    kw = {"epsilon": 1.0, "bounds": (-3, 3), "y_bounds": (-3 * s, 3 * s), "random_state": 5}
+    auto = vfl.LinearRegression(mechanism="auto", **kw).fit(X, y)
+    same = vfl.LinearRegression(mechanism=auto.mechanism_, row_norm=auto.row_norm_, **kw).fit(X, y)
+    np.testing.assert_array_equal(auto.coef_, same.coef_)
+    np.testing.assert_array_equal(auto.predict(X), same.predict(X))
