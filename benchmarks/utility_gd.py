@@ -9,8 +9,8 @@ intercept, delta = 1e-5) with the releases of issue 33, every vfl one fitted in-
 
 * ``gfm`` (Gaussian FM, the library default: scaled rows, floor + adaptive shrinkage), ``gfm_clip`` (rows clipped to
   their public radius), ``ngd`` / ``ngd_clip`` (``mechanism="noisy-gd"``, T = 25, R = 1), ``auto`` (the rule of
-  vfl.privacy.release_choice), ``relaxed_floor`` / ``relaxed_adaptive`` (relaxed FM with the floor, its new default,
-  and with the adaptive solve);
+  vfl.privacy.release_choice), ``relaxed_floor`` / ``relaxed_adaptive`` (relaxed FM with the floor alone and with
+  the adaptive solve, its default);
 * peers: ``adassp`` (Wang 2018, vfl.models.baselines.AdaSSP) and ``ngd_peer`` (per-row clipped noisy gradient descent,
   Song et al. 2013, vfl.models.baselines.NoisyGradientDescent, T = 100, C = 1), both centralised;
 * ``ols`` (noise-free least squares on the clipped rows) and ``constant`` (the training mean).
@@ -110,7 +110,7 @@ def markdown(doc: dict) -> str:
                      + " | ".join(f"{r['r2_' + m]:.4f}" for m in R2_COLUMNS)
                      + f" | {r['auto_over_best_peer']:.2f} ({r['ratio_low80']:.2f}–{r['ratio_high80']:.2f}, "
                      f"{r['best_peer']}) |")
-    lines += ["", "| data set, ε | relaxed FM, floor (default) | relaxed FM, adaptive |", "|---|---|---|"]
+    lines += ["", "| data set, ε | relaxed FM, floor | relaxed FM, adaptive (default) |", "|---|---|---|"]
     lines += [f"| {r['dataset']}, {r['epsilon']:g} | {r['r2_relaxed_floor']:.4f} | {r['r2_relaxed_adaptive']:.4f} |"
               for r in doc["rows"]]
     return "\n".join(lines)

@@ -61,3 +61,62 @@ def test_privacy_md_states_the_threshold() -> None:
     assert f"| {CLIP_THRESHOLD:g} ≤ q < {GRADIENT_THRESHOLD:g} | Gaussian FM (matrix) | clipped" in section
     assert f"| q = d·λ_floor ≥ {GRADIENT_THRESHOLD:g} and q < {NOISE_THRESHOLD:g} | noisy gradients" in section
     assert f"| q ≥ {NOISE_THRESHOLD:g} | Gaussian FM (matrix) | scaled" in section
+
+
+def _summary(doc: dict) -> dict:
+    """The counts the page's reading quotes, computed from one run's JSON."""
+    rows = doc["rows"]
+    cand = ("gfm", "gfm_clip", "ngd_clip")
+    return {
+        "garment_eps1": next(r["r2_auto"] for r in rows if r["dataset"] == "garment" and r["epsilon"] == 1.0),
+        "le_peer": sum(r["auto_over_best_peer"] <= 1.0 for r in rows),
+        "best_of_three": sum(r["r2_auto"] >= max(r[f"r2_{c}"] for c in cand) for r in rows),
+        "relaxed_floor_wins": sum(r["r2_relaxed_floor"] >= r["r2_relaxed_adaptive"] for r in rows),
+        "cells": len(rows),
+    }
+
+
+def test_the_reading_quotes_both_runs() -> None:
+    page = _flat(PAGE)
+    reading = page.split("## Noisy gradients and the release rule (issue 33)", 1)[1]
+    a, b = _summary(_doc("rule")), _summary(_doc("confirm"))
+    assert (f"garment at ε = 1: {a['garment_eps1']:.4f} (first set) and {b['garment_eps1']:.4f} (second set)"
+            .replace("-", "−")) in reading
+    assert (f"excess MSE at most the best peer's in {a['le_peer']} of {a['cells']} cells (first set) and "
+            f"{b['le_peer']} of {b['cells']} (second set)") in reading
+    assert (f"the best of its three candidates in {a['best_of_three']} of {a['cells']} cells (first set) and "
+            f"{b['best_of_three']} of {b['cells']} (second set)") in reading
+    assert (f"Relaxed FM with the floor is at least as good as with the adaptive solve in {a['relaxed_floor_wins']} "
+            f"of {a['cells']} cells (first set) and {b['relaxed_floor_wins']} of {b['cells']} (second set)") in reading
+    met = a["garment_eps1"] >= 0 and b["garment_eps1"] >= 0
+    assert ("garment ε = 1 target (test R² ≥ 0) is met" if met else "garment ε = 1 target (test R² ≥ 0) is not met") \
+        in reading
+
+
+def test_the_cells_where_a_peer_is_ahead_are_the_ones_named() -> None:
+    named = {"rule": {("garment", 1.0), ("garment", 2.0), ("synthetic n=1000", 0.5), ("synthetic n=1000", 1.0)},
+             "confirm": {("garment", 1.0), ("garment", 2.0), ("garment", 4.0), ("synthetic n=1000", 1.0)}}
+    for which, cells in named.items():
+        rows = _doc(which)["rows"]
+        ahead = {(r["dataset"], r["epsilon"]) for r in rows if r["auto_over_best_peer"] > 1.0}
+        assert {c for c in ahead if c[0] != "forestfires"} == cells
+        assert all(next(r for r in rows if (r["dataset"], r["epsilon"]) == c)["best_peer"] == "ngd_peer" for c in cells)
+        for r in rows:
+            if r["dataset"] == "forestfires" and r["epsilon"] in (4.0, 8.0):
+                assert r["auto_over_best_peer"] > 1.0 and r["r2_auto"] > max(r["r2_adassp"], r["r2_ngd_peer"])
+
+
+def test_relaxed_fm_keeps_the_adaptive_default_as_measured() -> None:
+    """The reading: the floor alone wins at synthetic n = 10^3 (eps <= 4), loses on garment (eps <= 4) and on forest
+    fires (eps >= 1), in both runs; the library default follows (vfl.fm.solver.default_regularization)."""
+    from vfl.fm.solver import default_regularization
+
+    for which in ("rule", "confirm"):
+        for r in _doc(which)["rows"]:
+            gain = r["r2_relaxed_floor"] - r["r2_relaxed_adaptive"]
+            if r["dataset"] == "synthetic n=1000" and r["epsilon"] <= 4:
+                assert gain > 0
+            if (r["dataset"] == "garment" and r["epsilon"] <= 4) or (r["dataset"] == "forestfires"
+                                                                      and r["epsilon"] >= 1):
+                assert gain < 0
+    assert default_regularization("linear", "relaxed-fm") == "adaptive"
