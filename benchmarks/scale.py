@@ -148,7 +148,8 @@ def run_once(n: int, workdir: Path, *, mechanism: str, key_bits: int, timeout: f
         from vfl.secure.identity import write_identities
 
         write_identities(identities, ["alice", "bob"])
-    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--no-progress", "--identity-dir", str(identities),
+    common = ["--connect", url, "--bounds", str(paths["bounds"]), "--rows-aligned", "--no-progress",
+              "--identity-dir", str(identities),
               "--timeout", str(timeout), "--allow-mechanisms", mechanism, *extra]   # parties opt in (issue 14)
     logs = {name: open(workdir / f"{name}_{n}.log", "w") for name in ("coordinator", "alice", "bob")}
     env = {**os.environ, "VFL_LEDGER": str(workdir / "ledgers")}   # a throwaway ledger, never the user's

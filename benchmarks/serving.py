@@ -127,11 +127,14 @@ def run(k: int, rows: int, n_latency: int, rng: np.random.Generator) -> dict:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         procs = [subprocess.Popen([*VFL, "score", "--model", str(folder / "model.json"), "--bind", endpoint,
                                    "--http", f"127.0.0.1:{port}", "--curve-dir", str(folder / "curve"),
-                                   "--max-query-ids", str(max(rows, 100_000)), "--timeout", "120", "-q"],
+                                   "--max-query-ids", str(max(rows, 100_000)), "--timeout", "120", "-q",
+                                   # one client measuring: the per-client limiter runs but never throttles it
+                                   "--http-rate", "100000", "--http-burst", "100000"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
         procs += [subprocess.Popen([*VFL, "serve", "--model", str(folder / "model.json"), "--connect", endpoint,
                                     "--name", n, "--data", str(folder / f"{n}.csv"), "--id", "id",
-                                    "--curve-dir", str(folder / "curve"), "--identity-dir", str(folder / "ids")],
+                                    "--curve-dir", str(folder / "curve"), "--identity-dir", str(folder / "ids"),
+                                    "--max-query-ids", str(max(rows, 100_000))],
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in names]
         try:
             _wait_ready(base, procs[0])

@@ -266,9 +266,9 @@ def run_products(tree: Path, files: dict[str, str], key_file: Path, repeats: int
     return json.loads(Path(spec["result"]).read_text())
 
 
-def _party_cmd(name: str, cli: dict, url: str, with_id: bool) -> list[str]:
+def _party_cmd(name: str, cli: dict, url: str, with_id: bool, aligned: bool = False) -> list[str]:
     label = ["--label", cli["label"]] if name == "alice" else []
-    ids = ["--id", "id"] if with_id else []
+    ids = ["--id", "id"] if with_id else (["--rows-aligned"] if aligned else [])
     return ["party", "--name", name, "--connect", url, "--data", cli["paths"][name], "--features",
             ",".join(cli[name]), *label, *ids, "--bounds", cli["paths"]["bounds"], "--no-progress",
             "--timeout", "300", "--allow-mechanisms", "gaussian-fm"]
@@ -311,10 +311,12 @@ def run_cli(tree: Path, identity_args: list[str], cli: dict, work: Path, tag: st
     """Coordinator + alice + bob as real processes of ``tree``; CPU (incl. pool workers) and wall seconds."""
     url = f"tcp://127.0.0.1:{_free_port()}"
     out = work / f"{tag}.model.json"
+    # a tree whose parties run without --id only when their operator states the rows are aligned (issue 31)
+    aligned = not with_id and "--rows-aligned" in _vfl(tree, "party", "--help", cwd=work).stdout
     cmds = {"coordinator": ["coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1",
                             "--delta", "1e-5", "--bind", url, "--out", str(out), "--key-bits", "2048",
                             "--timeout", "300"],
-            **{name: [*_party_cmd(name, cli, url, with_id), *identity_args] for name in ("alice", "bob")}}
+            **{name: [*_party_cmd(name, cli, url, with_id, aligned), *identity_args] for name in ("alice", "bob")}}
     logs = {name: open(work / f"{tag}.{name}.log", "w") for name in cmds}
     load = os.getloadavg()[0]
     start = time.perf_counter()

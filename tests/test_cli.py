@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from aligned_rows import rows_aligned
 
 from vfl.cli import cli, main
 from vfl.exceptions import ConfigurationError, DataValidationError
@@ -12,7 +13,7 @@ from vfl.net.modelio import FittedModel, PartyColumns, load_model
 
 
 def _run(capsys, *argv):
-    code = main(list(argv))
+    code = main(rows_aligned(list(argv)))
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 import pytest
+from aligned_rows import rows_aligned
 
 from vfl.cli import main
 from vfl.net.modelio import FittedModel, PartyColumns
@@ -24,7 +25,7 @@ NOWHERE = "tcp://127.0.0.1:1"   # nothing listens: every check below must fail b
 
 
 def _run(capsys, *argv):
-    code = main([str(a) for a in argv])
+    code = main(rows_aligned([str(a) for a in argv]))
     out, err = capsys.readouterr()
     return code, out, err
 

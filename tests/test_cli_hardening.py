@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from aligned_rows import rows_aligned
 
 from vfl.cli import main
 from vfl.exceptions import ConfigurationError, PartyFailure
@@ -22,7 +23,7 @@ from vfl.net.transport import ClientTransport
 
 
 def _run(capsys, *argv):
-    code = main([str(a) for a in argv])
+    code = main(rows_aligned([str(a) for a in argv]))
     out, err = capsys.readouterr()
     return code, out, err
 

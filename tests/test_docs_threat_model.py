@@ -1,4 +1,5 @@
-"""docs/threat_model.md (and docs/psi.md, docs/secure_products.md) point only at tests that exist (issue 20).
+"""docs/threat_model.md (and docs/psi.md, docs/secure_products.md, docs/serving.md) point only at tests that exist
+(issues 20, 29).
 
 The threat model is a set of tables: per attacker, what it can do, what it learns, and the test that shows it. A
 test that is renamed or moved would leave a row pointing at nothing, so every reference is resolved here:
@@ -21,7 +22,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("threat_model.md", "psi.md", "secure_products.md")
+DOCS = ("threat_model.md", "psi.md", "secure_products.md", "serving.md")
 LEGEND = re.compile(r"\*\*([A-Z]{2})\*\* = `(tests/[\w/]+\.py)`")
 REF = re.compile(r"(?P<file>tests/[\w/]+\.py)(?:::(?P<fname>\w+))?"
                  r"|\b(?P<abbr>[A-Z]{2})::(?P<aname>\w+)"

@@ -59,7 +59,11 @@ def test_demo_refuses_a_non_empty_out_dir(capsys, tmp_path) -> None:
 @pytest.mark.network
 @pytest.mark.timeout(900)
 def test_demo_prints_only_a_folder_it_keeps(tmp_path) -> None:
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    """Also (issue 32): the demo's runs go to throwaway ledgers in its folder, never the user's, and its plan line
+    names the label owner's intercept column."""
+    home = tmp_path / "home"
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), VFL_LEDGER=str(tmp_path / "ledgers"), HOME=str(home),
+               XDG_DATA_HOME=str(home / "data"))
     (tmp_path / "tmp").mkdir()
     fast = ["--rows", "200", "--key-bits", "1024", "--timeout", "300"]
     default = subprocess.run([*VFL, "demo", *fast], capture_output=True, text=True, env=env, timeout=800)
@@ -73,6 +77,10 @@ def test_demo_prints_only_a_folder_it_keeps(tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     assert f"data, keys and model in {kept} (kept)" in run.stdout and f"model in {kept / 'model.json'}" in run.stdout
     assert (kept / "model.json").is_file() and (kept / "alice.csv").is_file()
+    assert not (tmp_path / "ledgers").exists() and not (home / "data").exists()   # the user's ledgers: untouched
+    assert sorted(p.name for p in kept.glob("ledger-*.sqlite")) == ["ledger-alice.sqlite", "ledger-bob.sqlite"]
+    plan = [ln for ln in run.stdout.splitlines() if ln.startswith("[bob] plan:")]
+    assert plan and "parties alice (3 cols + intercept, label), bob (2 cols)" in plan[0], run.stdout
 
 
 # ------------------------------------------------------------------------------------------------- capeFM

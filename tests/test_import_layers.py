@@ -40,6 +40,8 @@ TOP_LEVEL_LAYER = {
     "api": "faces",
     "api_scoring": "faces",
     "cli_scoring": "faces",
+    "cli_report": "faces",
+    "cli_check": "faces",
     "cli": "faces",
     "demo": "faces",
 }

@@ -92,7 +92,8 @@ def test_party_progress_in_a_log_file_is_plain_lines(tmp_path, identity_dir) -> 
     data = make_demo_data(tmp_path / "data", 300, seed=3)
     url = f"tcp://127.0.0.1:{free_port()}"
     logs = {name: tmp_path / f"{name}.err" for name in ("coordinator", "alice", "bob")}
-    common = ["--connect", url, "--bounds", str(data["bounds"]), "--insecure-test-keys", "--timeout", "300",
+    common = ["--connect", url, "--bounds", str(data["bounds"]), "--rows-aligned", "--insecure-test-keys", "--timeout",
+              "300",
               "--identity-dir", str(identity_dir)]
     commands = {
         "coordinator": ["coordinator", "--parties", "2", "--bind", url, "--out", str(tmp_path / "model.json"),

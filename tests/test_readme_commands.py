@@ -55,6 +55,7 @@ def readme_commands() -> list[str]:
 #: that runs its block), or ("skip", why, the test that covers it or "")
 DEPLOY = ("block", "test_the_deployment_block_runs_on_loopback")
 CAPE = ("block", "test_the_capefm_block_runs_on_loopback")
+PLAN_REPORT = ("block", "test_the_plan_and_report_block_runs")
 HOW: dict[str, tuple[str, ...]] = {
     "python3 -m venv .venv": ("skip", "creates the environment these tests run in", ""),
     ".venv/bin/pip install -e '.[dev,plots]'": ("skip", "installs from the network; this environment is that "
@@ -73,9 +74,9 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl coordinator --parties 2 --model linear --mechanism gaussian-fm --epsilon 1 --delta 1e-5 --bind "
     "tcp://0.0.0.0:5555 --curve-dir certs --out model.json": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name alice --data alice.csv --features age,income --label outcome "
-    "--bounds alice-bounds.toml --curve-dir certs --identity-dir certs": DEPLOY,
+    "--bounds alice-bounds.toml --rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name bob --data bob.csv --features 0-4 --bounds bob-bounds.toml "
-    "--curve-dir certs --identity-dir certs": DEPLOY,
+    "--rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
     "vfl predict --model model.json --data joined.csv": DEPLOY,
     "vfl keys --out certs --names hospital_a,hospital_b,hospital_c": CAPE,
     "vfl coordinator --mechanism cape-fm --sites 3 --epsilon 1 --delta 1e-5 --bind tcp://0.0.0.0:5555 --curve-dir "
@@ -92,6 +93,9 @@ HOW: dict[str, tuple[str, ...]] = {
     ".venv/bin/python examples/cape_fm.py --quick": ("run", None),
     ".venv/bin/python examples/cape_djica.py --quick": ("run", None),
     ".venv/bin/python benchmarks/utility.py --quick --out /tmp/u.json": ("run", "--quick --out u.json"),
+    ".venv/bin/python benchmarks/planner_check.py --quick --out /tmp/p.json": ("run", "--quick --out p.json"),
+    "vfl plan --rows 10000 --party-columns 2,5 --bounds alice-bounds.toml,bob-bounds.toml": PLAN_REPORT,
+    "vfl report model.json --html report.html": PLAN_REPORT,
 }
 SCRIPTS = [cmd for cmd, how in HOW.items() if how[0] == "run"]
 #: scripts that read the UCI files: run where ../shared/data has them, skipped elsewhere (a clean CI clone has no
@@ -323,3 +327,32 @@ def test_every_shipped_party_config_reads_its_table_and_connects(config, tmp_pat
                          env={**os.environ, "VFL_DATA_DIR": str(FOREST.parent)})
     assert run.returncode == 3 and f"[{name}] " in run.stdout and "connecting to" in run.stdout, run.stderr
     assert "no answer from the coordinator" in run.stderr
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_the_plan_and_report_block_runs(tmp_path):
+    """The README's planner and report commands as written: `vfl plan` on the deployment block's bounds files, then
+    `vfl report --html` on a model of a real loopback run (vfl.fit, 1024-bit test keys) with those bounds."""
+    import vfl
+
+    (tmp_path / "alice-bounds.toml").write_text("[bounds]\nage = [18, 90]\nincome = [0, 200000]\noutcome = [0, 1]\n")
+    (tmp_path / "bob-bounds.toml").write_text("[bounds]\n" + "".join(f"b{j} = [0, 1]\n" for j in range(5)))
+    plan_cmd, report_cmd = _block_with("vfl plan")
+    run = subprocess.run(_argv(plan_cmd, 0), cwd=tmp_path, capture_output=True, text=True, timeout=540)
+    assert run.returncode == 0, run.stderr
+    assert "epsilon planner: linear regression, gaussian-fm, N = 10000, columns per party [2, 5]" in run.stdout
+    assert "age" in run.stdout and "b4" in run.stdout and "alpha[1]" in run.stdout
+    rng = np.random.default_rng(5)
+    n = 150
+    X_a = np.column_stack([rng.uniform(18, 90, n), rng.uniform(0, 200_000, n)])
+    X_b = rng.uniform(0, 1, (n, 5))
+    y = np.clip(0.004 * X_a[:, 0] + 0.2 * X_b[:, 0] + rng.normal(0, 0.05, n), 0, 1)
+    alice = vfl.Party("alice", X_a, y, feature_names=["age", "income"], bounds=[(18, 90), (0, 200_000)],
+                      label_bounds=(0, 1))
+    bob = vfl.Party("bob", X_b, feature_names=[f"b{j}" for j in range(5)], bounds=[(0, 1)] * 5)
+    vfl.fit([alice, bob], epsilon=1.0, key_bits=1024, allow_insecure_keys=True, out=str(tmp_path / "model.json"))
+    run = subprocess.run(_argv(report_cmd, 0), cwd=tmp_path, capture_output=True, text=True, timeout=540)
+    assert run.returncode == 0, run.stderr
+    assert "trained on 150 rows" in run.stdout and "Privacy guarantee:" in run.stdout
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")

@@ -49,6 +49,7 @@ _LAZY = {
     "load_model": "vfl.net.modelio",
     "LocalData": "vfl.net.party",
     "PartyNode": "vfl.net.party",
+    "plan_epsilon": "vfl.models.planner",   # the epsilon planner (issue 31)
 }
 
 __all__ = [

@@ -46,7 +46,9 @@ class Party:
     it passes ``allow_data_derived_bounds=True`` (bounds from its data's min/max, a
     :class:`~vfl.exceptions.DataBoundsWarning`, and the report says formal DP: no). ``ids``: one row ID per row (any
     order; strings after ``str()``, normalised as in docs/psi.md): the parties first run a private set intersection
-    of their IDs and train on the rows common to all of them (every party must give ``ids``, or none).
+    of their IDs and train on the rows common to all of them (every party must give ``ids``, or none). Without
+    ``ids`` rows are paired by position; unlike ``vfl party`` (which then needs its operator's ``--rows-aligned``),
+    no statement is asked for here: the one caller of :func:`fit` passes every party's arrays and aligned them.
     """
 
     def __init__(self, name: str, X: Any, y: Any = None, feature_names: Sequence[str] | None = None,
@@ -152,6 +154,8 @@ def _run_on_loopback(run_hub: Callable[[], FittedModel], nodes: dict[str, Any]) 
     try:
         return run_hub()
     except PartyFailure as exc:
+        for t in threads:   # a member reports its failure to the hub before its thread records it here
+            t.join(timeout=10)
         first = next((e for e in errors.values() if not isinstance(e, PartyFailure)), None)
         if first is not None:
             raise first from exc

@@ -69,7 +69,8 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
             nodes = {name: ScoringPartyNode(m, name, *rows[name], hub.endpoint, identity_dir=identities,
-                                            allow_unsigned_model=True, timeout=timeout, log=log)
+                                            allow_unsigned_model=True, timeout=timeout, log=log,
+                                            max_query_ids=max_query_ids)
                      for name in hub.names}
 
         def run_hub() -> Any:

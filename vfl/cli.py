@@ -8,7 +8,8 @@ code  meaning
 ====  ==========================================================================
 0     success
 1     other vfl error (privacy parameters, keys, degenerate objective, ...)
-2     bad option, configuration or data (ConfigurationError, DataValidationError)
+2     bad option, configuration or data (ConfigurationError, DataValidationError), or a policy refusal: a
+      plan above the member's limits or its privacy budget (BudgetError)
 3     a party failed, timed out or the run was aborted (PartyFailure)
 4     protocol violation by a peer (ProtocolError)
 130   interrupted (Ctrl-C)
@@ -25,7 +26,9 @@ from typing import Any
 
 import click
 
+from vfl.data.files import check_writable
 from vfl.exceptions import (
+    BudgetError,
     ConfigurationError,
     DataValidationError,
     PartyFailure,
@@ -74,7 +77,7 @@ def _budget_split(value: str) -> str | float:
 
 def exit_code_for(exc: BaseException) -> int:
     """Exit code of the CLI for an exception (see the module docstring)."""
-    if isinstance(exc, (ConfigurationError, DataValidationError, click.UsageError)):
+    if isinstance(exc, (ConfigurationError, DataValidationError, BudgetError, click.UsageError)):
         return 2
     if isinstance(exc, PartyFailure):
         return 3
@@ -89,23 +92,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _echo(text: str) -> None:
     click.echo(text, err=False)
-
-
-def check_writable(out: str, *, force: bool) -> None:
-    """Before any work: ``out`` must not exist (unless ``force``) and its folder must accept a new file."""
-    import tempfile
-
-    path = Path(out)
-    if path.exists() and not force:
-        raise ConfigurationError(f"{out} exists; refusing to overwrite it (use --force)")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConfigurationError(f"cannot write {out}: folder {folder} does not exist")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".check"):
-            pass
-    except OSError as exc:
-        raise ConfigurationError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
@@ -271,7 +257,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
         from vfl.net.modelio import report_text
 
         _echo(report_text(model_))
-    _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients)")
+    _echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients; trained on "
+          f"{model_.n_samples} rows)")
 
 
 def _member_ledger_options(command: Callable) -> Callable:
@@ -310,6 +297,10 @@ def _member_ledger_options(command: Callable) -> Callable:
 @click.option("--id", "id_column", default=None,
               help="Row-ID column (text; any row order): the parties align their rows by a private set intersection "
                    "of these IDs and train on the IDs common to all (docs/psi.md). Give it on every party or none.")
+@click.option("--rows-aligned", is_flag=True,
+              help="State that this table holds the same people in the same row order as every co-party's table "
+                   "(rows are then paired by position). Without --id a party runs only with it (a built-in data set "
+                   "is aligned by construction).")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None,
               help="TOML file '[bounds] column = [lo, hi]' of public column (and label) bounds. Required (here or "
                    "inline in --config) for every column and the label unless --allow-data-derived-bounds, or "
@@ -356,7 +347,8 @@ def _member_ledger_options(command: Callable) -> Callable:
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 @_member_ledger_options
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
-          label: str | None, id_column: str | None, bounds: str | None, allow_data_derived_bounds: bool,
+          label: str | None, id_column: str | None, rows_aligned: bool, bounds: str | None,
+          allow_data_derived_bounds: bool,
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
@@ -370,7 +362,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     its privacy budget (--ledger, --budget; docs/privacy.md) is refused when it arrives; an accepted plan's spend is
     reserved once the roster verifies, before anything data-dependent is sent.
     """
-    from vfl.net.config import PartyConfig, load_party_config
+    from vfl.net.config import PartyConfig, check_row_alignment, load_party_config
     from vfl.net.party import PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy
@@ -386,6 +378,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
         cfg.features = [features]
     cfg.label = label or cfg.label
     cfg.id = id_column or cfg.id
+    cfg.rows_aligned = rows_aligned or cfg.rows_aligned
     cfg.bounds = bounds or cfg.bounds
     cfg.curve_dir = curve_dir or cfg.curve_dir
     cfg.identity_dir = identity_dir or cfg.identity_dir
@@ -403,8 +396,11 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     if not cfg.identity_dir and not insecure_no_identity:   # before any data is read
         raise ConfigurationError(f"party {cfg.name} has no signing identity: pass --identity-dir DIR (made by "
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
+    check_row_alignment(cfg)                   # aligned rows or a refusal, before the table is read (issue 31)
     ledger, lifetime = _open_ledger(cfg)       # checked before the table is read: a corrupted ledger costs nothing
-    local = _party_local_data(cfg, config)
+    from vfl.net.party_data import load_party_data
+
+    local = load_party_data(cfg, config)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]
     node = PartyNode(local, cfg.connect, curve=curve, timeout=timeout, order=order,  # type: ignore[arg-type]
                      progress=progress, allow_insecure_keys=insecure_test_keys, log=_echo, random_state=seed,
@@ -419,43 +415,6 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     _echo(f"[{cfg.name}] done: model released ({len(model_.coef_)} coefficients, mechanism {model_.mechanism})")
 
 
-def _party_local_data(cfg: Any, config: str | None) -> Any:
-    """The party's table with its public declarations (vfl.net.party.LocalData), checked before connecting."""
-    from dataclasses import replace
-
-    from vfl.net.config import load_dataset_table, open_party_table, party_declarations, read_party_csv
-    from vfl.net.party import LocalData
-
-    feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]
-    # public declarations: a bounds file (--bounds / bounds = ...) or the config's inline [bounds], [categories],
-    # [impute] tables (both: refused); declared preprocessing maps raw columns before the bounds check
-    decl = party_declarations(cfg, config)
-    pp = decl.preprocessing if decl is not None else None
-    if cfg.data and decl is not None and not cfg.id:
-        # declared bounds: the columns stay on disk and are read in chunks (issue 8); with --id the PSI alignment
-        # reorders the rows, so the table is loaded in memory
-        file_table = open_party_table(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id, preprocessing=pp)
-        declared, label_bounds, record = decl.resolve(file_table.inputs, cfg.label)
-        local = LocalData.from_table(cfg.name, file_table, bounds=declared,  # type: ignore[arg-type]
-                                     label_bounds=label_bounds)
-    else:
-        if cfg.dataset:
-            table = load_dataset_table(cfg.dataset, feature_spec, label=cfg.label)
-        else:
-            table = read_party_csv(cfg.data, feature_spec, label=cfg.label, id_column=cfg.id,  # type: ignore
-                                   preprocessing=pp)
-        declared, label_bounds, record = (decl.resolve(table.inputs or table.feature_names, cfg.label) if decl
-                                          else (table.bounds, (table.bounds or {}).get(cfg.label or ""), None))
-        if cfg.dataset and record:
-            raise ConfigurationError("declared preprocessing ([categories]/[impute]) applies to --data files, not "
-                                     f"to the built-in data set {cfg.dataset}")
-        fm_view = {} if decl else {"fm_columns": table.fm_columns, "fm_bounds": table.fm_bounds}
-        local = LocalData.build(cfg.name, table.X, table.y, feature_names=table.feature_names,  # type: ignore
-                                bounds=declared, label_bounds=label_bounds, ids=table.ids, **fm_view)
-    local = replace(local, label_name=cfg.label, preprocessing=record)
-    return local
-
-
 def _open_ledger(cfg: Any) -> tuple[Any, Any]:
     """The party's privacy ledger (checked: one line and exit 1 if unreadable or corrupted) and its budget."""
     return _open_member_ledger(cfg.name, cfg.ledger, cfg.budget)
@@ -468,6 +427,9 @@ def _open_member_ledger(name: str, ledger_path: str | None, budget: Any) -> tupl
 
     lifetime = Budget.parse(budget) if budget else None
     ledger = Ledger(ledger_path or default_ledger_path(name), party=name)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:   # a start that fails before the first reservation leaves no empty ledger file
+        ctx.call_on_close(ledger.discard_if_unused)
     return ledger, lifetime
 
 
@@ -795,28 +757,48 @@ def predict(model_path: str, data: str, out: str | None, proba: bool, force: boo
 # ---------------------------------------------------------------------------------------------- keys
 @cli.command()
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the keys.")
-@click.option("--names", required=True, multiple=True,
-              help="Party names (comma separated or repeated); coordinator keys are always written.")
-def keys(out: str, names: tuple[str, ...]) -> None:
+@click.option("--names", multiple=True,
+              help="Party names (comma separated or repeated) of a new folder; coordinator keys are always written.")
+@click.option("--add", "add", multiple=True,
+              help="Add these parties (comma separated or repeated) to an existing --out folder; no existing key is "
+                   "touched (the others then only need the newcomers' public files, docs/deployment.md).")
+@click.option("--bundle", "bundles", multiple=True,
+              help="Copy what one organisation's machine needs into OUT/bundle-ORG (ORG: a party or coordinator; "
+                   "comma separated or repeated): a party's own secrets, coordinator.key and every NAME.sign.pub; "
+                   "the coordinator's secret and every NAME.key.")
+def keys(out: str, names: tuple[str, ...], add: tuple[str, ...], bundles: tuple[str, ...]) -> None:
     """Write CURVE certificates (zmq.auth) for the coordinator and each party, and each party's Ed25519 signing
     identity (NAME.sign.secret, secret, mode 0600; NAME.sign.pub, public). Existing keys are never overwritten."""
+    from vfl.net.keyfiles import add_parties, write_bundle, write_key_folder
     from vfl.net.messages import validate_name
-    from vfl.net.transport import write_certificates
-    from vfl.secure.identity import write_identities
 
-    flat = [n.strip() for item in names for n in item.split(",") if n.strip()]
-    try:
-        for n in flat:
-            validate_name(n)
-    except ProtocolError as exc:
-        raise ConfigurationError(str(exc)) from None
-    written = write_certificates(out, flat)
-    written += write_identities(out, [n for n in flat if n != "coordinator"])
+    def split(items: tuple[str, ...]) -> list[str]:
+        flat = [n.strip() for item in items for n in item.split(",") if n.strip()]
+        try:
+            for n in flat:
+                validate_name(n)
+        except ProtocolError as exc:
+            raise ConfigurationError(str(exc)) from None
+        return flat
+
+    if names and add:
+        raise ConfigurationError("--names makes a new key folder and --add adds parties to an existing one: give one")
+    if not (names or add or bundles):
+        raise ConfigurationError("give --names NAME[,NAME...] (a new folder), --add NAME (add parties to --out) or "
+                                 "--bundle ORG")
+    written = write_key_folder(out, split(names)) if names else add_parties(out, split(add)) if add else []
     for path in written:
         _echo(str(path))
-    _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
-          "coordinator.key_secret and the parties' .key files at the coordinator; give every party the NAME.sign.pub "
-          "of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those .sign.pub files)")
+    for org in split(bundles):
+        _echo(f"{write_bundle(out, org)}: everything {org}'s machine needs, and no other organisation's secret")
+    if add:
+        _echo(f"send {', '.join(f'{n}.key' for n in split(add))} to the coordinator and the .sign.pub file(s) to every "
+              "co-party; the secrets stay on this machine (docs/deployment.md)")
+    elif written:
+        _echo(f"give {Path(out) / 'coordinator.key'}, NAME.key_secret and NAME.sign.secret to each party; keep "
+              "coordinator.key_secret and the parties' .key files at the coordinator; give every party the "
+              "NAME.sign.pub of each co-party it accepts (its --identity-dir holds its own NAME.sign.secret and those "
+              ".sign.pub files); `vfl keys --out DIR --bundle ORG` copies exactly one organisation's files")
 
 
 # ---------------------------------------------------------------------------------------------- demo
@@ -849,13 +831,26 @@ class Terminated(KeyboardInterrupt):
 
 def _add_scoring_commands() -> None:
     """``vfl score`` and ``vfl serve`` (federated scoring, issue 22) live in :mod:`vfl.cli_scoring`."""
+    from vfl.cli_check import check  # `vfl check`: the preflight of one role (issue 32)
     from vfl.cli_scoring import score, serve
 
     cli.add_command(score)
     cli.add_command(serve)
+    cli.add_command(check)
 
 
 _add_scoring_commands()
+
+
+def _add_report_commands() -> None:
+    """``vfl plan`` and ``vfl report`` (issue 31) live in :mod:`vfl.cli_report`."""
+    from vfl.cli_report import plan, report
+
+    cli.add_command(plan)
+    cli.add_command(report)
+
+
+_add_report_commands()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

@@ -5,6 +5,7 @@ commands so ``vfl --help`` stays fast."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -29,7 +30,8 @@ def _echo(text: str) -> None:
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for the parties to register, and for each party's answer or heartbeat.")
 @click.option("--max-query-ids", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,
-              help="Largest number of IDs in one query (a larger query is refused before anything is sent).")
+              help="Largest number of IDs in one query (a larger query is refused before anything is sent); every "
+                   "`vfl serve` refuses a plan above its own --max-query-ids (default 100,000).")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None,
               help="Enable CURVE: directory with coordinator.key_secret and the serving parties' public keys.")
 @click.option("--http", "http_address", default=None,
@@ -38,10 +40,19 @@ def _echo(text: str) -> None:
 @click.option("--allow-plaintext-public", is_flag=True,
               help="Listen on a non-loopback --bind without CURVE, or serve --http on a non-loopback address "
                    "(plain HTTP: IDs and scores in clear). Only on a network you trust.")
+@click.option("--http-workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="--http: threads serving connections (a fixed pool).")
+@click.option("--http-max-connections", type=click.IntRange(1, 10_000), default=64, show_default=True,
+              help="--http: open connections at most (served or waiting); one more is answered 503 and closed.")
+@click.option("--http-rate", type=click.FloatRange(0, 1e6), default=100.0, show_default=True,
+              help="--http: requests per second per client address (0: no limit); over it: 429 with Retry-After.")
+@click.option("--http-burst", type=click.IntRange(1, 10**6), default=200, show_default=True,
+              help="--http: requests a client may send at once before --http-rate applies.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
           timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None,
-          allow_plaintext_public: bool, quiet: bool) -> None:
+          allow_plaintext_public: bool, http_workers: int, http_max_connections: int, http_rate: float,
+          http_burst: int, quiet: bool) -> None:
     """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
     from vfl.net.notices import check_bind
 
@@ -49,11 +60,15 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
     if http_address is not None:
         if ids_path is not None or out is not None:
             raise click.UsageError("--http serves queries online; it excludes --ids and --out")
-        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public)
+        from vfl.net.scoring_http import HTTPLimits
+
+        limits = HTTPLimits(http_workers, http_max_connections, http_rate, http_burst)
+        _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public,
+                    limits)
         return
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
-    from vfl.cli import check_writable
+    from vfl.data.files import check_writable
     from vfl.net.modelio import load_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
     from vfl.net.transport import load_server_keys
@@ -79,7 +94,7 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
 
 
 def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
-                address: str, quiet: bool, allow_plaintext_public: bool) -> None:
+                address: str, quiet: bool, allow_plaintext_public: bool, limits: Any) -> None:
     from vfl.exceptions import ConfigurationError
     from vfl.net.modelio import load_model
     from vfl.net.notices import is_loopback
@@ -98,7 +113,7 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
                          log=None if quiet else _echo)
     try:
         hub.start()
-        ScoringService(hub, host, port, log=_echo).serve()
+        ScoringService(hub, host, port, log=_echo, limits=limits).serve()
     finally:
         hub.close()
 
@@ -123,9 +138,12 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
                    "models recorded it, with --insecure-no-identity, or under another key); warns loudly.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds of silence from the hub after which this party stops.")
+@click.option("--max-query-ids", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,
+              help="This party's own cap on the IDs of one query: a hub planning or sending more is refused "
+                   "before the query is read.")
 def serve(model_path: str, connect: str, name: str, data: str, id_column: str, features: str | None,
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, allow_unsigned_model: bool,
-          timeout: float) -> None:
+          timeout: float, max_query_ids: int) -> None:
     """Serve this party's block of a model to a scoring hub (`vfl score`) until it ends the session."""
     from vfl.net.modelio import load_model
     from vfl.net.scoring import ScoringPartyNode, load_serving_table
@@ -136,7 +154,7 @@ def serve(model_path: str, connect: str, name: str, data: str, id_column: str, f
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ScoringPartyNode(model, name, ids, X, connect, curve=curve, identity_dir=identity_dir,
                             insecure_no_identity=insecure_no_identity, allow_unsigned_model=allow_unsigned_model,
-                            timeout=timeout, log=_echo)
+                            timeout=timeout, log=_echo, max_query_ids=max_query_ids)
     _echo(f"[{name}] {len(ids)} IDs loaded; connecting to {connect}")
     answered = node.run()
     _echo(f"[{name}] session ended: answered {answered} quer{'y' if answered == 1 else 'ies'}")

@@ -151,11 +151,14 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         if made.returncode:
             raise PartyFailure(f"demo failed: vfl keys: {made.stderr.strip()}")
         coord_cmd += ["--curve-dir", str(keys)]
-        party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys)] for cmd in party_cmds]
+        # the demo's runs are not the user's: each party records them in a throwaway ledger in the demo's folder
+        # (a relative path: the parties run there, and print no path of a temporary folder that will be gone)
+        party_cmds = [[*cmd, "--curve-dir", str(keys), "--identity-dir", str(keys), "--ledger",
+                       f"ledger-{name}.sqlite"] for cmd, name in zip(party_cmds, ("alice", "bob"), strict=True)]
         start = time.perf_counter()
         procs = [subprocess.Popen(coord_cmd, env=env, cwd=folder)]   # it prints "model written to model.json"
         try:
-            procs += [subprocess.Popen(cmd, env=env) for cmd in party_cmds]
+            procs += [subprocess.Popen(cmd, env=env, cwd=folder) for cmd in party_cmds]
             codes = wait_all(procs, timeout + 60)
         finally:
             for p in procs:

@@ -59,6 +59,10 @@ class ConfigurationError(VFLError, ValueError):
     """A CLI option, configuration file or API argument is invalid."""
 
 
+class WorkerStalled(VFLError, RuntimeError):
+    """A local pool worker made no progress for ``VFL_WORKER_STALL_SECONDS`` (names the worker and its pid)."""
+
+
 class DPBCDAbort(VFLError):
     """DP-BCD's utility check ||v_out|| <= xi failed; the whole run outputs nothing (de Jong et al. 2022, Alg. 2)."""
 
@@ -77,3 +81,8 @@ class DataConversionWarning(UserWarning):
 
 class SlowBackendWarning(RuntimeWarning):
     """gmpy2 is missing: Paillier arithmetic runs 7-12x slower."""
+
+
+class NoBetterThanBaselineWarning(UserWarning):
+    """A fitted model is no better (or cannot be told apart from) predicting the mean or the base rate, as estimated
+    from its DP release (vfl.models.inference)."""

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from aligned_rows import rows_aligned
 
 #: the console entry point as a child process (same interpreter, PYTHONPATH inherited)
 VFL = [sys.executable, "-m", "vfl.cli"]
@@ -16,12 +17,15 @@ VFL = [sys.executable, "-m", "vfl.cli"]
 
 def with_identity(args: tuple[str, ...] | list[str], identity_dir: Path | None) -> list[str]:
     """A ``vfl party`` command line with ``--identity-dir`` (the tests' throwaway identities) unless it already says
-    how it identifies itself (``--identity-dir`` or ``--insecure-no-identity``)."""
+    how it identifies itself (``--identity-dir`` or ``--insecure-no-identity``), and with ``--rows-aligned`` unless it
+    aligns by ``--id``, says so itself or reads a ``--config``."""
     args = list(args)
     if (identity_dir is not None and args[:1] == ["party"]
             and not {"--identity-dir", "--insecure-no-identity", "--help"} & set(args)):
         args += ["--identity-dir", str(identity_dir)]
-    return args
+    if "--config" in args:
+        return args   # a config states its own alignment (rows_aligned = true, id, or a built-in data set)
+    return rows_aligned(args)   # the tests' tables are aligned by position (vfl.net.config.check_row_alignment)
 
 
 class Procs:

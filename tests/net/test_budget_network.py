@@ -140,7 +140,7 @@ def test_cli_budget_first_run_succeeds_second_is_refused(procs, data, tmp_path):
     out2 = tmp_path / "m2.json"
     coord, alice, bob = _run(procs, data, f"tcp://127.0.0.1:{free_port()}", out2, ledgers=ledgers, budget="1.5")
     code, _, err = procs.finish(bob)
-    assert code != 0
+    assert code == 2   # a policy refusal, as a plan above --max-epsilon (docs/reliability.md)
     lines = [ln for ln in err.splitlines() if ln.startswith("vfl: error:")]
     assert len(lines) == 1 and "spent epsilon" in lines[0] and "left" in lines[0], err[-1500:]
     assert procs.finish(coord)[0] != 0 and procs.finish(alice)[0] != 0

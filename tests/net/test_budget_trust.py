@@ -66,7 +66,8 @@ def _cli_bob(fake: FakeCoordinator, tmp_path: Path, identity_dir: Path, ledger: 
     return subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
                              "--data", str(data), "--features", "b0,b1,b2", "--bounds", str(bounds), "--no-progress",
                              "--timeout", "60", "--identity-dir", str(identity_dir), "--ledger", str(ledger),
-                             "--budget", "2.0", *TEST_KEYS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--budget", "2.0", "--rows-aligned", *TEST_KEYS], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             text=True, env=env)
 
 

@@ -56,7 +56,7 @@ def test_categorical_and_imputed_columns_train_and_predict_on_raw_rows(procs, tm
     url = f"tcp://127.0.0.1:{free_port()}"
     alice_cfg = tmp_path / "alice.toml"
     alice_cfg.write_text(f'[party]\nname = "alice"\nconnect = "{url}"\ndata = "alice.csv"\n'
-                         'features = ["age", "colour"]\nlabel = "y"\n\n'
+                         'features = ["age", "colour"]\nlabel = "y"\nrows_aligned = true\n\n'
                          '[bounds]\nage = [18, 90]\ny = [-10, 20]\n\n[categories]\ncolour = ["red", "green", "blue"]\n')
     bob_bounds = tmp_path / "bob_bounds.toml"
     bob_bounds.write_text(f"[bounds]\nincome = [0, 100]\nvisits = [0, 20]\n\n[impute]\nincome = {IMPUTE:g}\n")

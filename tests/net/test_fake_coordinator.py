@@ -152,8 +152,8 @@ def test_an_opted_in_party_prints_the_plan_it_runs(fake, identity_dir):
     assert fake.wait_for(MessageType.READY, timeout=30) is not None
     fake.send(peer, MessageType.ABORT, {"reason": "test over", "error": "E"})
     party.join(30)
-    assert any("plan: none (NO noise), linear model, parties alice (2 cols, label), bob (3 cols), 1024-bit keys"
-               in line for line in party.lines), party.lines
+    assert any("plan: none (NO noise), linear model, parties alice (1 col + intercept, label), bob (3 cols), "
+               "1024-bit keys" in line for line in party.lines), party.lines
 
 
 @pytest.mark.parametrize("params,text", [({"epsilon": 50.0}, "refuses epsilon 50"),
@@ -189,7 +189,8 @@ def test_cli_party_refuses_a_none_plan_with_one_line(fake, tmp_path, identity_di
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
                              "--data", str(data), "--features", "b0,b1,b2", "--bounds", str(bounds), "--no-progress",
-                             "--timeout", "30", "--insecure-test-keys", "--identity-dir", str(identity_dir)],
+                             "--timeout", "30", "--insecure-test-keys", "--identity-dir", str(identity_dir),
+                             "--rows-aligned"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:

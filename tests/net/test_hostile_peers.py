@@ -419,6 +419,7 @@ def test_without_curve_a_stranger_can_take_a_free_slot_but_the_pinned_party_refu
     assert isinstance(errors["alice"], IdentityError) and not out.exists()
     assert answers[0] is not None and answers[0].type is MessageType.ABORT
     assert "already has its 2 parties" in answers[0].body["reason"]
+    assert answers[0].body["error"] == "RegistrationRefused"   # the late process is told the run goes on (issue 32)
 
 
 # ----------------------------------------------------------------------------- item 4: names bound to CURVE keys

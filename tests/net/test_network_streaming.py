@@ -41,7 +41,8 @@ def _parties(items, url, data, identity_dir, *extra):
     # run the PSI alignment, which loads the table in memory)
     common = ["--no-progress", "--insecure-test-keys", "--bounds", str(data["bounds"]),
               "--identity-dir", str(identity_dir),
-              "--allow-mechanisms", "none", *extra]   # mechanism none only by the party's opt-in (issue 14)
+              "--allow-mechanisms", "none", "--rows-aligned",   # the operator states it (issue 31)
+              *extra]   # mechanism none only by the party's opt-in (issue 14)
     items.append(start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
                        "age:tenure", "--label", "score", *common))
     items.append(start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import pytest
+from aligned_rows import rows_aligned
 
 import vfl
 from vfl.demo import free_port, make_demo_data
@@ -43,7 +44,7 @@ def _one_line(err: str) -> str:
 
 
 def _quick(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*VFL, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*VFL, *rows_aligned(args)], capture_output=True, text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------------- item 1

@@ -84,7 +84,7 @@ def _cli_bob(fake: FakeCoordinator, tmp_path, *extra: str) -> subprocess.Popen: 
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen([sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "bob",
                              "--data", str(data), "--features", "b0,b1,b2", "--bounds", str(bounds), "--no-progress",
-                             "--timeout", "30",
+                             "--timeout", "30", "--rows-aligned",
                              "--insecure-test-keys", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.net.conftest import VFL  # noqa: F401  (the same interpreter and PYTHONPATH as every network test)
 from vfl.net.modelio import FittedModel, PartyColumns
-from vfl.net.predict import read_rows
+from vfl.net.predict import format_value, read_rows
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit; good runs end in seconds
 
@@ -146,9 +146,13 @@ def test_scores_equal_vfl_predict_on_the_joined_table(procs, tmp_path, identity_
     pcode, _, perr = procs.finish(pred)
     assert pcode == 0, perr
     with open(tmp_path / "pred.csv", newline="") as fh:
-        printed = {r["pid"]: float(r[col]) for r in csv.DictReader(fh)}
+        text = {r["pid"]: r[col] for r in csv.DictReader(fh)}
+    printed = {pid: float(v) for pid, v in text.items()}
     for pid in common:
         assert float(scores[pid][col]) == pytest.approx(printed[pid], rel=1e-9, abs=1e-12)
+        # both write 17 significant digits (issue 32): `vfl predict` reads back exactly what it computed
+        assert printed[pid] == ref[pid] and text[pid] == format_value(ref[pid])
+        assert scores[pid][col] == format_value(float(scores[pid][col]))
 
 
 def _partials(model: FittedModel, tmp_path, names: list[str], held: dict, ids: list[str]) -> list[bytes]:
@@ -192,8 +196,8 @@ def test_the_hub_never_receives_a_partial_score_in_clear(procs, tmp_path, identi
     assert all(procs.finish(p)[0] == 0 for p in parties)
     assert int((~scores.missing).sum()) == len(set.intersection(*held.values()))
     np.testing.assert_allclose(again.value, scores.value[:10], atol=1e-9)
-    partial_bytes = sum(len(f) for f in received if len(f) == 8 * 2 * len(query))
-    assert partial_bytes == 3 * 8 * 2 * len(query)          # the three masked vectors did pass through this socket
+    partial_bytes = sum(len(f) for f in received if len(f) == 8 * (2 * len(query) + 1))
+    assert partial_bytes == 3 * 8 * (2 * len(query) + 1)    # the three masked vectors did pass through this socket
     words = _partials(model, tmp_path, names, held, ids)
     assert len(words) > 400
     frames = [f for f in received if len(f) % 8 == 0]

@@ -23,6 +23,17 @@ def test_default_policy_accepts_a_dp_plan_and_describes_it():
     assert not hasattr(PartyPolicy(), "max_exposed_rows")   # issue 20: no exposure bound, the roster is signed
 
 
+def test_the_plan_line_names_the_intercept_column():
+    """Issue 32: the label owner's count includes the public constant column; the line says so instead of a 17th
+    column after "16 features"."""
+    plan = _plan()
+    plan["parties"][0]["intercept"] = True
+    line = describe_plan(check_plan(plan, PartyPolicy(), name="bob", n_rows=100))
+    assert "parties alice (2 cols + intercept, label), bob (2 cols)" in line
+    plan["parties"][0]["n_features"] = 1   # an intercept alone
+    assert "alice (0 cols + intercept, label)" in describe_plan(check_plan(plan, PartyPolicy(), name="bob", n_rows=100))
+
+
 @pytest.mark.parametrize("mechanism", ["none", "bcd"])
 def test_unprotected_mechanisms_need_an_explicit_opt_in(mechanism):
     with pytest.raises(ConfigurationError, match=f"refuses mechanism '{mechanism}'.*adds no noise.*--allow-mech"):

@@ -89,7 +89,7 @@ def test_the_red_team_probe_recovers_no_row_of_the_responders_table(probe_keypai
 
 def test_the_decoding_is_the_working_attack_when_the_mask_is_missing(probe_keypair, monkeypatch):
     """The test above can fail: with the full-space mask forced to 0 the same decoding reads 30/30 rows."""
-    import vfl.secure.products as products
+    import vfl.secure.products.responder as products  # where the mask is drawn
 
     monkeypatch.setattr(products.secrets, "randbelow", lambda k: 0)
     B = np.random.default_rng(21).uniform(-1, 1, (ROWS, 3))

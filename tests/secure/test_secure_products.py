@@ -238,7 +238,7 @@ def test_decryption_audit_key_holder_only_sees_fully_masked_plaintexts(insecure_
 
 def test_audit_catches_a_responder_that_forgets_the_mask(insecure_test_keypair, monkeypatch):
     """The audit can fail: with the mask forced to 0 the key holder would see the packed slots below 2^(d_a w+1)."""
-    import vfl.secure.products as products
+    import vfl.secure.products.responder as products  # where the mask is drawn
 
     monkeypatch.setattr(products.secrets, "randbelow", lambda k: 0)
     rng = np.random.default_rng(11)
@@ -336,7 +336,7 @@ def test_response_randomness_extracted_by_the_key_holder_is_uniform(monkeypatch,
     the key holder saw randomness confined to a subgroup. 24 ciphertexts all residues: probability 2^-24."""
     import gmpy2
 
-    import vfl.secure.products as products
+    import vfl.secure.products.responder as products
 
     pk, sk = _keypair_with_primes_1_mod_4()
     seen: list[int] = []

@@ -35,6 +35,7 @@ from vfl.fm.domain import (
 from vfl.fm.objective import QuadraticObjective, fm_objective
 from vfl.fm.solver import default_regularization, solve_details
 from vfl.models.base import LinearModelBase
+from vfl.models.inference import InferenceMixin, InferenceResult, release_inference
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
@@ -89,8 +90,9 @@ def _one_of(owner: object, names: Sequence[str]) -> str | None:
     return given[0] if given else None
 
 
-class _FMRegression(LinearModelBase):
-    """Shared FM fit of :class:`LinearRegression` and :class:`LogisticRegression`."""
+class _FMRegression(InferenceMixin, LinearModelBase):
+    """Shared FM fit of :class:`LinearRegression` and :class:`LogisticRegression`; ``bse``, ``pvalues``,
+    ``conf_int(alpha)``, ``summary()`` and ``inference_`` from the release (:mod:`vfl.models.inference`)."""
 
     _model = "linear"
 
@@ -149,6 +151,8 @@ class _FMRegression(LinearModelBase):
             report.extra["release_choice"] = choice.to_dict()
             report.notes.append(f"mechanism='auto' chose {choice.mechanism} with row_norm={choice.row_norm!r} from "
                                 f"public facts: {choice.reason}")
+        self.__dict__.pop("_inference_result", None)
+        self._release_ = None if mechanism == "noisy-gd" else (*self._matrix_release, icpt_value, col_scale, no_icpt)
         self.coef_unit_ = w
         self.privacy_report_ = finish_report(report, self.random_state,
                                              [self.bounds_, getattr(self, "y_bounds_", None)],
@@ -180,6 +184,7 @@ class _FMRegression(LinearModelBase):
                                alpha_noise_var=mech.alpha_noise_variance())
         self.objective_ = objective
         self.solve_result_ = result
+        self._matrix_release = (mech, floor, regularization, plan.release_beta)
         return result.w, mech.privacy_report()
 
     def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray) -> tuple[np.ndarray, PrivacyReport]:
@@ -223,6 +228,42 @@ class _FMRegression(LinearModelBase):
         U = X / b.upper if symmetric else 2.0 * (X - b.lower) / (b.upper - b.lower) - 1.0
         d = X.shape[1] + (1 if self.fit_intercept else 0)
         return from_unit_interval_rows(clip_rows(U, math.sqrt(X.shape[1] / d)), self.bounds_, symmetric=symmetric)
+
+    def _original_units(self, w: np.ndarray) -> np.ndarray:
+        """[coef..., intercept] in original units of the unit-domain model ``w`` (the public affine map of fit)."""
+        _, _, _, _, icpt_value, col_scale, no_icpt = self._release_
+        p = self.n_features_in_
+        coef, icpt = from_unit_interval_coefficients(w[:p], self.bounds_, col_scale, symmetric=no_icpt)
+        if self.fit_intercept:
+            icpt += float(w[-1] * icpt_value)
+        return np.append(*self._output_units(coef, icpt))
+
+    def _output_units(self, coef: np.ndarray, intercept: float) -> tuple[np.ndarray, float]:
+        return coef, float(intercept)
+
+    def _inference(self) -> InferenceResult:
+        """The inference of the release (computed on first use: post-processing, no epsilon)."""
+        self._check_is_fitted()
+        if self._release_ is None:
+            raise ConfigurationError("inference is computed from a released objective; mechanism 'noisy-gd' releases "
+                                     "gradients only, so it has none")
+        if "_inference_result" not in self.__dict__:
+            mech, floor, regularization, beta, icpt_value, _, _ = self._release_
+            names = ([str(f) for f in self.feature_names_in_] if hasattr(self, "feature_names_in_")
+                     else [f"x{j}" for j in range(self.n_features_in_)])
+            yb = getattr(self, "y_bounds_", None)
+            half = 1.0 if yb is None else float(yb.upper[0] - yb.lower[0]) / 2.0
+            self._inference_result = release_inference(
+                self.objective_, mech, w=self.coef_unit_, lambda_floor=floor, regularization=regularization,
+                to_original=self._original_units, names=[*names, "intercept"],
+                intercept_index=self.coef_unit_.size - 1 if self.fit_intercept else None,
+                intercept_value=icpt_value, label_half_range=half, beta_released=beta)
+        return self._inference_result
+
+    @property
+    def inference_(self) -> InferenceResult:
+        """Standard errors, intervals, p-values and fit measures from the release (:mod:`vfl.models.inference`)."""
+        return self._inference()
 
 
 _COMMON_DOC = """
@@ -311,10 +352,12 @@ class LinearRegression(_FMRegression):
         return y_unit
 
     def _set_output_units(self, coef: np.ndarray, intercept: float) -> None:
+        self.coef_, self.intercept_ = self._output_units(coef, intercept)
+
+    def _output_units(self, coef: np.ndarray, intercept: float) -> tuple[np.ndarray, float]:
         lo, hi = float(self.y_bounds_.lower[0]), float(self.y_bounds_.upper[0])
         half = (hi - lo) / 2.0
-        self.coef_ = half * coef
-        self.intercept_ = float(lo + half * (1.0 + intercept)) if self.fit_intercept else 0.0
+        return half * coef, (float(lo + half * (1.0 + intercept)) if self.fit_intercept else 0.0)
 
 
 class LogisticRegression(_FMRegression):

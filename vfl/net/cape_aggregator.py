@@ -35,7 +35,7 @@ from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLE
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
-from vfl.net.notices import Reminder
+from vfl.net.notices import Reminder, abort_body
 from vfl.net.site_link import SiteLink, SiteRegistration
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
@@ -152,8 +152,7 @@ class CapeAggregator(SiteLink):
                 atomic_write_text(self.out, text + "\n")
             self.result = model
         except BaseException as exc:
-            self._broadcast(Message(MessageType.ABORT, {"reason": (str(exc) or type(exc).__name__)[:2000],
-                                                        "error": type(exc).__name__[:64]}))
+            self._broadcast(Message(MessageType.ABORT, abort_body(exc, "aggregator")))
             self.transport.close()
             raise
         try:
@@ -277,7 +276,8 @@ class CapeAggregator(SiteLink):
             i = index_of.get(peer)
             if i is None:
                 if msg.type is MessageType.REGISTER:
-                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites")
+                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites (is one of them "
+                                       "started twice?)", run_goes_on=True)
                 continue
             reg = self.sites[i]
             if msg.sender != reg.name:

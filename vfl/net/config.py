@@ -16,7 +16,7 @@ Sources of a party's data, in the order the CLI resolves them:
       dataset = "forestfires"          # or: data = "file.csv"
       features = ["X", "Y", "temp"]
       label = "log_area"               # label owner only
-      id = "row_id"                    # optional
+      id = "row_id"                    # or: rows_aligned = true (the operator states the rows are aligned)
       bounds = "bounds.toml"           # optional, relative to the config file
 
       [bounds]                         # ... or the declarations inline, in the config file itself
@@ -50,7 +50,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["PartyConfig", "LocalTable", "Declarations", "load_party_config", "load_bounds_file",
+__all__ = ["PartyConfig", "LocalTable", "Declarations", "check_row_alignment", "load_party_config", "load_bounds_file",
            "load_declarations", "party_declarations", "select_columns", "read_party_csv", "open_party_table",
            "load_dataset_table"]
 
@@ -106,6 +106,9 @@ class PartyConfig:
     ledger: str | None = None
     budget: str | None = None
     dataset_name: str | None = None
+    #: the operator states that this table's rows are in the same order as every co-party's, row by row (without
+    #: ``id`` a party runs only then: :func:`check_row_alignment`)
+    rows_aligned: bool = False
     #: inline ``[bounds]``/``[categories]``/``[impute]`` tables of the config file (None: none there)
     declarations: Declarations | None = None
 
@@ -139,6 +142,25 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigurationError(f"{what} {path} is not valid TOML: {exc}") from None
 
 
+ROWS_ALIGNED_HOW = ("state that every party's table holds the same people in the same row order with --rows-aligned "
+                    "(rows_aligned = true in --config), or give --id COLUMN on every party to align the rows by a "
+                    "private set intersection of their IDs (docs/psi.md)")
+
+
+def check_row_alignment(cfg: PartyConfig) -> None:
+    """Aligned rows or a refusal (issue 31): without ``id`` the parties pair their rows by position, so row i of
+    every table must be the same person. Nothing in the protocol can check that (the tables never meet), so a
+    party runs without ``id`` only if its operator states it (``--rows-aligned`` / ``rows_aligned = true``); a
+    built-in data set (``dataset = ...``) is aligned by construction. ``id`` with ``rows_aligned`` is refused
+    (they contradict each other). Checked before the table is read or anything is sent: one line, exit code 2."""
+    if cfg.id and cfg.rows_aligned:
+        raise ConfigurationError(f"party {cfg.name}: --rows-aligned and --id exclude each other (--id aligns the rows "
+                                 "by their IDs, in any order); give one of them")
+    if not cfg.id and not cfg.rows_aligned and not cfg.dataset:
+        raise ConfigurationError(f"party {cfg.name}: without --id the parties pair their rows by position; "
+                                 + ROWS_ALIGNED_HOW)
+
+
 def load_party_config(path: str | Path) -> PartyConfig:
     """Read a ``[party]`` TOML config; relative ``data``/``bounds``/``curve_dir``/``identity_dir``/``ledger`` paths
     resolve against its folder."""
@@ -153,14 +175,17 @@ def load_party_config(path: str | Path) -> PartyConfig:
                                  f"optionally, inline {', '.join(f'[{t}]' for t in DECLARATION_TABLES)}")
     allowed = {"name", "connect", "data", "dataset", "features", "label", "id", "bounds", "curve_dir", "identity_dir",
                "ledger", "budget", "dataset_name"}
-    unknown = set(section) - allowed
+    unknown = set(section) - allowed - {"rows_aligned"}
     if unknown:
         raise ConfigurationError(f"{p}: unknown key(s) in [party]: {', '.join(sorted(unknown))}")
+    aligned = section.get("rows_aligned", False)
+    if not isinstance(aligned, bool):
+        raise ConfigurationError(f"{p}: [party] rows_aligned must be true or false, got {aligned!r}"[:300])
     for key in sorted(allowed - {"features"}):
         if key in section and not isinstance(section[key], str):
             raise ConfigurationError(f"{p}: [party] {key} must be a string, got {type(section[key]).__name__} "
                                      f"{section[key]!r}"[:300])
-    cfg = PartyConfig(**{k: section.get(k) for k in allowed if k != "features"})
+    cfg = PartyConfig(**{k: section.get(k) for k in allowed if k != "features"}, rows_aligned=aligned)
     feats = section.get("features", [])
     if isinstance(feats, str):
         feats = [feats]

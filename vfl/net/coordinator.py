@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import secrets
 import time
+import warnings
 from collections.abc import Callable
 
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, VFLError
+from vfl.exceptions import (
+    ConfigurationError,
+    DataValidationError,
+    NoBetterThanBaselineWarning,
+    PartyFailure,
+    VFLError,
+)
 from vfl.models.bcd import FORMAL_DP_REASON
+from vfl.models.inference import release_inference
 from vfl.net.messages import (
     MAX_MESSAGE_BYTES,
     Message,
@@ -96,6 +104,9 @@ class Coordinator(PartyLink):
         try:
             regs = self._register_all()
             self._align(regs)
+            self.log(f"training on {regs[0].n_rows} rows "
+                     + ("(the row IDs common to all parties)" if self.aligned_rows is not None else
+                        "(paired by position, row i of every party's table)"))
             if self.settings.mechanism in BCD_MECHANISMS:
                 model = self._run_bcd(regs)
             else:
@@ -158,7 +169,7 @@ class Coordinator(PartyLink):
                 reg = self._parse_registration(peer, msg)
                 self._check_registration(reg)
             except VFLError as exc:  # a stray REGISTER (a name already taken, a bad signature) is refused; the run
-                self._refuse(peer, str(exc), exc)     # goes on (issue 14)
+                self._refuse(peer, str(exc), exc, run_goes_on=True)     # goes on (issue 14)
                 continue
             conflict = registration_conflict(self.parties, reg)
             if conflict is not None:   # a party this run cannot take: it would wait out the window for nothing
@@ -188,7 +199,8 @@ class Coordinator(PartyLink):
     def _check_registration(self, reg: Registration) -> None:
         """A REGISTER whose name is taken already: refused, the run goes on (its holder is here; issue 14)."""
         if any(r.name == reg.name for r in self.parties):
-            raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique")
+            raise ConfigurationError(f"two parties registered with the name {reg.name!r}; names must be unique (is "
+                                     f"{reg.name} started twice?)")
 
     def _align(self, regs: list[Registration]) -> None:
         """With row IDs: the private set intersection (:mod:`vfl.protocols.alignment`), after which every party
@@ -230,6 +242,8 @@ class Coordinator(PartyLink):
         model = fm_model(s, regs, phase.finish(), self.run_id)
         self._note_alignment(model)
         self.log(report_text(model))
+        if model.inference is not None:   # coefficients with private intervals, fit measures, warnings
+            self.log(model.summary())
         return model
 
     def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator | AlignmentCoordinator
@@ -321,12 +335,33 @@ def fm_model(s: RunSettings, regs: list[Registration], release: FMRelease, run_i
     columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
                             intercept=(i == release.intercept_party), preprocessing=r.preprocessing)
                for i, r in enumerate(regs)]
-    return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
-                       regs[0].n_rows, run_id,
-                       {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
-                        "regularization": release.regularization, "domain": release.domain,
-                        "precision_bits": release.precision_bits, "key_bits": s.key_bits},
-                       label_name=next((r.label for r in regs if r.label_owner), None))
+    model = FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
+                        regs[0].n_rows, run_id,
+                        {"lambda_floor": release.lambda_floor, "n_floored_eigenvalues": release.n_floored,
+                         "regularization": release.regularization, "domain": release.domain,
+                         "precision_bits": release.precision_bits, "key_bits": s.key_bits},
+                        label_name=next((r.label for r in regs if r.label_owner), None))
+    model.inference = fm_inference(model, release)
+    return model
+
+
+def fm_inference(model: FittedModel, release: FMRelease) -> dict | None:
+    """The model file's ``inference`` record: :func:`vfl.models.inference.release_inference` on the released
+    objective and its noise law (post-processing, no epsilon); the same function the in-process estimators call."""
+    if release.objective is None or release.mechanism is None:
+        return None
+    icpt = release.intercept_party
+    index = None if icpt is None else sum(p.n_columns for p in model.parties[:icpt + 1]) - 1
+    half = 1.0 if model.label_bounds is None else (model.label_bounds[1] - model.label_bounds[0]) / 2.0
+    with warnings.catch_warnings():   # its warnings are in the record and the summary the coordinator prints
+        warnings.simplefilter("ignore", NoBetterThanBaselineWarning)
+        result = release_inference(release.objective, release.mechanism, w=release.w,
+                                   lambda_floor=release.lambda_floor,
+                                   regularization=release.regularization, to_original=model.original_units,
+                                   names=[*model.coefficients(), "intercept"], intercept_index=index,
+                                   intercept_value=release.column_scale, label_half_range=half,
+                                   beta_released=release.mechanism.plan.release_beta)
+    return result.to_dict()
 
 
 def bcd_model(s: RunSettings, regs: list[Registration], release: BCDRelease, run_id: str) -> FittedModel:

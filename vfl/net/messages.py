@@ -88,8 +88,8 @@ Federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md): REG
     party        -> hub          SCORE_KEY       Diffie-Hellman public value, signed with the party's Ed25519 key
     hub          -> party        SCORE_KEYS      every party's signed public value (relayed)
     party        -> hub          SCORE_READY     co-parties' keys verified against the pinned identities
-    hub          -> party        SCORE_QUERY     round r: the query's normalised IDs (JSON array frame)
-    party        -> hub          SCORE_PARTIAL   round r: pairwise-masked partial scores and missing flags
+    hub          -> party        SCORE_QUERY     round r: the query's normalised IDs (uint32 lengths, then UTF-8)
+    party        -> hub          SCORE_PARTIAL   round r: pairwise-masked partial scores, missing flags, check word
     hub          -> party        SCORE_DONE      the service ended
 """
 
@@ -387,8 +387,8 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.SCORE_KEY: (("bytes",),),      # the party's Diffie-Hellman public value (256 bytes)
     MessageType.SCORE_KEYS: ((),),
     MessageType.SCORE_READY: ((),),
-    MessageType.SCORE_QUERY: (("bytes",),),    # the query's normalised IDs as a JSON array (UTF-8)
-    MessageType.SCORE_PARTIAL: (("array",),),  # the masked partial scores and missing flags (uint64[2 count])
+    MessageType.SCORE_QUERY: (("bytes",),),    # the query's normalised IDs: count uint32 lengths, then UTF-8
+    MessageType.SCORE_PARTIAL: (("array",),),  # masked partial scores, missing flags, check (uint64[2 count + 1])
     MessageType.SCORE_DONE: ((),),
 }
 

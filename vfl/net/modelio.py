@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.files import is_special_file
 from vfl.exceptions import ConfigurationError, DataValidationError
+from vfl.models.inference import InferenceMixin, InferenceResult
 
 __all__ = ["PartyColumns", "FittedModel", "JsonModel", "atomic_write_text", "load_model", "report_text",
            "MODEL_FORMAT", "SCHEMA_VERSION", "schema_version_of", "utc_now"]
@@ -138,8 +140,9 @@ class JsonModel:
 
 
 @dataclass
-class FittedModel(JsonModel):
-    """A model trained by the vfl protocol (or loaded from JSON)."""
+class FittedModel(InferenceMixin, JsonModel):
+    """A model trained by the vfl protocol (or loaded from JSON); ``bse``, ``pvalues``, ``conf_int(alpha)`` and
+    ``summary()`` from its ``inference`` record (:mod:`vfl.models.inference`, computed by the coordinator)."""
 
     model: str
     mechanism: str
@@ -158,6 +161,9 @@ class FittedModel(JsonModel):
     #: Public: each entry is a party's signed registration (names, feature names, row count) and key fingerprint.
     #: A serving party checks its own entry in it (:func:`vfl.protocols.roster.verify_own_entry`).
     roster: dict[str, Any] | None = None
+    #: standard errors, intervals, p-values and fit measures from the release (:meth:`InferenceResult.to_dict`);
+    #: None = not computed (an older file, a (DP-)BCD run)
+    inference: dict[str, Any] | None = None
 
     FORMAT = MODEL_FORMAT
     SCHEMA_VERSION = SCHEMA_VERSION
@@ -168,10 +174,18 @@ class FittedModel(JsonModel):
         d = sum(p.n_columns for p in self.parties)
         if self.w.shape != (d,):
             raise ConfigurationError(f"model has {self.w.size} coefficients for {d} features")
+        out = self.original_units(self.w)
+        self.coef_ = out[:-1]
+        self.intercept_ = float(out[-1])
+
+    def original_units(self, w: np.ndarray) -> np.ndarray:
+        """[coef..., intercept] in original units of a model ``w`` on the prepared columns (the public affine maps
+        of the parties and, linear, of the label)."""
+        w = np.asarray(w, dtype=float)
         coefs, icpt = [], 0.0
         start = 0
         for p in self.parties:
-            c, i = p.affine(self.w[start:start + p.n_columns])
+            c, i = p.affine(w[start:start + p.n_columns])
             coefs.append(c)
             icpt += i
             start += p.n_columns
@@ -180,8 +194,13 @@ class FittedModel(JsonModel):
             lo, hi = self.label_bounds
             half = (hi - lo) / 2.0
             coef, icpt = coef * half, lo + half * (icpt + 1.0)
-        self.coef_ = coef
-        self.intercept_ = float(icpt)
+        return np.append(coef, icpt)
+
+    def _inference(self) -> InferenceResult:
+        if self.inference is None:
+            raise ConfigurationError("this model has no inference record (a (DP-)BCD run, or a file written before "
+                                     "vfl computed inference from the release)")
+        return InferenceResult.from_dict(self.inference)
 
     # ------------------------------------------------------------ sklearn-like
     @property
@@ -275,6 +294,7 @@ class FittedModel(JsonModel):
                          "intercept": p.intercept, "preprocessing": p.preprocessing} for p in self.parties],
             "privacy_report": self.privacy_report, "extra": self.extra,
             **({} if self.roster is None else {"roster": self.roster}),
+            **({} if self.inference is None else {"inference": self.inference}),
         }
 
     @classmethod
@@ -298,9 +318,19 @@ class FittedModel(JsonModel):
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
                        str(doc.get("run_id", "")), doc.get("extra") or {}, None if label is None else str(label),
                        None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]),
-                       _roster_of(doc.get("roster")))
+                       _roster_of(doc.get("roster")), _inference_of(doc.get("inference")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"malformed model file: {exc}") from None
+
+
+def _inference_of(value: Any) -> dict[str, Any] | None:
+    """The optional ``inference`` record of a model file: absent/null, or a readable :class:`InferenceResult`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("its inference record is not an object")
+    InferenceResult.from_dict(value)
+    return value
 
 
 def _roster_of(value: Any) -> dict[str, Any] | None:
@@ -345,9 +375,15 @@ def plain_file_mode(target: Path) -> int:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path`` (POSIX-atomic).
 
-    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``.
+    The file gets the mode a plain write would give (:func:`plain_file_mode`), not mkstemp's ``0o600``. An existing
+    target that is not a regular file (``/dev/null``, a FIFO, a terminal) is written in place: renaming over it
+    would replace the device itself.
     """
     target = Path(path)
+    if is_special_file(target):
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     folder = target.parent if str(target.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)

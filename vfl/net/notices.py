@@ -21,12 +21,17 @@ from collections.abc import Callable
 from vfl.exceptions import ConfigurationError
 
 __all__ = ["Reminder", "RateLimitedLog", "is_loopback", "check_bind", "waiting_line", "silence_reason",
-           "FIRST_NOTICE_SECONDS", "NOTICE_SECONDS", "LATE_NOTICE_SECONDS", "REFUSAL_LOG_SECONDS"]
+           "FIRST_NOTICE_SECONDS", "NOTICE_SECONDS", "LATE_NOTICE_SECONDS", "REFUSAL_LOG_SECONDS",
+           "OPERATOR_STOP", "REGISTRATION_REFUSED", "abort_body", "abort_text"]
 
 FIRST_NOTICE_SECONDS = 10.0
 NOTICE_SECONDS = 10.0
 LATE_NOTICE_SECONDS = 60.0
 REFUSAL_LOG_SECONDS = 10.0
+#: ABORT ``error`` tags a member reads (the others name the error class): the hub's operator stopped it (Ctrl-C,
+#: SIGTERM), or this member's REGISTER was refused while the run goes on without it (a name taken twice)
+OPERATOR_STOP = "OperatorStop"
+REGISTRATION_REFUSED = "RegistrationRefused"
 #: transports that never leave the machine (a Unix socket, a socket inside one process)
 LOCAL_TRANSPORTS = ("ipc://", "inproc://")
 
@@ -136,3 +141,22 @@ def silence_reason(t: object, timeout: float) -> str:
             f"no answer from the {hub} at {where} within {timeout:g} s")
     hint = getattr(t, "silence_hint", None)
     return head + (f": {hint()}" if callable(hint) else "")
+
+
+def abort_body(exc: BaseException, hub: str = "coordinator") -> dict[str, str]:
+    """The ABORT a hub sends when ``exc`` ends its run: Ctrl-C or SIGTERM (a KeyboardInterrupt) is its operator's
+    stop, said in words, not the exception's name."""
+    if isinstance(exc, KeyboardInterrupt):
+        return {"reason": f"the {hub} was stopped by its operator (Ctrl-C or SIGTERM); run aborted, no model written",
+                "error": OPERATOR_STOP}
+    return {"reason": (str(exc) or type(exc).__name__)[:2000], "error": type(exc).__name__[:64]}
+
+
+def abort_text(body: dict, hub: str = "coordinator") -> str:
+    """What a member says when its hub's ABORT arrives."""
+    kind, reason = body.get("error"), body.get("reason")
+    if kind == OPERATOR_STOP:
+        return str(reason)
+    if kind == REGISTRATION_REFUSED:
+        return f"the {hub} refused this registration (the run goes on without this process): {reason}"
+    return f"the {hub} aborted the run: {reason}"

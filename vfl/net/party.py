@@ -56,7 +56,7 @@ from vfl.exceptions import (
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel
-from vfl.net.notices import Reminder, silence_reason, waiting_line
+from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
 from vfl.privacy.budget_guard import BudgetGuard
@@ -441,7 +441,7 @@ class PartyNode:
     def _handle(self, t: ClientTransport, msg: Message, session: FMParty | BCDParty | None) -> Any:
         kind = msg.type
         if kind is MessageType.ABORT:
-            raise PartyFailure(f"the coordinator aborted the run: {msg.body['reason']}")
+            raise PartyFailure(abort_text(msg.body))
         if kind is MessageType.WELCOME:
             self.log(f"[{self.data.name}] registered with the coordinator (run {t.run_id[:8]}); waiting for the plan")
             return None

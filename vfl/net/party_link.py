@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from vfl.exceptions import ConfigurationError, PartyFailure, VFLError
 from vfl.net.messages import Message, MessageType
-from vfl.net.notices import RateLimitedLog
+from vfl.net.notices import REGISTRATION_REFUSED, RateLimitedLog, abort_body
 from vfl.net.transport import PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Registration
 from vfl.protocols.settings import RunSettings
@@ -53,10 +53,10 @@ class PartyLink:
                                "dropped; run aborted, no model written") from exc
 
     def _abort(self, exc: BaseException) -> None:
-        reason = str(exc) or type(exc).__name__
+        body = abort_body(exc)
         for r in self.parties:
             try:
-                self._send(r.peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error": type(exc).__name__}))
+                self._send(r.peer, Message(MessageType.ABORT, dict(body)))
             except VFLError:
                 pass
 
@@ -91,7 +91,8 @@ class PartyLink:
         reg = next((r for r in self.parties if r.peer == peer), None)
         if reg is None:
             if msg.type is MessageType.REGISTER:
-                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties")
+                self._refuse(peer, f"the run already has its {self.settings.n_parties} parties (is one of them "
+                                   "started twice?)", run_goes_on=True)
             return None
         if msg.sender != reg.name:
             self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
@@ -102,15 +103,17 @@ class PartyLink:
             return None
         return reg, msg
 
-    def _refuse(self, peer: bytes, reason: str, error: VFLError | None = None) -> None:
-        """Answer a REGISTER we cannot accept with ABORT, once per peer and never blocking (issue 14, item 2)."""
+    def _refuse(self, peer: bytes, reason: str, error: VFLError | None = None, *, run_goes_on: bool = False) -> None:
+        """Answer a REGISTER we cannot accept with ABORT, once per peer and never blocking (issue 14, item 2);
+        ``run_goes_on``: the refused process is told the run continues without it (REGISTRATION_REFUSED)."""
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
         self.refused[peer] = error or ConfigurationError(reason)
         self._limited("registration", f"  refused a registration: {reason}", self.log)
         try:
             self._send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
-                                                        "error": type(error or ConfigurationError()).__name__}))
+                                                        "error": REGISTRATION_REFUSED if run_goes_on else
+                                                        type(error or ConfigurationError()).__name__}))
         except VFLError:
             pass
 

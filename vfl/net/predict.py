@@ -21,7 +21,8 @@ from vfl.data.preprocessing import Preprocessing
 from vfl.exceptions import ConfigurationError, DataValidationError
 from vfl.net.modelio import FittedModel
 
-__all__ = ["OUT_OF_BOUNDS_MODES", "Predictions", "model_inputs", "read_rows", "check_bounds", "predict_file"]
+__all__ = ["OUT_OF_BOUNDS_MODES", "Predictions", "model_inputs", "read_rows", "check_bounds", "predict_file",
+           "format_value"]
 
 OUT_OF_BOUNDS_MODES = ("refuse", "flag", "clip")
 FLAG_COLUMN = "out_of_bounds"
@@ -94,6 +95,12 @@ class Predictions:
     unchecked: list[str]   # parties whose columns have no recorded bounds ((DP-)BCD): not checked
 
 
+def format_value(v: float) -> str:
+    """A prediction or score as text: 17 significant digits, so the float read back is the one computed (repr
+    round-trip); `vfl predict` and `vfl score` write the same."""
+    return f"{v:.17g}"
+
+
 def output_column(model: FittedModel, name: str | None, proba: bool) -> str:
     """``--output-column``, else ``<label>_probability`` (``--proba``) or ``<label>_predicted``; ``probability`` /
     ``prediction`` for a model without a label name (schema version 1 files)."""
@@ -120,6 +127,6 @@ def predict_file(model: FittedModel, data: str | Path, *, id_column: str | None 
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     for i, v in enumerate(values):
-        writer.writerow(([ids[i]] if ids is not None else []) + [f"{v:.10g}"] + ([flags[i]] if flags else []))
+        writer.writerow(([ids[i]] if ids is not None else []) + [format_value(v)] + ([flags[i]] if flags else []))
     unchecked = [p.name for p in model.parties if p.bounds is None and p.features]
     return Predictions(buf.getvalue(), len(values), n_outside, unchecked)

@@ -34,11 +34,20 @@ from vfl.exceptions import (
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.party import HEARTBEAT_SECONDS, send_error
-from vfl.net.predict import output_column
+from vfl.net.predict import format_value, output_column
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
 from vfl.protocols.roster import check_self_signed, sign_registration, verify_own_entry
-from vfl.protocols.scoring import ScorePlan, ScoreResult, ScoringBlock, ScoringHub, ScoringParty, check_query
+from vfl.protocols.scoring import (
+    SCORE_PRECISION_BITS,
+    ScorePlan,
+    ScoreResult,
+    ScoringBlock,
+    ScoringHub,
+    ScoringParty,
+    check_query,
+    check_servable,
+)
 from vfl.secure.identity import canonical_json, load_party_identity
 from vfl.secure.psi import normalise_ids
 
@@ -305,8 +314,11 @@ class ScoringPartyNode:
     def __init__(self, model: FittedModel, name: str, ids: Sequence[str], X: np.ndarray, connect: str, *,
                  curve: CurveClientKeys | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_unsigned_model: bool = False, timeout: float = 120.0,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, max_query_ids: int = DEFAULT_MAX_QUERY_IDS) -> None:
         validate_name(name)
+        if isinstance(max_query_ids, bool) or not isinstance(max_query_ids, int) or not 1 <= max_query_ids <= 10**7:
+            raise ConfigurationError(f"--max-query-ids must lie in [1, 10000000], got {max_query_ids}")
+        self.max_query_ids = max_query_ids
         if identity_dir is None and not insecure_no_identity:
             raise ConfigurationError(f"party {name} has no signing identity: pass --identity-dir DIR (made by "
                                      "`vfl keys`), or --insecure-no-identity for loopback experiments only")
@@ -319,6 +331,8 @@ class ScoringPartyNode:
                           PrivacyLeakWarning, stacklevel=2)
         self.model, self.name, self.connect, self.curve = model, name, connect, curve
         self.block = scoring_block(model, name)
+        # before anything is sent: public bounds on every column, and a largest partial score that fits the encoding
+        check_servable(self.block, len(serving_parties(model)), SCORE_PRECISION_BITS, name)
         self.timeout, self.log = float(timeout), log or (lambda s: None)
         self._check_roster(allow_unsigned_model)
         self.ids = list(ids)
@@ -326,6 +340,8 @@ class ScoringPartyNode:
         if self.X.shape != (len(self.ids), len(self.block.features)):
             raise DataValidationError(f"party {name}: {self.X.shape[1] if self.X.ndim == 2 else '?'} columns and "
                                       f"{len(self.ids)} IDs for the model's {len(self.block.features)} features")
+        if not np.all(np.isfinite(self.X)):
+            raise DataValidationError(f"party {name}: its table holds NaN or infinite values; refusing to serve")
         self.digest = model_digest(model)
         self.session: ScoringParty | None = None
         self.answered = 0   # queries answered in earlier sessions
@@ -427,7 +443,8 @@ class ScoringPartyNode:
         if self.session is not None:   # a co-party rejoined: a new session, new keys
             self.answered += self.session.answered
         self.session = ScoringParty(name=self.name, plan=plan, index=index, ids=self.ids, X=self.X,
-                                    block=self.block, identity=self.identity, pinned=self.pinned)
+                                    block=self.block, identity=self.identity, pinned=self.pinned,
+                                    max_ids=self.max_query_ids)
         self.log(f"[{self.name}] serving {len(self.ids)} IDs for a {self.model.model} model "
                  f"({len(self.block.features)} features) with {', '.join(p for p in plan.parties if p != self.name)}")
         return self.session.key_message()
@@ -474,7 +491,7 @@ def scores_csv(model: FittedModel, scores: Scores, id_name: str) -> str:
         if scores.missing[i]:
             w.writerow([ident, *([""] * len(cols)), "missing"])
             continue
-        vals = [f"{scores.value[i]:.17g}"]
+        vals = [format_value(scores.value[i])]
         if scores.label is not None:
             vals.append(f"{int(scores.label[i])}")
         w.writerow([ident, *vals, "scored"])

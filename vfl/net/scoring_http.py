@@ -4,16 +4,21 @@ The hub keeps its serving parties connected and answers
 
 * ``POST /score`` with ``{"ids": [...]}`` (1 to ``--max-query-ids`` IDs) -> 200 ``{"ids", "scores", "labels"
   (logistic), "status"}`` in the request's order (``null`` score and ``"missing"`` for an ID some party does not
-  hold); 400 for a bad request (not JSON, duplicate / empty IDs, too many), 413 for a body over the limit, 503 while
-  the parties are not all connected or when one fails (the reason names it);
+  hold); 400 for a bad request (not JSON, duplicate / empty IDs, too many, a Content-Length that is not one
+  non-negative integer), 411 without a Content-Length, 413 for a body over the limit (all three before the body is
+  read), 429 over the client's rate limit, 503 while the parties are not all connected or when one fails (the
+  reason names it), or when the connection cap is reached;
 * ``GET /healthz`` -> 200 while the process runs; ``GET /readyz`` -> 200 when every party is connected and the keys
-  are agreed, else 503 with the parties it waits for.
+  are agreed, else 503 with the parties it waits for. A route with the wrong method answers 405 with ``Allow``.
 
-HTTP stack: the standard library's :class:`http.server.ThreadingHTTPServer`. The service has three routes, small JSON
-bodies and a handful of clients (a model-serving front end, batch jobs); the standard library carries no extra
-dependency into a package whose parties must audit what they install, and the measured single-ID latency
-(docs/serving.md) is dominated by the parties' round trip, not by HTTP parsing. Put a TLS-terminating reverse proxy
-in front of it for anything beyond loopback: it speaks plain HTTP.
+Connections are served by a fixed pool of worker threads under a connection cap, each client address under a token
+bucket (:mod:`vfl.net.http_guard`).
+
+HTTP stack: the standard library's :class:`http.server.HTTPServer` with a bounded pool (:mod:`vfl.net.http_guard`).
+The service has three routes, small JSON bodies and a handful of clients (a model-serving front end, batch jobs);
+the standard library carries no extra dependency into a package whose parties must audit what they install, and
+the measured single-ID latency (docs/serving.md) is dominated by the parties' round trip, not by HTTP parsing. Put
+a TLS-terminating reverse proxy in front of it for anything beyond loopback: it speaks plain HTTP.
 
 Threads: the HTTP handler threads only queue requests; the one service thread owns the ZeroMQ socket, answers the
 queue one query at a time, and in between keeps heartbeats and liveness going. A party that fails (killed,
@@ -29,15 +34,29 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, VFLError
+from vfl.net.http_guard import BoundedHTTPServer, HTTPRefusal, RateLimiter, body_length, client_key
 from vfl.net.scoring import Scores, ScoringHubNode
 
-__all__ = ["ScoringService", "parse_http_address", "MAX_BODY_BYTES"]
+__all__ = ["ScoringService", "HTTPLimits", "parse_http_address", "MAX_BODY_BYTES"]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+_ROUTES = {"/score": "POST", "/healthz": "GET", "/readyz": "GET"}
+
+
+@dataclass(frozen=True)
+class HTTPLimits:
+    """What one hostile client can take: worker threads, open connections, requests per second and at once per
+    client address (``rate`` 0: no rate limit), seconds an idle connection is kept."""
+
+    workers: int = 8
+    max_connections: int = 64
+    rate: float = 100.0
+    burst: int = 200
+    idle_timeout: float = 10.0
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
@@ -70,14 +89,20 @@ class ScoringService:
     """Serve ``hub`` (already started: every party connected) over HTTP at ``host:port`` until :meth:`stop`."""
 
     def __init__(self, hub: ScoringHubNode, host: str, port: int, *, log: Callable[[str], None] | None = None,
-                 request_timeout: float | None = None) -> None:
+                 request_timeout: float | None = None, limits: HTTPLimits | None = None) -> None:
         self.hub, self.log = hub, log or (lambda s: None)
         self.requests: queue.Queue[_Request] = queue.Queue()
         self.request_timeout = request_timeout if request_timeout is not None else hub.timeout + 10.0
         self.problem: str | None = None
         self._stop = threading.Event()
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
-        self.httpd.daemon_threads = True
+        self.limits = limits or HTTPLimits()
+        if not 1 <= self.limits.workers <= self.limits.max_connections:
+            raise ConfigurationError(f"--http-workers must lie in [1, --http-max-connections "
+                                     f"{self.limits.max_connections}], got {self.limits.workers}")
+        self.limiter = RateLimiter(self.limits.rate, self.limits.burst)
+        self.httpd = BoundedHTTPServer((host, port), self._handler(), workers=self.limits.workers,
+                                       max_connections=self.limits.max_connections,
+                                       idle_timeout=self.limits.idle_timeout)
         self.address = f"http://{host}:{self.httpd.server_address[1]}"
 
     # ------------------------------------------------------------------ service thread
@@ -85,7 +110,10 @@ class ScoringService:
         """Run the HTTP server on a thread and the hub here until :meth:`stop` (or Ctrl-C / SIGTERM)."""
         server = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         server.start()
-        self.log(f"scoring service on {self.address} (POST /score, GET /healthz, GET /readyz)")
+        lim = self.limits
+        self.log(f"scoring service on {self.address} (POST /score, GET /healthz, GET /readyz); {lim.workers} "
+                 f"workers, at most {lim.max_connections} connections, " +
+                 (f"{lim.rate:g} requests/s per client (burst {lim.burst})" if lim.rate > 0 else "no rate limit"))
         try:
             while not self._stop.is_set():
                 self._once()
@@ -157,34 +185,58 @@ class ScoringService:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: no IDs in logs
                 pass
 
-            def _reply(self, status: int, doc: dict) -> None:
+            def _reply(self, status: int, doc: dict, headers: dict[str, str] | None = None) -> None:
                 body = json.dumps(doc, allow_nan=False).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _admit(self, method: str) -> bool:
+                """Route, method and the client's rate limit; False when answered already (405/404/429)."""
+                path = self.path.split("?", 1)[0]
+                allowed = _ROUTES.get(path)
+                if allowed is None:
+                    self.close_connection = method == "POST"   # its body is not read
+                    self._reply(404, {"error": f"no route {path}"})
+                    return False
+                if allowed != method:
+                    self.close_connection = method == "POST"
+                    self._reply(405, {"error": f"{path} answers {allowed} only"}, {"Allow": allowed})
+                    return False
+                wait = service.limiter.allow(client_key(self.client_address))
+                if wait > 0:
+                    self.close_connection = method == "POST"
+                    self._reply(429, {"error": "too many requests from this client"},
+                                {"Retry-After": str(max(1, int(wait + 0.999)))})
+                    return False
+                return True
+
             def do_GET(self) -> None:  # noqa: N802
-                if self.path == "/healthz":
+                if not self._admit("GET"):
+                    return
+                if self.path.split("?", 1)[0] == "/healthz":
                     self._reply(200, {"status": "ok"})
-                elif self.path == "/readyz":
-                    hub = service.hub
-                    doc = {"ready": hub.ready, "parties": hub.names, "waiting_for": hub.waiting_for()}
-                    if service.problem and not hub.ready:
-                        doc["error"] = service.problem
-                    self._reply(200 if hub.ready else 503, doc)
-                else:
-                    self._reply(404, {"error": f"no route {self.path}"})
+                    return
+                hub = service.hub
+                doc = {"ready": hub.ready, "parties": hub.names, "waiting_for": hub.waiting_for()}
+                if service.problem and not hub.ready:
+                    doc["error"] = service.problem
+                self._reply(200 if hub.ready else 503, doc)
 
             def do_POST(self) -> None:  # noqa: N802
-                if self.path != "/score":
-                    self._reply(404, {"error": f"no route {self.path}"})
+                if not self._admit("POST"):
                     return
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY_BYTES:
-                    self._reply(413, {"error": f"request body over {MAX_BODY_BYTES} bytes"})
+                try:   # before a byte of the body is read
+                    length = body_length(self.headers, MAX_BODY_BYTES)
+                except HTTPRefusal as exc:
                     self.close_connection = True
+                    self._reply(exc.status, {"error": exc.reason})
                     return
                 try:
                     doc = json.loads(self.rfile.read(length).decode("utf-8"))

@@ -33,7 +33,7 @@ from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
 from vfl.net.modelio import FittedModel
-from vfl.net.notices import Reminder, silence_reason, waiting_line
+from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.budget_guard import BudgetGuard
@@ -287,7 +287,7 @@ class SiteNode:
                 if reminder.due():
                     self.log(waiting_line(self.data.name, t, now - t.last_seen, self.timeout))
             elif msg.type is MessageType.ABORT:
-                raise PartyFailure(f"the aggregator aborted the run: {msg.body['reason']}")
+                raise PartyFailure(abort_text(msg.body, "aggregator"))
             elif msg.type is MessageType.RESULT:
                 return self.result_parser(msg)
             elif msg.type is MessageType.CAPE_PLAN:

@@ -15,6 +15,7 @@ from typing import Any
 
 from vfl.exceptions import PartyFailure, VFLError
 from vfl.net.messages import Message, MessageType
+from vfl.net.notices import REGISTRATION_REFUSED
 from vfl.net.transport import PeerUnreachable, ServerTransport
 
 HEARTBEAT_SECONDS = 1.0
@@ -74,9 +75,10 @@ class SiteLink:
             raise PartyFailure(f"site {reg.name} is unreachable (vanished or not reading): {msg.type.value} dropped; "
                                f"{self.label} has no dropout recovery: run aborted, no model written") from exc
 
-    def _refuse(self, peer: bytes, reason: str) -> None:
+    def _refuse(self, peer: bytes, reason: str, *, run_goes_on: bool = False) -> None:
         try:
-            self.transport.send(peer, Message(MessageType.ABORT, {"reason": reason[:2000],
-                                                                  "error": "ConfigurationError"}))
+            self.transport.send(peer, Message(MessageType.ABORT, {"reason": reason[:2000], "error":
+                                                                  REGISTRATION_REFUSED if run_goes_on else
+                                                                  "ConfigurationError"}))
         except VFLError:
             pass

@@ -64,6 +64,8 @@ HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED
                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 #: what a party's socket monitor reports (issue 21: say why a wait is silent, name a CURVE mismatch at once)
 MECHANISM_MISMATCH = zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH   # exactly one side of a connection uses CURVE
+#: a CURVE HELLO this server cannot open: the client encrypted it to another server key (keys of another run)
+CURVE_UNDECRYPTABLE = zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
 CLIENT_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
 
 
@@ -344,6 +346,10 @@ class ServerTransport:
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             why = ("its CURVE key is not among the authorised keys (NAME.key in --curve-dir): a party whose key is "
                    "missing here, a wrong --name, or a stranger")
+        elif self.key_names is not None and event["value"] == CURVE_UNDECRYPTABLE:
+            why = ("its keys are not ones this coordinator trusts: its CURVE handshake is encrypted to another "
+                   "coordinator key (keys from another `vfl keys` run?); give it this coordinator's coordinator.key "
+                   "and its NAME.key_secret from the same folder, and put its NAME.key in --curve-dir")
         elif self.key_names is not None:   # the peer named the mismatch, or hung up on our CURVE greeting
             sure = "" if event["value"] == MECHANISM_MISMATCH else "most likely "
             why = f"{sure}it does not use CURVE (it needs --curve-dir with coordinator.key and its NAME.key_secret)"

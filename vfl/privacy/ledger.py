@@ -326,6 +326,8 @@ class Ledger:
     def __init__(self, path: str | Path, *, party: str | None = None, create: bool = True) -> None:
         self.path = Path(path).expanduser()
         self.party = party
+        #: this object created the file (:meth:`discard_if_unused` may remove it again)
+        self.created = False
         if not self.path.exists():
             if not create:
                 raise LedgerError(f"no privacy ledger at {self.path}")
@@ -358,6 +360,7 @@ class Ledger:
             return
         except OSError as exc:
             raise LedgerError(f"cannot create the privacy ledger {self.path}: {exc.strerror or exc}") from None
+        self.created = True
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -449,6 +452,22 @@ class Ledger:
             raise self._fail(f"cannot be written ({exc})") from None
         finally:
             conn.close()
+
+    def discard_if_unused(self) -> bool:
+        """Remove the file if this object created it and no entry was ever written (a member that failed before
+        its first reservation leaves no empty ledger behind); True if removed."""
+        if not self.created or not self.path.exists():
+            return False
+        try:
+            with self._connect() as conn:
+                count = dict(conn.execute("SELECT key, value FROM meta").fetchall()).get("count")
+        except (sqlite3.DatabaseError, LedgerError):
+            return False
+        if count != "0":
+            return False
+        self.path.unlink(missing_ok=True)
+        self.created = False
+        return True
 
     # ------------------------------------------------------------------ reservations
     def _compose(self, history: Sequence[RunRecord], dataset: DatasetKey, run_id: str, spend: Spend,

@@ -39,6 +39,7 @@ from vfl.data.rows import ArrayRows, RowSource
 from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, ProtocolError, VFLError
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink
+from vfl.fm.objective import QuadraticObjective
 from vfl.fm.solver import default_regularization, solve_details
 from vfl.privacy.fixed_point import (
     accumulate_single_party_raw,
@@ -49,7 +50,7 @@ from vfl.privacy.fixed_point import (
     release_single_party_block,
 )
 from vfl.privacy.floor_selection import release_floor
-from vfl.privacy.mechanisms import make_mechanism
+from vfl.privacy.mechanisms import Mechanism, make_mechanism
 from vfl.protocols.contracts import Incoming, Out, PlanBody, PlanParty, ReadyBody, Registration, kind_of
 from vfl.protocols.party_columns import PreparedColumns
 from vfl.protocols.settings import RunSettings
@@ -169,6 +170,8 @@ class FMRelease:
     regularization: str
     domain: str
     precision_bits: int
+    objective: QuadraticObjective | None = None   # the released objective and its noise law: inference from the
+    mechanism: Mechanism | None = None            # release (vfl.models.inference), post-processing
 
 
 #: a combined entry may exceed its noise-free bound by this many standard deviations of the sum of the two noise
@@ -408,7 +411,8 @@ class FMCoordinator:
         return FMRelease(w=sol.w, report=report, label_bounds=label_bounds, column_scale=scale,
                          intercept_party=self.intercept_party, lambda_floor=floor, n_floored=sol.n_floored,
                          regularization=self.regularization,
-                         domain=self.mech.domain, precision_bits=self.precision_bits)
+                         domain=self.mech.domain, precision_bits=self.precision_bits, objective=objective,
+                         mechanism=self.mech)
 
     def _report(self) -> tuple[dict, list[float] | None]:
         """The mechanism's privacy report and the label bounds (linear).

@@ -107,6 +107,8 @@ class PlanSummary:
     parties: list[tuple[str, int, bool]] = field(default_factory=list)
     key_bits: int | None = None
     index: int = 0
+    #: the party whose column count includes the public intercept column (None: no intercept)
+    intercept_party: str | None = None
 
 
 def _number(params: dict, key: str) -> float | None:
@@ -161,6 +163,7 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     if not 1 <= len(parties) <= MAX_PLAN_PARTIES:
         raise ConfigurationError(f"the plan lists {len(parties)} parties; refused (at most {MAX_PLAN_PARTIES})")
     described: list[tuple[str, int, bool]] = []
+    intercept_party: str | None = None
     for p in parties:
         count = p.get("n_features")
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < max(n_rows, 2):
@@ -168,17 +171,23 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
                                      "refused (a column count >= the row count would let the key holder's "
                                      "decryptions reveal its table)")
         described.append((str(p.get("name")), count, bool(p.get("label_owner"))))
+        if p.get("intercept") is True and count >= 1:
+            intercept_party = str(p.get("name"))
     index = body.get("index")
     if not isinstance(index, int) or not 0 <= index < len(described) or described[index][0] != name:
         raise ConfigurationError("the plan does not describe this party")
     return PlanSummary(mechanism, str(body.get("model")), eps, true_epsilon, delta, described,
-                       key_bits if isinstance(key_bits, int) else None, index)
+                       key_bits if isinstance(key_bits, int) else None, index, intercept_party)
 
 
 def describe_plan(summary: PlanSummary) -> str:
     """One line a party prints before it runs the plan."""
-    who = ", ".join(f"{n} ({c} col{'s' if c != 1 else ''}{', label' if lab else ''})"
-                    for n, c, lab in summary.parties)
+    def columns(name: str, count: int) -> str:
+        if name == summary.intercept_party:   # its count includes the public constant column
+            return f"{count - 1} col{'s' if count != 2 else ''} + intercept"
+        return f"{count} col{'s' if count != 1 else ''}"
+
+    who = ", ".join(f"{n} ({columns(n, c)}{', label' if lab else ''})" for n, c, lab in summary.parties)
     privacy = "NO noise" if summary.mechanism in UNPROTECTED_MECHANISMS else f"epsilon {summary.epsilon:g}"
     if summary.true_epsilon is not None and summary.epsilon is not None and summary.true_epsilon > summary.epsilon:
         privacy += f" (true epsilon {summary.true_epsilon:g})"

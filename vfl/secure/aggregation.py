@@ -38,9 +38,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from vfl.exceptions import DataValidationError, EncodingOverflowError, KeyValidationError, ProtocolError
-from vfl.secure.fastmath import legendre as _legendre  # the one gmpy2 shim (Python-int fallback there)
-from vfl.secure.fastmath import mpz as _mpz
-from vfl.secure.fastmath import powmod as _powmod
+from vfl.secure.bigint import legendre as _legendre  # the one gmpy2 shim (Python-int fallback there)
+from vfl.secure.bigint import mpz as _mpz
+from vfl.secure.bigint import powmod as _powmod
 
 __all__ = [
     "MODP_2048_PRIME",
@@ -50,6 +50,7 @@ __all__ = [
     "validate_public_value",
     "encode_fixed_point",
     "decode_fixed_point",
+    "max_abs_encoded",
     "pair_mask",
     "SecAggSite",
     "SecAggAggregator",
@@ -93,9 +94,10 @@ def validate_public_value(value: int) -> int:
     return v
 
 
-def _max_abs_encoded(n_sites: int) -> int:
+def max_abs_encoded(n_sites: int) -> int:
     """Largest |round(x 2^f)| a site may submit so that the sum of ``n_sites`` encodings fits int64."""
     return (2**63 - 1) // n_sites
+
 
 
 def encode_fixed_point(x: np.ndarray, precision_bits: int, n_sites: int) -> np.ndarray:
@@ -108,7 +110,7 @@ def encode_fixed_point(x: np.ndarray, precision_bits: int, n_sites: int) -> np.n
     if not np.isfinite(arr).all():
         raise DataValidationError("secure aggregation input contains NaN or infinite values")
     scaled = np.rint(np.ldexp(arr, precision_bits))
-    limit = _max_abs_encoded(n_sites)
+    limit = max_abs_encoded(n_sites)
     if scaled.size and int(np.max(np.abs(scaled))) > limit:  # exact: an integral double converts exactly
         bound = limit / 2.0**precision_bits
         raise EncodingOverflowError(  # never quotes the (secret) input value
@@ -141,10 +143,13 @@ def _pair_key(low: int, high: int, pk_low: int, pk_high: int, shared: int) -> by
     return h.digest()
 
 
-def pair_mask(pair_key: bytes, round_id: int, low: int, high: int, length: int) -> np.ndarray:
-    """The pair's mask in Z_{2^64}^length: SHAKE-256(label || K_st || round || s || t), little-endian words."""
+def pair_mask(pair_key: bytes, round_id: int, low: int, high: int, length: int, context: bytes = b"") -> np.ndarray:
+    """The pair's mask in Z_{2^64}^length: SHAKE-256(label || K_st || round || s || t || context), little-endian
+    words. ``context`` (after fixed-length fields, so unambiguous; empty by default) binds the mask to what the
+    round's input answers, e.g. a transcript hash: two sites whose contexts differ draw unrelated masks, which then
+    do not cancel in the sum."""
     shake = hashlib.shake_256(_LABEL + b"|mask|" + pair_key + _round_bytes(round_id) + _int_bytes(low, 4)
-                              + _int_bytes(high, 4))
+                              + _int_bytes(high, 4) + bytes(context))
     return np.frombuffer(shake.digest(8 * length), dtype="<u8").astype(np.uint64)
 
 
@@ -248,11 +253,12 @@ class SecAggSite:
         self._used = True
         return out
 
-    def mask_words(self, words: np.ndarray, round_id: int) -> np.ndarray:
+    def mask_words(self, words: np.ndarray, round_id: int, context: bytes = b"") -> np.ndarray:
         """``words + sum_{t>s} m_st(r) - sum_{t<s} m_ts(r)  (mod 2^64)`` for already encoded uint64 ``words`` of any
         length, under round ``r = round_id`` of the agreed pair keys (a long-lived session: one key agreement, one
         fresh round per input). Round ids must strictly increase and exceed this site's construction round, so no
-        two inputs are ever masked alike (that would reveal their difference)."""
+        two inputs are ever masked alike (that would reveal their difference). ``context`` is mixed into every pair
+        mask (:func:`pair_mask`): the masks cancel only among sites that masked under the same context."""
         if self._pair_keys is None:
             raise ProtocolError(f"site {self.site_id} must receive the public keys before masking its input")
         rid = int(round_id)
@@ -266,7 +272,8 @@ class SecAggSite:
         out = arr.copy()
         for t, key in self._pair_keys.items():
             lo, hi = min(self.site_id, t), max(self.site_id, t)
-            mask = pair_mask(key, rid, lo, hi, out.shape[0])
+            mask = pair_mask(key, rid, lo, hi, out.shape[0], context) if context else \
+                pair_mask(key, rid, lo, hi, out.shape[0])
             if self.site_id < t:
                 out += mask
             else:

@@ -44,32 +44,8 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError, SlowBackendWarning
 from vfl.secure import native
-
-try:  # pragma: no cover - exercised by whichever backend is installed
-    import gmpy2
-
-    HAVE_GMPY2 = True
-    mpz: Callable[[int], Any] = gmpy2.mpz
-    powmod: Callable[[Any, Any, Any], Any] = gmpy2.powmod
-    invert: Callable[[Any, Any], Any] = gmpy2.invert
-    gcd: Callable[[Any, Any], Any] = gmpy2.gcd
-    legendre: Callable[[Any, Any], int] = gmpy2.legendre
-except ImportError:  # pragma: no cover
-    HAVE_GMPY2 = False
-    mpz = int
-
-    def powmod(b: Any, e: Any, m: Any) -> Any:
-        return pow(b, e, m)
-
-    def invert(a: Any, m: Any) -> Any:
-        return pow(a, -1, m)
-
-    gcd = math.gcd
-
-    def legendre(a: Any, p: Any) -> int:
-        r = pow(a, (p - 1) // 2, p)
-        return -1 if r == p - 1 else int(r)
-
+from vfl.secure.bigint import HAVE_GMPY2, invert, mpz, powmod
+from vfl.secure.forksafe import fork_safe_lock
 
 SHORT_EXPONENT_BITS = 256
 """Bits of ``alpha`` in short-exponent randomness: 2 x 128-bit security (Ma et al. use 2 kappa)."""
@@ -254,7 +230,7 @@ class Encrypter:
 
 _ENCRYPTER_CACHE: dict[tuple, Encrypter] = {}
 _ENCRYPTER_CACHE_SIZE = 8
-_ENCRYPTER_LOCK = threading.Lock()
+_ENCRYPTER_LOCK = fork_safe_lock()   # never inherited held by a forked worker (issue 30)
 
 
 def cached_encrypter(n: int, *, p: int | None = None, q: int | None = None,

@@ -18,7 +18,7 @@ import operator
 from phe import paillier
 
 from vfl.exceptions import KeyValidationError, ProtocolError
-from vfl.secure.fastmath import gcd, mpz
+from vfl.secure.bigint import gcd, mpz
 
 MIN_KEY_BITS = 2048
 MAX_KEY_BITS = 16384

@@ -119,7 +119,7 @@ class CBucketAccumulator:
 
     def result(self, product: int) -> Any:
         """``prod_i bases_i^{e_i} mod N`` over everything added to ``product`` (its buckets are then released)."""
-        from vfl.secure.fastmath import mpz
+        from vfl.secure.bigint import mpz
 
         return mpz(int.from_bytes(self._c.result(product), "big"))
 
@@ -139,7 +139,7 @@ class CFixedBaseTable:
 
     def pow(self, exponent: int) -> Any:
         """``base^exponent mod N`` for ``0 <= exponent < 2^(c K)``."""
-        from vfl.secure.fastmath import mpz
+        from vfl.secure.bigint import mpz
 
         exponent = int(exponent)
         if exponent < 0 or exponent >> self._bits:
