@@ -170,3 +170,10 @@ def test_auto_is_exactly_the_chosen_release(n: int) -> None:
     same = vfl.LinearRegression(mechanism=auto.mechanism_, row_norm=auto.row_norm_, **kw).fit(X, y)
     np.testing.assert_array_equal(auto.coef_, same.coef_)
     np.testing.assert_array_equal(auto.predict(X), same.predict(X))
+
+
+def test_noisy_gd_has_no_inference_from_a_released_objective() -> None:
+    X, y, s = _synthetic(6, 300)
+    est = vfl.LinearRegression(mechanism="noisy-gd", bounds=(-3, 3), y_bounds=(-3 * s, 3 * s)).fit(X, y)
+    with pytest.raises(ConfigurationError, match="releases gradients only"):
+        est.inference_  # noqa: B018 (the property raises)
