@@ -109,8 +109,8 @@ def _member_checks(checks, role, config, name, connect, curve_dir, identity_dir,
 
 def _data(cfg, config, role) -> str:  # noqa: ANN001
     """The table and bounds as `vfl party` reads them at start, and declared bounds for every column."""
-    from vfl.cli import _party_local_data
     from vfl.net.party import check_declared_bounds
+    from vfl.net.party_data import load_party_data
     from vfl.protocols.policy import PartyPolicy
 
     if role == "site" and not cfg.label:
@@ -121,7 +121,7 @@ def _data(cfg, config, role) -> str:  # noqa: ANN001
         from vfl.exceptions import ConfigurationError
 
         raise ConfigurationError("give --features (and --label for the label owner)")
-    local = _party_local_data(cfg, config)
+    local = load_party_data(cfg, config)
     check_declared_bounds(local, PartyPolicy(), allow=False)
     label = f", label {cfg.label}" if cfg.label else ""
     return (f"{cfg.data or cfg.dataset}: {local.n_rows} rows, {len(local.feature_names)} features{label}; public "
