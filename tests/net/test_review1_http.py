@@ -31,3 +31,43 @@ def test_an_id_that_is_not_utf8_encodable_is_refused_and_the_service_lives_on(ht
             break
         assert time.monotonic() < deadline and hub.poll() is None, f"the service stopped answering ({status})"
         time.sleep(0.5)
+
+
+def test_eight_trickling_clients_do_not_starve_an_honest_one(http_service):  # noqa: F811
+    """Slowloris: one client opens as many connections as the hub has workers (8 by default) and sends its request
+    headers one byte every 3 s, under the 10 s idle timeout (which is per read, not per request). An honest
+    GET /healthz on a fresh connection must still be answered within 45 s (the read timeout is 30 s)."""
+    import socket
+    import threading
+
+    port, _, _ = http_service()
+    stop = threading.Event()
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(8)]
+
+    def trickle() -> None:
+        head = b"POST /score HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000
+        i = 0
+        while not stop.is_set() and i < len(head):
+            for s in socks:
+                try:
+                    s.sendall(head[i:i + 1])
+                except OSError:
+                    pass
+            i += 1
+            stop.wait(3.0)
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        time.sleep(2.0)
+        started = time.monotonic()
+        try:
+            status = _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=45)[0]
+        except OSError:
+            status = 0
+        waited = time.monotonic() - started
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()
+    assert status == 200, f"an honest request got {status} after {waited:.1f} s while 8 connections trickled"
