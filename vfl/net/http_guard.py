@@ -21,6 +21,7 @@ The standard library's :class:`http.server.ThreadingHTTPServer` starts one threa
 from __future__ import annotations
 
 import io
+import ipaddress
 import math
 import queue
 import socket
@@ -207,6 +208,16 @@ class DeadlineRequestHandler(BaseHTTPRequestHandler):
 
 
 def client_key(address: Any) -> str:
-    """The rate limiter's key of a client address (its host)."""
-    return str(address[0]) if isinstance(address, tuple) and address else str(address)
+    """The rate limiter's key of a client address: its IPv4 host, or the /64 network of an IPv6 host (one end site
+    holds a whole /64 and could otherwise take a fresh bucket per address); other addresses as given."""
+    host = str(address[0]) if isinstance(address, tuple) and address else str(address)
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
