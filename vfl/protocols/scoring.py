@@ -203,12 +203,20 @@ def check_query(ids: Sequence[Any], max_ids: int) -> list[str]:
     if len(values) > max_ids:
         raise DataValidationError(f"the query holds {len(values)} IDs, more than --max-query-ids {max_ids}")
     clean = normalise_ids(values, what="query")
-    for row, text in enumerate(clean, start=1):   # a lone surrogate (JSON "\\udcff") has no UTF-8 form: no frame
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise DataValidationError(f"query: the ID in data row {row} is not valid Unicode text") from None
+    try:   # a lone surrogate (JSON "\\udcff") has no UTF-8 form, so no query frame (id_frame)
+        "".join(clean).encode("utf-8")
+    except UnicodeEncodeError:
+        row = next(r for r, text in enumerate(clean, start=1) if not _utf8(text))
+        raise DataValidationError(f"query: the ID in data row {row} is not valid Unicode text") from None
     return clean
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ScoringParty:
