@@ -82,17 +82,15 @@ def _hwm_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-@pytest.mark.xfail(strict=True, reason="review1 finding, not fixed: a body under the 64 MiB cap parses to ~23x its "
-                                       "size (empty JSON containers), before any check of the ID count")
 def test_a_body_under_the_cap_does_not_take_many_times_its_size(http_service):  # noqa: F811
     """One POST /score of 16 MiB of ``[]`` elements (under the 64 MiB body cap, far over --max-query-ids) must not
-    raise the hub's peak memory by more than 4x the body: it is refused for its ID count, but json.loads builds
-    ~5.6 million empty lists first (~370 MiB); 8 workers at the cap: ~12 GiB."""
+    raise the hub's peak memory by more than 4x the body: it is refused (413) for its count of values before
+    json.loads builds ~5.6 million empty lists (~370 MiB before the fix; 8 workers at the cap: ~12 GiB)."""
     port, hub, _ = http_service()
     n = (16 * 2**20) // 3
     body = b'{"ids":[' + b",".join([b"[]"] * n) + b"]}"
     before = _hwm_kib(hub.pid)
     status = _raw(port, _post(body, str(len(body))), timeout=120)[0]
     grown = (_hwm_kib(hub.pid) - before) / 1024
-    assert status == 400, status
+    assert status == 413, status
     assert grown < 4 * len(body) / 2**20, f"peak memory grew by {grown:.0f} MiB for a {len(body) / 2**20:.0f} MiB body"

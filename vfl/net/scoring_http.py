@@ -248,9 +248,16 @@ class ScoringService:
                     self.close_connection = True
                     self._reply(exc.status, {"error": exc.reason})
                     return
+                raw = self.rfile.read(length)
+                self.request_read()
+                # before parsing: every JSON value but the first is preceded by ',', '[' or '{', so their count (in
+                # strings too) bounds the values json.loads would build; a body with more than the hub's ID cap (+
+                # the envelope's few) is refused without building them (a 16 MiB body of [] is ~23x its size parsed)
+                if sum(raw.count(c) for c in (b",", b"[", b"{")) > service.hub.plan.max_ids + 8:
+                    self._reply(413, {"error": f"the body holds more values than this hub's --max-query-ids "
+                                               f"({service.hub.plan.max_ids}) allows"})
+                    return
                 try:
-                    raw = self.rfile.read(length)
-                    self.request_read()
                     doc = json.loads(raw.decode("utf-8"))
                     ids = doc["ids"]
                     if not isinstance(ids, list):
