@@ -345,6 +345,9 @@ def _member_ledger_options(command: Callable) -> Callable:
 @click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
+@click.option("--model-out", type=click.Path(dir_okay=False), default=None,
+              help="Where to store the model every party signed at the end of an FM run (the file `vfl serve` "
+                   "serves). Default: model-NAME-RUN.json next to this party's ledger.")
 @_member_ledger_options
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
           label: str | None, id_column: str | None, rows_aligned: bool, bounds: str | None,
@@ -352,8 +355,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
-          workers: int | None, executor: str | None, max_frame_bytes: int | None, ledger_path: str | None,
-          budget: str | None, dataset_name: str | None) -> None:
+          workers: int | None, executor: str | None, max_frame_bytes: int | None, model_out: str | None,
+          ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
@@ -407,7 +410,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                      policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
                      identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
                      allow_data_derived_bounds=allow_data_derived_bounds,
-                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name,
+                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name, model_out=model_out,
                      dataset_files=[str(Path(cfg.data).resolve())] if cfg.data else [f"built-in:{cfg.dataset}"])
     _echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")
@@ -729,15 +732,25 @@ def djica_site(connect: str, name: str, data: str, columns: str | None, scale: f
 @click.option("--out-of-bounds", type=click.Choice(["refuse", "flag", "clip"]), default="refuse", show_default=True,
               help="Rows outside the model's public bounds: refuse the file, flag them (score as they are and add "
                    "an out_of_bounds column naming the columns), or clip them to the bounds.")
+@click.option("--allow-unsigned-model", is_flag=True,
+              help="INSECURE: use a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly.")
+@click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+              help="Pinned NAME.sign.pub of the parties (`vfl keys`): every party's signature must be under the key "
+                   "pinned here (default: under the keys the model's roster records).")
 def predict(model_path: str, data: str, out: str | None, proba: bool, force: bool, id_column: str | None,
-            output_column: str | None, out_of_bounds: str) -> None:
-    """Predict with a released model on a joined table of raw rows."""
-    from vfl.net.modelio import atomic_write_text, load_model
+            output_column: str | None, out_of_bounds: str, allow_unsigned_model: bool, identity_dir: str | None
+            ) -> None:
+    """Predict with a released model on a joined table of raw rows (a model every party of its roster signed)."""
+    from vfl.net.model_signing import load_signed_model
+    from vfl.net.modelio import atomic_write_text
     from vfl.net.predict import predict_file
+    from vfl.secure.identity import load_pinned
 
     if out:
         check_writable(out, force=force)
-    m = load_model(model_path)
+    m = load_signed_model(model_path, allow_unsigned=allow_unsigned_model,
+                          pinned=None if identity_dir is None else load_pinned(identity_dir))
     result = predict_file(m, data, id_column=id_column, column=output_column, proba=proba,
                           out_of_bounds=out_of_bounds)
     if result.unchecked:
