@@ -81,6 +81,10 @@ def _write_data(folder: Path, k: int, rows: int, rng: np.random.Generator):
     run = "be" * 16
     model = FittedModel("logistic", "gaussian-fm", parties, rng.normal(size=3 * k + 1), None, run_id=run,
                         label_name="y", roster=_signed_roster(folder / "ids", run, cols))
+    from vfl.secure.identity import load_identity
+
+    # every party's signature over the model file, as its parties give it at the end of a run (issue 29)
+    model.signatures = {n: load_identity(folder / "ids", n).sign(model.document_digest()) for n in cols}
     model.to_json(folder / "model.json")
     with open(folder / "joined.csv", "w") as fh:
         fh.write("id," + ",".join(c for n in cols for c in cols[n]) + "\n")

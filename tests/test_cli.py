@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from aligned_rows import rows_aligned
+from signed_model import signed
 
 from vfl.cli import cli, main
 from vfl.exceptions import ConfigurationError, DataValidationError
@@ -157,7 +158,7 @@ def test_shipped_party_configs_parse():
         assert cfg.name and cfg.connect and cfg.features and (cfg.dataset or cfg.data)
 
 
-def test_model_json_round_trip_and_predict(tmp_path, capsys):
+def test_model_json_round_trip_and_predict(tmp_path, capsys, identity_dir):
     parties = [PartyColumns("a", ["x1", "x2"], [[0, 10], [-1, 1]], 0.5, True), PartyColumns("b", ["x3"], [[0, 2]])]
     m = FittedModel("linear", "none", parties, np.array([0.2, -0.4, 0.6]), [0.0, 100.0], {"mechanism": "none"}, 3)
     X = np.array([[5.0, 0.0, 1.0], [10.0, 1.0, 2.0], [0.0, -1.0, 0.0]])
@@ -166,7 +167,7 @@ def test_model_json_round_trip_and_predict(tmp_path, capsys):
     np.testing.assert_allclose(m.predict(X), expected)
     np.testing.assert_allclose(m.predict([X[:, :2], X[:, 2:]]), expected)
     path = tmp_path / "model.json"
-    m.to_json(path)
+    signed(m, identity_dir).to_json(path)   # as its parties sign it at the end of a run (issue 29)
     m2 = load_model(path)
     np.testing.assert_allclose(m2.coef_, m.coef_)
     data = tmp_path / "data.csv"
@@ -228,13 +229,14 @@ def test_demo_stops_the_other_processes_as_soon_as_one_fails():
     (None, "x3,x2,x1\n1,nan,7\n", "'nan' is not finite"),
     (None, "x3,x2,x1\n1,abc,7\n", "'abc' is not a number"),
 ])
-def test_predict_user_errors_are_one_line_and_print_nothing(tmp_path, capsys, model_text, data_text, text):
+def test_predict_user_errors_are_one_line_and_print_nothing(tmp_path, capsys, identity_dir, model_text, data_text,
+                                                            text):
     """`vfl predict` with a wrong data file or a broken model file: exit 2, one line, no predictions printed."""
     path = tmp_path / "model.json"
     if model_text is None:
         parties = [PartyColumns("a", ["x1", "x2"], [[0, 10], [-1, 1]], 0.5, True), PartyColumns("b", ["x3"], [[0, 2]])]
-        FittedModel("linear", "none", parties, np.array([0.2, -0.4, 0.6]), [0.0, 100.0], {"mechanism": "none"},
-                    3).to_json(path)
+        signed(FittedModel("linear", "none", parties, np.array([0.2, -0.4, 0.6]), [0.0, 100.0],
+                           {"mechanism": "none"}, 3), identity_dir).to_json(path)
     else:
         path.write_text(model_text)
     data = tmp_path / "data.csv"

@@ -17,6 +17,7 @@ import json
 import numpy as np
 import pytest
 from aligned_rows import rows_aligned
+from signed_model import signed
 
 from vfl.cli import main
 from vfl.net.modelio import FittedModel, PartyColumns
@@ -137,9 +138,9 @@ def _csv(text: str) -> list[list[str]]:
 
 
 @pytest.fixture
-def files(tmp_path):
+def files(tmp_path, identity_dir):
     model = tmp_path / "model.json"
-    _model().to_json(model)
+    signed(_model(), identity_dir).to_json(model)   # as its parties sign it (issue 29)
     data = tmp_path / "raw.csv"
     data.write_text(RAW)
     return model, data
@@ -156,12 +157,12 @@ def test_predict_applies_the_recorded_preprocessing_and_passes_ids_through(capsy
     assert code == 0 and _csv(out)[0] == ["yhat"]
 
 
-def test_predict_proba_says_probability(tmp_path, capsys, files):
+def test_predict_proba_says_probability(tmp_path, capsys, files, identity_dir):
     model, data = files
     code, _, err = _run(capsys, "predict", "--model", model, "--data", data, "--proba")
     assert code == 2 and "--proba is for logistic models" in _one_error(err)
     logistic = tmp_path / "logistic.json"
-    _model("logistic").to_json(logistic)
+    signed(_model("logistic"), identity_dir).to_json(logistic)
     code, out, err = _run(capsys, "predict", "--model", logistic, "--data", data, "--proba", "--id", "id")
     assert code == 0, err
     rows = _csv(out)
@@ -226,7 +227,8 @@ def test_predict_refuses_an_unknown_schema_version_in_one_line(capsys, files):
 
 
 def test_predict_reads_a_version_1_model_file(tmp_path, capsys):
-    """A file written before schema version 2 (no label name, no preprocessing) still predicts."""
+    """A file written before schema version 2 (no label name, no preprocessing) still predicts, behind the explicit
+    opt-out for files written before models were signed."""
     doc = {"format": "vfl-model/1", "model": "linear", "mechanism": "none", "run_id": "", "n_samples": 3,
            "parties": [{"name": "a", "features": ["x1"], "bounds": [[0, 10]], "column_scale": 1.0,
                         "label_owner": True, "intercept": False}],
@@ -235,6 +237,9 @@ def test_predict_reads_a_version_1_model_file(tmp_path, capsys):
     model.write_text(json.dumps(doc))
     data = tmp_path / "d.csv"
     data.write_text("x1\n0\n10\n")
-    code, out, err = _run(capsys, "predict", "--model", model, "--data", data)
+    code, out, err = _run(capsys, "predict", "--model", model, "--data", data)   # unsigned: refused (issue 29)
+    assert code == 4 and out == "" and "no training roster" in err and "--allow-unsigned-model uses it" in err, err
+    code, out, err = _run(capsys, "predict", "--model", model, "--data", data, "--allow-unsigned-model")
     assert code == 0, err
+    assert "used ANYWAY (--allow-unsigned-model)" in err
     assert out.splitlines()[0] == "prediction" and [float(v) for v in out.split()[1:]] == [0.25, 0.75]

@@ -11,6 +11,7 @@ benchmarks and examples run in a temporary folder with their smallest sizes. The
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -74,9 +75,10 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl coordinator --parties 2 --model linear --mechanism gaussian-fm --epsilon 1 --delta 1e-5 --bind "
     "tcp://0.0.0.0:5555 --curve-dir certs --out model.json": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name alice --data alice.csv --features age,income --label outcome "
-    "--bounds alice-bounds.toml --rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
+    "--bounds alice-bounds.toml --rows-aligned --curve-dir certs --identity-dir certs "
+    "--model-out alice-model.json": DEPLOY,
     "vfl party --connect tcp://coordinator:5555 --name bob --data bob.csv --features 0-4 --bounds bob-bounds.toml "
-    "--rows-aligned --curve-dir certs --identity-dir certs": DEPLOY,
+    "--rows-aligned --curve-dir certs --identity-dir certs --model-out bob-model.json": DEPLOY,
     "vfl predict --model model.json --data joined.csv": DEPLOY,
     "vfl keys --out certs --names hospital_a,hospital_b,hospital_c": CAPE,
     "vfl coordinator --mechanism cape-fm --sites 3 --epsilon 1 --delta 1e-5 --bind tcp://0.0.0.0:5555 --curve-dir "
@@ -243,6 +245,10 @@ def test_the_deployment_block_runs_on_loopback(procs, tmp_path):
         assert pcode == 0, perr
         assert "privacy of this plan, as this party sees it: formal DP: yes" in pout
         assert "every identity pinned and every signature valid" in pout
+        assert "model signed by every party stored in" in pout
+    written = json.loads((tmp_path / "model.json").read_text())   # the model reached both parties, signed by both
+    assert sorted(written["signatures"]) == ["alice", "bob"]
+    assert all(json.loads((tmp_path / f"{n}-model.json").read_text()) == written for n in ("alice", "bob"))
     code, out, err = procs.finish(procs.start(_argv(predict, port)))
     assert code == 0, err
     lines = out.strip().splitlines()

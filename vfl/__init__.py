@@ -46,7 +46,7 @@ _LAZY = {
     "Coordinator": "vfl.net.coordinator",
     "RunSettings": "vfl.net.coordinator",
     "FittedModel": "vfl.net.modelio",
-    "load_model": "vfl.net.modelio",
+    "load_model": "vfl.api_scoring",   # checks the parties' signatures (issue 29)
     "LocalData": "vfl.net.party",
     "PartyNode": "vfl.net.party",
     "plan_epsilon": "vfl.models.planner",   # the epsilon planner (issue 31)

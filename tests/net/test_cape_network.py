@@ -100,7 +100,8 @@ def test_cli_noise_free_capefm_equals_pooled_least_squares(tmp_path, procs, hub)
     ref = np.linalg.lstsq(np.column_stack([X, np.ones(len(y))]), y, rcond=None)[0]
     np.testing.assert_allclose(doc["coef"], ref[:3], rtol=0, atol=1e-6)
     assert abs(doc["intercept"] - ref[3]) <= 1e-6
-    model = vfl.load_model(out)
+    with pytest.warns(vfl.PrivacyLeakWarning, match="used ANYWAY"):   # capeFM models are not signed (issue 29)
+        model = vfl.load_model(out, allow_unsigned_model=True)
     np.testing.assert_allclose(model.predict(X), np.column_stack([X, np.ones(len(y))]) @ ref, atol=1e-6)
 
 

@@ -156,8 +156,9 @@ def test_coordinator_check_keys_expected_parties_and_bind(setup):
 
 
 def test_serve_check_refuses_a_model_whose_roster_entry_another_key_signed(setup, identity_dir):
-    """`vfl check serve`: the model's roster entry of alice must be signed by alice's own identity (what `vfl serve`
-    refuses before connecting); a model trained by the tests' alice checked with another alice key fails."""
+    """`vfl check serve`: every party of the model's roster must have signed it under the keys alice pins, her own
+    included (what `vfl serve` refuses before connecting); a model trained by the tests' alice checked with another
+    alice key fails."""
     from tests.net.test_scoring_network import _model, _write
 
     tmp_path, _, env = setup
@@ -167,7 +168,8 @@ def test_serve_check_refuses_a_model_whose_roster_entry_another_key_signed(setup
             str(tmp_path / "alice.csv"), "--id", "pid"]
     good = _vfl(*base, "--identity-dir", str(identity_dir), env=env)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "ok   model:" in good.stdout and "signed by this party's own identity" in good.stdout
+    assert "ok   model:" in good.stdout and "signed by every party of its roster under this party's pinned keys" in \
+        good.stdout
     assert "ok   data:" in good.stdout and "IDs, 2 column(s) of the model" in good.stdout
     other = _vfl(*base, "--identity-dir", str(tmp_path / "certs"), env=env)   # another alice key
     assert other.returncode == 2 and "FAIL model:" in other.stdout and "ledger" not in other.stdout

@@ -45,3 +45,18 @@ def test_the_token_bucket_allows_a_burst_then_the_rate():
     for c in "abc":
         small.allow(c)
     assert len(small._buckets) == 2
+
+
+def test_an_ipv6_client_is_limited_by_its_64_network_not_per_address():
+    """review1: a client holding an IPv6 /64 used to get a fresh token bucket per address (2^64 of them)."""
+    from vfl.net.http_guard import client_key
+
+    a = client_key(("2001:db8:1:2::1", 5000, 0, 0))
+    assert a == client_key(("2001:db8:1:2:ffff:ffff:ffff:fffe", 5001, 0, 0)) == "2001:db8:1:2::/64"
+    assert a != client_key(("2001:db8:1:3::1", 5000, 0, 0))
+    assert client_key(("::ffff:192.0.2.7", 1, 0, 0)) == client_key(("192.0.2.7", 1)) == "192.0.2.7"
+    assert client_key(("127.0.0.1", 1)) != client_key(("127.0.0.2", 1))
+    limiter = RateLimiter(rate=0.001, burst=2)
+    hosts = [f"2001:db8:1:2::{i:x}" for i in range(1, 6)]
+    waits = [limiter.allow(client_key((h, 1, 0, 0))) for h in hosts]
+    assert waits[:2] == [0.0, 0.0] and all(w > 0 for w in waits[2:]), waits

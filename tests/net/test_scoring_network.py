@@ -54,17 +54,30 @@ def signed_roster(identity_dir, run: str, features: dict[str, list[str]], signer
     return coordinator.record()
 
 
+def sign_model(identity_dir, model: FittedModel) -> FittedModel:
+    """Every model party's signature over the model's digest, as its parties give it at the end of a run
+    (vfl.net.model_check), with their identities in ``identity_dir``."""
+    from vfl.secure.identity import load_identity
+
+    model.signatures = None
+    digest = model.document_digest()
+    model.signatures = {p.name: load_identity(identity_dir, p.name).sign(digest) for p in model.parties}
+    return model
+
+
 def _model(kind: str, names: list[str], seed: int = 1, identity_dir=None) -> FittedModel:
     """A released model of the given parties (bounds, column scale, the label owner's constant column, label map);
-    with ``identity_dir``, the signed roster of its training run as a coordinator records it."""
+    with ``identity_dir``, the signed roster of its training run as a coordinator records it and every party's
+    signature over the model (:func:`sign_model`)."""
     rng = np.random.default_rng(seed)
     parties = [PartyColumns(n, COLUMNS[n], [list(BOUNDS[c]) for c in COLUMNS[n]], 0.61, n == "bob",
                             intercept=(n == "bob")) for n in names]
     w = rng.normal(size=sum(p.n_columns for p in parties))
     run = f"{seed:032x}"
     roster = None if identity_dir is None else signed_roster(identity_dir, run, {n: COLUMNS[n] for n in names})
-    return FittedModel(kind, "gaussian-fm", parties, w, [0.0, 250.0] if kind == "linear" else None, run_id=run,
-                       label_name="y", roster=roster)
+    model = FittedModel(kind, "gaussian-fm", parties, w, [0.0, 250.0] if kind == "linear" else None, run_id=run,
+                        label_name="y", roster=roster)
+    return model if identity_dir is None else sign_model(identity_dir, model)
 
 
 def _write(tmp_path, names: list[str], n: int = 80, seed: int = 2):
@@ -265,11 +278,11 @@ def test_a_party_killed_before_the_session_leaves_no_scores_file(procs, tmp_path
     ("too_many", "more than --max-query-ids 3"),
     ("version", "schema version 99 is unknown"),
 ])
-def test_bad_queries_are_refused_before_anyone_is_contacted(capsys, tmp_path, case, expected):
+def test_bad_queries_are_refused_before_anyone_is_contacted(capsys, tmp_path, identity_dir, case, expected):
     """In process (no socket opened: nobody listens): one line, exit code 2, no scores file."""
     from vfl.cli import main
 
-    model = _model("linear", ["alice", "bob"])
+    model = _model("linear", ["alice", "bob"], identity_dir=identity_dir)
     doc = model.to_dict()
     if case == "version":
         doc["schema_version"] = 99
@@ -316,12 +329,13 @@ def test_a_party_refuses_a_hub_scoring_with_another_model(procs, tmp_path, ident
     assert all(procs.finish(p)[0] == 2 for p in parties)
 
 
-def test_vfl_score_over_loopback_matches_the_joined_model():
-    """`vfl.score(parties, model, ids)`: three in-memory parties with shuffled, partly missing rows."""
+def test_vfl_score_over_loopback_matches_the_joined_model(identity_dir):
+    """`vfl.score(parties, model, ids)`: three in-memory parties with shuffled, partly missing rows; a model that
+    its parties did not sign is refused unless ``allow_unsigned_model``."""
     import vfl
 
     names = ["alice", "bob", "carol"]
-    model = _model("logistic", names)
+    model = _model("logistic", names, identity_dir=identity_dir)
     rng = np.random.default_rng(3)
     n = 40
     ids = [f"id{i}" for i in range(n)]
@@ -342,6 +356,13 @@ def test_vfl_score_over_loopback_matches_the_joined_model():
     np.testing.assert_array_equal(scores.label[rows], model.predict(X[rows]))
     with pytest.raises(vfl.DataValidationError, match="duplicate"):
         vfl.score(parties, model, ["id1", "id1"])
+    from vfl.exceptions import IdentityError, PrivacyLeakWarning
+
+    with pytest.raises(IdentityError, match="records no training roster"):
+        vfl.score(parties, _model("logistic", names), ids)
+    with pytest.warns(PrivacyLeakWarning, match="used ANYWAY"):
+        again = vfl.score(parties, _model("logistic", names), ids, allow_unsigned_model=True)
+    np.testing.assert_allclose(again.value[rows], scores.value[rows], atol=1e-9, rtol=0)
 
 
 def _http(url: str, doc: dict | None = None) -> tuple[int, dict]:
@@ -467,7 +488,7 @@ def test_a_model_trained_by_a_real_run_serves(procs, tmp_path, identity_dir):
     for p in serve:
         pcode, pout, perr = procs.finish(p)
         assert pcode == 0 and "answered 1 query" in pout, perr
-        assert "the model's roster holds this party's entry signed by its own identity" in pout
+        assert "the model is signed by every party of its roster" in pout
     with open(tmp_path / "scores.csv", newline="") as fh:
         scores = {r["id"]: r for r in csv.DictReader(fh)}
     assert list(scores) == query and scores["stranger"]["status"] == "missing"
@@ -519,12 +540,12 @@ def _tampered(identity_dir, model: FittedModel) -> FittedModel:
     return model
 
 
-REFUSALS = [
+REFUSALS = [   # each cheated model is then signed by both parties' real keys (sign_model)
     (lambda d, m: _unsigned(m), "the model records no training roster"),
-    (_other_key, "signed by another key, not this party's identity"),
-    (_no_entry, "has no entries for this party"),
-    (_other_features, "the features it registered for training (a1, a2, a3) are not the model's columns"),
-    (_unsigned_entries, "is unsigned"),
+    (_other_key, "a key that is not the one pinned for it"),
+    (_no_entry, "the model's roster names the parties bob, carol, not the model's alice, bob"),
+    (_other_features, "party alice registered other columns than the model's columns of alice"),
+    (_unsigned_entries, "party alice trained without an identity"),
     (_tampered, "bad signature on the model's roster registration of 'alice'"),
 ]
 
@@ -537,7 +558,8 @@ def test_a_party_refuses_a_model_whose_roster_it_did_not_sign(procs, tmp_path, i
     from vfl.net.scoring import ScoringHubNode
 
     names = ["alice", "bob"]
-    cheat(identity_dir, _model("linear", names, identity_dir=identity_dir)).to_json(tmp_path / "model.json")
+    sign_model(identity_dir, cheat(identity_dir, _model("linear", names, identity_dir=identity_dir))).to_json(
+        tmp_path / "model.json")
     _write(tmp_path, names)
     received: list[bytes] = []
     hub = ScoringHubNode(_model("linear", names), "tcp://127.0.0.1:0", timeout=60,
@@ -551,7 +573,7 @@ def test_a_party_refuses_a_model_whose_roster_it_did_not_sign(procs, tmp_path, i
         hub.close(reason="test over")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 4 and len(lines) == 1 and "Traceback" not in err, err
-    assert reason in lines[0] and "refusing to serve it (--allow-unsigned-model serves it anyway)" in lines[0]
+    assert reason in lines[0] and "refusing it; refused even with --allow-unsigned-model" in lines[0]
     assert "connecting to" not in out and received == []
 
 
@@ -560,13 +582,20 @@ def test_a_refused_model_sends_nothing_in_process(tmp_path, identity_dir):
     from vfl.exceptions import IdentityError, PrivacyLeakWarning
     from vfl.net.scoring import ScoringPartyNode
 
-    model = _other_key(identity_dir, _model("linear", ["alice", "bob"], identity_dir=identity_dir))
-    with pytest.raises(IdentityError, match="signed by another key"):
+    model = sign_model(identity_dir, _other_key(identity_dir, _model("linear", ["alice", "bob"],
+                                                                     identity_dir=identity_dir)))
+    with pytest.raises(IdentityError, match="not the one pinned for it"):
         ScoringPartyNode(model, "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
-    # bob's own entry is intact: he would serve it (his check is of his entry only)
-    ScoringPartyNode(model, "bob", ["x"], np.zeros((1, 1)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
-    # a party without identity (--insecure-no-identity) cannot check signatures: it still needs its entry and columns
+    # bob checks every party's key against his pins (issue 29), not only his own entry: he refuses it too
+    with pytest.raises(IdentityError, match="not the one pinned for it"):
+        ScoringPartyNode(model, "bob", ["x"], np.zeros((1, 1)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
+    honest = _model("linear", ["alice", "bob"], identity_dir=identity_dir)
+    ScoringPartyNode(honest, "bob", ["x"], np.zeros((1, 1)), "tcp://127.0.0.1:1", identity_dir=identity_dir)
+    # a party without identity (--insecure-no-identity) pins no key: it still checks that every roster party signed
+    # the file under the key its roster entry records
     with pytest.warns(PrivacyLeakWarning, match="WITHOUT identities"):
+        ScoringPartyNode(honest, "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1", insecure_no_identity=True)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(IdentityError, match="bad signature"):
         ScoringPartyNode(model, "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1", insecure_no_identity=True)
     with pytest.warns(PrivacyLeakWarning), pytest.raises(IdentityError, match="records no training roster"):
         ScoringPartyNode(_unsigned(model), "alice", ["x"], np.zeros((1, 2)), "tcp://127.0.0.1:1",
@@ -580,12 +609,13 @@ def test_allow_unsigned_model_serves_a_model_without_roster_loudly(procs, tmp_pa
     _, held, query = _write(tmp_path, names)
     endpoint = _free_endpoint()
     hub = procs.start("score", "--model", str(tmp_path / "model.json"), "--bind", endpoint, "--ids",
-                      str(tmp_path / "query.csv"), "--out", str(tmp_path / "scores.csv"), "--timeout", "60")
+                      str(tmp_path / "query.csv"), "--out", str(tmp_path / "scores.csv"), "--timeout", "60",
+                      "--allow-unsigned-model")
     parties = [_serve(procs, tmp_path, identity_dir, endpoint, n, "--allow-unsigned-model") for n in names]
     code, _, err = procs.finish(hub)
     assert code == 0, err
     for p in parties:
         pcode, pout, perr = procs.finish(p)
         assert pcode == 0 and "answered 1 query" in pout, perr
-        assert "serving it ANYWAY (--allow-unsigned-model)" in perr
+        assert "used ANYWAY (--allow-unsigned-model)" in perr
     assert len(_read_scores(tmp_path / "scores.csv")) == len(query)

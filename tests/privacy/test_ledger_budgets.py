@@ -160,3 +160,19 @@ def test_the_estimators_ledger_accountant_can_spend_from_the_default_budget(tmp_
     with pytest.raises(BudgetError):
         acc.spend(1.0, 0.0)
     assert LedgerAccountant(ledger, "crm", "1.5").total()[0] == 0.0
+
+
+def test_a_schema1_budget_declared_default_is_the_default_budget_after_the_upgrade(tmp_path):
+    """review1: schema 1 kept ``--dataset-name default`` (and ``LedgerAccountant(PATH, "default")``) under the key
+    ``name:default``; schema 2 reads that name as the party's default budget (key ``default``). The upgrade must not
+    leave those runs behind under a key nobody can reach, which opened a fresh budget silently.
+
+    ``data/ledger_schema1_named_default.sqlite`` was written by the ledger module of main at f437015: bob spent
+    epsilon 1.4 of --budget 1.5 under ``dataset_key(["visits", "spend"], 300, bounds=..., name="default")``."""
+    path = tmp_path / "l.sqlite"
+    shutil.copy(Path(__file__).parent / "data" / "ledger_schema1_named_default.sqlite", path)
+    ledger = Ledger(path, party="bob")
+    for name in ("default", None):
+        with pytest.raises(BudgetError):
+            ledger.check(_key(name=name), "run-new", laplace(1.0), budget=Budget(1.5))
+    assert [r.dataset for r in ledger.runs()] == [DEFAULT_DATASET]

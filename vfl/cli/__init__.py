@@ -62,7 +62,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("vfl.cli.report", "plan", "Before spending any budget: the noise per block, the expected excess error "
                                        "and the expected interval width per coefficient over a grid of epsilon, "
                                        "from public facts only (docs/report.md)."),
-    "predict": ("vfl.cli.tools", "predict", "Predict with a released model on a joined table of raw rows."),
+    "predict": ("vfl.cli.tools", "predict", "Predict with a released model on a joined table of raw rows (a model "
+                                            "every party of its roster signed)."),
     "report": ("vfl.cli.report", "report", "A released model in words: coefficients with intervals and p-values, fit "
                                            "measures, the privacy guarantee in plain words and, with --ledger, the "
                                            "budget spent."),

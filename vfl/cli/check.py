@@ -32,7 +32,7 @@ ROLES = ("party", "site", "serve", "coordinator")
 @click.option("--id", "id_column", default=None, help="party/site: its row-ID column, if it aligns by --id.")
 @click.option("--bounds", type=click.Path(dir_okay=False), default=None, help="party/site: its bounds TOML.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
-              help="serve: the model file `vfl serve` will serve (its roster entry is checked).")
+              help="serve: the model file `vfl serve` will serve (every roster party's signature is checked).")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="party/site: its privacy ledger (default: that of --name); opened read only.")
 @click.option("--timeout", type=float, default=30.0, show_default=True,

@@ -75,6 +75,9 @@ __all__ = ["party"]
 @click.option("--max-frame-bytes", type=click.IntRange(min=4096, max=64 * 2**20), default=None,
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
+@click.option("--model-out", type=click.Path(dir_okay=False), default=None,
+              help="Where to store the model every party signed at the end of an FM run (the file `vfl serve` "
+                   "serves). Default: model-NAME-RUN.json next to this party's ledger.")
 @member_ledger_options
 @member_link_options(hub="coordinator")
 def party(config: str | None, connect: str | None, name: str | None, data: str | None, features: str | None,
@@ -83,8 +86,8 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, timeout: float,
           order: int | None, insecure_test_keys: bool, progress: bool, seed: int | None, allow_mechanisms: str,
           min_epsilon: float | None, max_epsilon: float, max_delta: float,
-          workers: int | None, executor: str | None, max_frame_bytes: int | None, ledger_path: str | None,
-          budget: str | None, dataset_name: str | None) -> None:
+          workers: int | None, executor: str | None, max_frame_bytes: int | None, model_out: str | None,
+          ledger_path: str | None, budget: str | None, dataset_name: str | None) -> None:
     """Run one party: read its columns, register, compute its blocks and secure-product sides.
 
     Before it touches its data the party checks the coordinator's PLAN against its own policy (--allow-mechanisms,
@@ -138,7 +141,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                      policy=policy, workers=workers, executor=executor, max_frame_bytes=max_frame_bytes,
                      identity_dir=cfg.identity_dir, insecure_no_identity=insecure_no_identity,
                      allow_data_derived_bounds=allow_data_derived_bounds,
-                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name,
+                     ledger=ledger, budget=lifetime, dataset_name=cfg.dataset_name, model_out=model_out,
                      dataset_files=[str(Path(cfg.data).resolve())] if cfg.data else [f"built-in:{cfg.dataset}"])
     echo(f"[{cfg.name}] {local.n_rows} rows, {len(local.feature_names)} features"
           + (f", label {cfg.label}" if cfg.label else "") + f"; connecting to {cfg.connect}")

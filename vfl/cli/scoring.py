@@ -49,10 +49,17 @@ def _echo(text: str) -> None:
 @click.option("--http-burst", type=click.IntRange(1, 10**6), default=200, show_default=True,
               help="--http: requests a client may send at once before --http-rate applies.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
+@click.option("--allow-unsigned-model", is_flag=True,
+              help="INSECURE: use a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "invalid signature is refused even so.")
+@click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+              help="Pinned NAME.sign.pub of the parties (`vfl keys`): every party's signature must be under the key "
+                   "pinned here (default: under the keys the model's roster records).")
 def score(model_path: str, ids_path: str | None, id_column: str | None, out: str | None, force: bool, bind: str,
           timeout: float, max_query_ids: int, curve_dir: str | None, http_address: str | None,
           allow_plaintext_public: bool, http_workers: int, http_max_connections: int, http_rate: float,
-          http_burst: int, quiet: bool) -> None:
+          http_burst: int, quiet: bool, allow_unsigned_model: bool, identity_dir: str | None) -> None:
     """Score the IDs of --ids with a model whose features the parties hold (run `vfl serve` on every party)."""
     from vfl.net.notices import check_bind
 
@@ -64,18 +71,19 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
 
         limits = HTTPLimits(http_workers, http_max_connections, http_rate, http_burst)
         _serve_http(model_path, bind, timeout, max_query_ids, curve_dir, http_address, quiet, allow_plaintext_public,
-                    limits)
+                    limits, allow_unsigned_model, identity_dir)
         return
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
     from vfl.data.files import check_writable
-    from vfl.net.modelio import load_model
+    from vfl.net.model_signing import load_signed_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
     from vfl.net.transport import load_server_keys
     from vfl.protocols.scoring import check_query
 
     check_writable(out, force=force)
-    model = load_model(model_path)
+    model = load_signed_model(model_path, allow_unsigned=allow_unsigned_model,   # every roster party signed it
+                              pinned=_pinned(identity_dir))
     id_name, ids = read_query_file(ids_path, id_column)
     check_query(ids, max_query_ids)   # a bad query is refused before anyone is contacted
     curve = load_server_keys(curve_dir) if curve_dir else None
@@ -93,10 +101,18 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
     _echo(f"scored {len(ids) - n_missing} of {len(ids)} IDs ({n_missing} missing: not held by every party) -> {out}")
 
 
+def _pinned(identity_dir: str | None) -> Any:
+    """The pinned signing keys of ``--identity-dir`` (None: the signatures are checked under the roster's keys)."""
+    from vfl.secure.identity import load_pinned
+
+    return None if identity_dir is None else load_pinned(identity_dir)
+
+
 def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, curve_dir: str | None,
-                address: str, quiet: bool, allow_plaintext_public: bool, limits: Any) -> None:
+                address: str, quiet: bool, allow_plaintext_public: bool, limits: Any,
+                allow_unsigned_model: bool = False, identity_dir: str | None = None) -> None:
     from vfl.exceptions import ConfigurationError
-    from vfl.net.modelio import load_model
+    from vfl.net.model_signing import load_signed_model
     from vfl.net.notices import is_loopback
     from vfl.net.scoring import ScoringHubNode
     from vfl.net.scoring_http import ScoringService, parse_http_address
@@ -107,7 +123,7 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
         raise ConfigurationError(f"the scoring service refuses to serve plain HTTP on {address}: IDs and scores would "
                                  "travel in clear; bind 127.0.0.1 behind a TLS reverse proxy, or pass "
                                  "--allow-plaintext-public on a network you trust")
-    model = load_model(model_path)
+    model = load_signed_model(model_path, allow_unsigned=allow_unsigned_model, pinned=_pinned(identity_dir))
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
                          log=None if quiet else _echo)
@@ -134,8 +150,9 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
 @click.option("--insecure-no-identity", is_flag=True,
               help="Serve without identities (loopback experiments only): co-parties' keys are not checked.")
 @click.option("--allow-unsigned-model", is_flag=True,
-              help="INSECURE: serve a model whose recorded roster holds no entry this party signed (trained before "
-                   "models recorded it, with --insecure-no-identity, or under another key); warns loudly.")
+              help="INSECURE: serve a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "invalid signature is refused even so.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds of silence from the hub after which this party stops.")
 @click.option("--max-query-ids", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,

@@ -32,15 +32,25 @@ __all__ = ["predict", "keys", "demo"]
 @click.option("--out-of-bounds", type=click.Choice(["refuse", "flag", "clip"]), default="refuse", show_default=True,
               help="Rows outside the model's public bounds: refuse the file, flag them (score as they are and add "
                    "an out_of_bounds column naming the columns), or clip them to the bounds.")
+@click.option("--allow-unsigned-model", is_flag=True,
+              help="INSECURE: use a model file that carries no party's signature (written before models were "
+                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly.")
+@click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
+              help="Pinned NAME.sign.pub of the parties (`vfl keys`): every party's signature must be under the key "
+                   "pinned here (default: under the keys the model's roster records).")
 def predict(model_path: str, data: str, out: str | None, proba: bool, force: bool, id_column: str | None,
-            output_column: str | None, out_of_bounds: str) -> None:
-    """Predict with a released model on a joined table of raw rows."""
-    from vfl.net.modelio import atomic_write_text, load_model
+            output_column: str | None, out_of_bounds: str, allow_unsigned_model: bool, identity_dir: str | None
+            ) -> None:
+    """Predict with a released model on a joined table of raw rows (a model every party of its roster signed)."""
+    from vfl.net.model_signing import load_signed_model
+    from vfl.net.modelio import atomic_write_text
     from vfl.net.predict import predict_file
+    from vfl.secure.identity import load_pinned
 
     if out:
         check_writable(out, force=force)
-    m = load_model(model_path)
+    m = load_signed_model(model_path, allow_unsigned=allow_unsigned_model,
+                          pinned=None if identity_dir is None else load_pinned(identity_dir))
     result = predict_file(m, data, id_column=id_column, column=output_column, proba=proba,
                           out_of_bounds=out_of_bounds)
     if result.unchecked:

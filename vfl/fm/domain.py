@@ -38,6 +38,7 @@ __all__ = [
     "party_radii",
     "clip_rows",
     "prepare_party_block",
+    "from_unit_interval_rows",
     "prepare_labels",
     "validate_domain",
     "fixed_point_shrink",
@@ -215,6 +216,19 @@ def prepare_party_block(X_k: np.ndarray, *, bounds: ColumnBounds, domain: Domain
         r = float(np.sqrt(d_k / n_features_total)) if radius is None else float(radius)
         return clip_rows(U, r), 1.0
     raise DataValidationError(f"row_norm must be 'scale' or 'clip', got {row_norm!r}")
+
+
+def from_unit_interval_rows(U: np.ndarray, bounds: ColumnBounds, *, symmetric: bool = False) -> np.ndarray:
+    """The inverse of :func:`to_unit_interval`: rows of the public domain back in original units.
+
+    x = lo + (u + 1)(hi - lo)/2, or x = m u with ``symmetric``. Used at prediction time for a ``row_norm="clip"``
+    fit: the model ``coef_ . x + intercept_`` is linear in the *clipped* row, so a raw row is mapped, clipped by
+    the fit's own rule (:func:`prepare_party_block`) and mapped back before the linear model is applied.
+    """
+    if symmetric:
+        bounds = bounds.symmetric()
+    lo, hi = bounds.lower, bounds.upper
+    return lo + (np.asarray(U, dtype=float) + 1.0) * (hi - lo) / 2.0
 
 
 def prepare_labels(y: np.ndarray, model: str, *, y_bounds: tuple[float, float] | None = None,

@@ -25,19 +25,23 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.fm.domain import (
     BoundsLike,
     ColumnBounds,
+    clip_rows,
     from_unit_interval_coefficients,
+    from_unit_interval_rows,
     prepare_labels,
     prepare_party_block,
     resolve_bounds,
 )
-from vfl.fm.objective import QuadraticObjective
-from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
+from vfl.fm.objective import QuadraticObjective, fm_objective
+from vfl.fm.solver import default_regularization, solve_details
 from vfl.models.base import LinearModelBase
 from vfl.models.inference import InferenceMixin, InferenceResult, release_inference
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease, objective_gradient
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
+from vfl.privacy.release_choice import choose_release
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
 __all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report", "diffprivlib_bounds"]
@@ -92,10 +96,10 @@ class _FMRegression(InferenceMixin, LinearModelBase):
 
     _model = "linear"
 
-    def _mechanism_options(self) -> dict:
-        if self.mechanism == "laplace-fm":
+    def _mechanism_options(self, mechanism: str) -> dict:
+        if mechanism == "laplace-fm":
             return {"fm_sensitivity": self.fm_sensitivity}
-        if self.mechanism == "gaussian-fm":
+        if mechanism == "gaussian-fm":
             return {"calibration": self.calibration, "sym": self.sym, "budget_split": self.budget_split}
         return {}
 
@@ -116,14 +120,22 @@ class _FMRegression(InferenceMixin, LinearModelBase):
         return resolve_bounds(self.bounds, X, feature_names)
 
     def fit(self, X: np.ndarray, y: np.ndarray, feature_names: Sequence[str] | None = None):
-        """Release a noisy FM objective of (X, y) and minimise it. Returns self."""
+        """Release a noisy FM objective (or noisy FM gradients) of (X, y) and minimise it. Returns self."""
         X, y, feature_names = self._validate_fit_input(X, y, feature_names)
-        domain = self.domain or DEFAULT_DOMAIN.get(self.mechanism, "linf")
-        self.bounds_ = self._feature_bounds(X, feature_names)
         d = X.shape[1] + (1 if self.fit_intercept else 0)
+        mechanism, row_norm, choice = self.mechanism, self.row_norm, None
+        if mechanism == "auto":   # public facts only (vfl.privacy.release_choice)
+            choice = choose_release(self._model, X.shape[0], d, self.epsilon, self.delta)
+            mechanism, row_norm = choice.mechanism, choice.row_norm
+        self.mechanism_, self.row_norm_ = mechanism, row_norm
+        domain = self.domain or DEFAULT_DOMAIN.get(mechanism, "l2" if mechanism == "noisy-gd" else "linf")
+        if mechanism == "noisy-gd" and domain != "l2":
+            raise ConfigurationError("mechanism 'noisy-gd' needs the l2 domain (its sensitivity holds for ||x|| <= 1)")
+        self.domain_ = domain
+        self.bounds_ = self._feature_bounds(X, feature_names)
         no_icpt = not self.fit_intercept
         U, col_scale = prepare_party_block(X, bounds=self.bounds_, domain=domain, n_features_total=d,
-                                           row_norm=self.row_norm, out_of_bounds=self.out_of_bounds,
+                                           row_norm=row_norm, out_of_bounds=self.out_of_bounds,
                                            feature_names=feature_names, symmetric=no_icpt)
         # the intercept column is a public constant that consumes norm budget (spec pitfall 4): in the l2 domain
         # it must be 1/sqrt(d) (its radius r = sqrt(1/d)) whether the features were scaled or clipped
@@ -131,39 +143,91 @@ class _FMRegression(InferenceMixin, LinearModelBase):
         if self.fit_intercept:
             U = np.hstack([U, np.full((U.shape[0], 1), icpt_value)])
         y_unit = self._prepare_y(y)
-        release_beta = self.release_beta or (self.calibration == "paper" and self.mechanism == "gaussian-fm")
-        plan = DissectionPlan([d], 0, model=self._model, release_beta=release_beta)
-        mech = make_mechanism(self.mechanism, plan=plan, n_samples=X.shape[0], epsilon=self.epsilon,
-                              delta=self.delta, domain=domain, seeded=is_seeded(self.random_state),
-                              **self._mechanism_options())
-        planned = mech.privacy_report()
-        check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {self.mechanism!r}")
-        rng = make_rng(self.random_state)
-        objective = release_objective(plan, mech, [U], y_unit, rng)
-        floor = release_floor(objective, mech, self.lambda_floor)
-        regularization = self.regularization or DEFAULT_REGULARIZATION[self._model]
-        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback, regularization=regularization,
-                               alpha_noise_var=mech.alpha_noise_variance())
-        self.objective_ = objective
-        self.solve_result_ = result
-        self._release_ = (mech, floor, regularization, plan.release_beta, icpt_value, col_scale, no_icpt)
+        if mechanism == "noisy-gd":
+            w, report = self._release_gradients(U, y_unit)
+        else:
+            w, report = self._release_matrix(U, y_unit, mechanism, domain)
+        if choice is not None:
+            report.extra["release_choice"] = choice.to_dict()
+            report.notes.append(f"mechanism='auto' chose {choice.mechanism} with row_norm={choice.row_norm!r} from "
+                                f"public facts: {choice.reason}")
         self.__dict__.pop("_inference_result", None)
-        self.coef_unit_ = result.w
-        self.privacy_report_ = finish_report(mech.privacy_report(), self.random_state,
+        self._release_ = None if mechanism == "noisy-gd" else (*self._matrix_release, icpt_value, col_scale, no_icpt)
+        self.coef_unit_ = w
+        self.privacy_report_ = finish_report(report, self.random_state,
                                              [self.bounds_, getattr(self, "y_bounds_", None)],
                                              ["the feature bounds", "the label bounds"])
         record_fit(self.accountant, self.privacy_report_.epsilon, self.privacy_report_.delta,
                    what=type(self).__name__)
-        w_x = result.w[: X.shape[1]]
-        coef, icpt = from_unit_interval_coefficients(w_x, self.bounds_, col_scale, symmetric=no_icpt)
+        coef, icpt = from_unit_interval_coefficients(w[: X.shape[1]], self.bounds_, col_scale, symmetric=no_icpt)
         if self.fit_intercept:
-            icpt += float(result.w[-1] * icpt_value)
+            icpt += float(w[-1] * icpt_value)
         self._set_output_units(coef, icpt)
         return self
+
+    def _release_matrix(self, U: np.ndarray, y_unit: np.ndarray, mechanism: str, domain: str
+                        ) -> tuple[np.ndarray, PrivacyReport]:
+        """The FM release of (alpha, M) and its floored solve (sets ``objective_``, ``solve_result_``)."""
+        d = U.shape[1]
+        release_beta = self.release_beta or (self.calibration == "paper" and mechanism == "gaussian-fm")
+        plan = DissectionPlan([d], 0, model=self._model, release_beta=release_beta)
+        mech = make_mechanism(mechanism, plan=plan, n_samples=U.shape[0], epsilon=self.epsilon,
+                              delta=self.delta, domain=domain, seeded=is_seeded(self.random_state),
+                              **self._mechanism_options(mechanism))
+        planned = mech.privacy_report()
+        check_fit(self.accountant, planned.epsilon, planned.delta, what=f"mechanism {mechanism!r}")
+        rng = make_rng(self.random_state)
+        objective = release_objective(plan, mech, [U], y_unit, rng)
+        floor = release_floor(objective, mech, self.lambda_floor)
+        regularization = self.regularization or default_regularization(self._model, mechanism)
+        result = solve_details(objective, lambda_floor=floor, fallback=self.fallback, regularization=regularization,
+                               alpha_noise_var=mech.alpha_noise_variance())
+        self.objective_ = objective
+        self.solve_result_ = result
+        self._matrix_release = (mech, floor, regularization, plan.release_beta)
+        return result.w, mech.privacy_report()
+
+    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray) -> tuple[np.ndarray, PrivacyReport]:
+        """T noisy projected gradient rounds of the FM objective (vfl.privacy.gradient_release); the exact objective
+        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None)."""
+        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta,
+                                  steps=DEFAULT_STEPS if self.steps is None else self.steps,
+                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius)
+        planned = release.privacy_report()
+        check_fit(self.accountant, planned.epsilon, planned.delta, what="mechanism 'noisy-gd'")
+        rng = make_rng(self.random_state)
+        w = release.run(objective_gradient(fm_objective(U, y_unit, self._model)), rng)
+        self.objective_ = None
+        self.solve_result_ = None
+        return w, release.privacy_report()
 
     def _set_output_units(self, coef: np.ndarray, intercept: float) -> None:
         self.coef_ = coef
         self.intercept_ = float(intercept)
+
+    def _decision(self, X: Any) -> np.ndarray:
+        """z = x~ coef_ + intercept_, x~ the row as the fit saw it (:meth:`preprocess`)."""
+        return self.preprocess(self._validate_predict_input(X)) @ self.coef_ + self.intercept_
+
+    def preprocess(self, X: np.ndarray) -> np.ndarray:
+        """Raw rows as the fit used them, in original units (the rows ``coef_``, ``intercept_`` apply to).
+
+        ``row_norm="scale"`` (and the linf domain) is a public linear map of each column, so the model is linear in
+        the raw row and the rows are returned unchanged. ``row_norm="clip"`` in the l2 domain clips each mapped row
+        to the public radius r = sqrt(d_x/d) (:func:`vfl.fm.domain.clip_rows`), a nonlinear map: the fit's
+        coefficients hold for the clipped row, so prediction applies the same clip (values outside the bounds are
+        first clipped to them when ``out_of_bounds="clip"``, as in the fit) and maps the row back to original units.
+        """
+        X = np.asarray(X, dtype=float)
+        if not (getattr(self, "row_norm_", self.row_norm) == "clip" and getattr(self, "domain_", None) == "l2"):
+            return X
+        symmetric = not self.fit_intercept
+        b = self.bounds_.symmetric() if symmetric else self.bounds_
+        if self.out_of_bounds == "clip":
+            X = np.clip(X, self.bounds_.lower, self.bounds_.upper)
+        U = X / b.upper if symmetric else 2.0 * (X - b.lower) / (b.upper - b.lower) - 1.0
+        d = X.shape[1] + (1 if self.fit_intercept else 0)
+        return from_unit_interval_rows(clip_rows(U, math.sqrt(X.shape[1] / d)), self.bounds_, symmetric=symmetric)
 
     def _original_units(self, w: np.ndarray) -> np.ndarray:
         """[coef..., intercept] in original units of the unit-domain model ``w`` (the public affine map of fit)."""
@@ -180,6 +244,9 @@ class _FMRegression(InferenceMixin, LinearModelBase):
     def _inference(self) -> InferenceResult:
         """The inference of the release (computed on first use: post-processing, no epsilon)."""
         self._check_is_fitted()
+        if self._release_ is None:
+            raise ConfigurationError("inference is computed from a released objective; mechanism 'noisy-gd' releases "
+                                     "gradients only, so it has none")
         if "_inference_result" not in self.__dict__:
             mech, floor, regularization, beta, icpt_value, _, _ = self._release_
             names = ([str(f) for f in self.feature_names_in_] if hasattr(self, "feature_names_in_")
@@ -201,12 +268,18 @@ class _FMRegression(InferenceMixin, LinearModelBase):
 
 _COMMON_DOC = """
     Parameters (diffprivlib conventions): ``mechanism`` ("none", "laplace-fm", "gaussian-fm" (default),
-    "relaxed-fm"), ``epsilon``, ``delta``, ``bounds`` (public per-column (lo, hi); None takes them from the data
+    "relaxed-fm", "noisy-gd": T noisy projected gradient rounds of the FM objective
+    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25) and ``iterate_radius`` R (default 1);
+    "auto": the release picked from the public N, d, epsilon, delta by
+    :func:`vfl.privacy.release_choice.choose_release`, recorded in ``privacy_report_.extra["release_choice"]``;
+    docs/privacy.md, "Choosing the release from public facts"),
+    ``epsilon``, ``delta``, ``bounds`` (public per-column (lo, hi); None takes them from the data
     with a :class:`~vfl.exceptions.DataBoundsWarning` and ``formal_dp: false``), ``fit_intercept`` (False: no
     intercept at all, ``intercept_ = 0``), ``domain`` ("linf" | "l2"; default per mechanism), ``fm_sensitivity``
     (Laplace), ``calibration``, ``sym`` and ``budget_split`` (Gaussian: "risk" (default), "equal" or the alpha
-    block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm``,
-    ``out_of_bounds`` ("raise" | "clip"),
+    block's share in (0, 1); docs/privacy.md, "Budget split between the blocks"), ``row_norm`` ("scale":
+    the public scaling 1/sqrt(d); "clip": l2 rows clipped to the radius sqrt(d_x/d), and ``predict`` applies the
+    same clip, :meth:`preprocess`), ``out_of_bounds`` ("raise" | "clip"),
     ``lambda_floor`` (None: the public floor sigma_M sqrt(d); logistic Gaussian FM selects it from the release,
     docs/privacy.md, "Logistic regression: the eigenvalue floor selected from the release"; a number: that floor),
     ``fallback``, ``regularization`` ("floor": the public eigenvalue floor alone; "adaptive": the
@@ -223,7 +296,8 @@ _COMMON_DOC = """
     (linear); ``data_norm`` (logistic; the largest ||x||_2 of a row), which implies the bounds
     (-data_norm, data_norm) of every column.
 
-    Attributes: ``coef_``, ``intercept_`` (original units), ``coef_unit_`` (in the public domain),
+    Attributes: ``coef_``, ``intercept_`` (original units; with ``row_norm="clip"`` they apply to the clipped row,
+    :meth:`preprocess`), ``coef_unit_`` (in the public domain), ``mechanism_``, ``row_norm_`` (what was run),
     ``n_features_in_``, ``feature_names_in_`` (when X has string column names), ``bounds_``,
     ``privacy_report_`` (:class:`~vfl.privacy.accounting.PrivacyReport`), ``objective_``, ``solve_result_``.
 """
@@ -244,7 +318,10 @@ class LinearRegression(_FMRegression):
                  out_of_bounds: str = "raise", lambda_floor: float | None = None, fallback: str = "raise",
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
                  bounds_y: tuple[float, float] | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
+                 iterate_radius: float | None = None) -> None:
+        self.steps = steps
+        self.iterate_radius = iterate_radius
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta
@@ -298,7 +375,10 @@ class LogisticRegression(_FMRegression):
                  row_norm: str = "scale", out_of_bounds: str = "raise", lambda_floor: float | None = None,
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
                  bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
-                 budget_split: str | float = "risk", regularization: str | None = None) -> None:
+                 budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
+                 iterate_radius: float | None = None) -> None:
+        self.steps = steps
+        self.iterate_radius = iterate_radius
         self.mechanism = mechanism
         self.epsilon = epsilon
         self.delta = delta

@@ -22,6 +22,8 @@ dropped by the transport and never ends a run.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import secrets
 import time
 import warnings
@@ -32,6 +34,7 @@ from vfl.exceptions import (
     DataValidationError,
     NoBetterThanBaselineWarning,
     PartyFailure,
+    ProtocolError,
     VFLError,
 )
 from vfl.models.bcd import FORMAL_DP_REASON
@@ -42,8 +45,9 @@ from vfl.net.messages import (
     MessageType,
     check_max_message_bytes,
     message_of,
+    pack_payloads,
 )
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, report_text
+from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.notices import Reminder
 from vfl.net.party_link import PartyLink
 from vfl.net.transport import CurveServerKeys, ServerTransport
@@ -54,6 +58,7 @@ from vfl.protocols.fm_release import FMCoordinator, FMRelease
 from vfl.protocols.roster import RosterCoordinator, check_self_signed
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
+from vfl.secure.identity import verify_signature
 
 __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
 
@@ -62,6 +67,35 @@ ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the par
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
 IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile coordinator could "
                  "have substituted keys, invented parties or forged responses (loopback experiments only)")
+
+#: the messages an FM release is assembled from, in the order the coordinator received them: every party re-derives
+#: the model from them before signing it (vfl.net.model_check)
+RECORDED = ("ready", "block", "enc_request", "share")
+
+
+class ReleaseRecorder:
+    """Coordinator side: the release's messages as received, and the MODEL_CHECK that carries them."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Message]] = []
+
+    def record(self, party: str, msg: Message) -> None:
+        if msg.type.value in RECORDED:
+            self.items.append((party, msg))
+
+    def check_message(self, model_doc: dict, settings: RunSettings) -> Message:
+        """MODEL_CHECK: the settings and each recorded message's body in the header; frame 0 the model document
+        (JSON, a frame: a wide model's document may exceed the header limit), frame 1 every recorded message's
+        payload packed (:func:`vfl.net.messages.pack_payloads`, descriptors in ``frames``)."""
+        release, payloads = [], []
+        for party, msg in self.items:
+            release.append({"party": party, "type": msg.type.value, "frames": len(msg.payload),
+                            "body": {k: v for k, v in msg.body.items() if k != "origin"}})
+            payloads.extend(msg.payload)
+        descs, packed = pack_payloads(payloads)   # one frame: a run has more frames than a message may carry
+        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings), "release": release,
+                                                 "frames": descs},
+                       [json.dumps(model_doc, allow_nan=False).encode(), packed])
 
 
 class Coordinator(PartyLink):
@@ -95,6 +129,8 @@ class Coordinator(PartyLink):
         self.unsigned: list[str] = []
         #: the signed roster as received (:meth:`RosterCoordinator.record`), recorded in the model file
         self.roster_record: dict | None = None
+        #: the FM release's messages as received: sent back to every party for its model check (issue 29)
+        self.release = ReleaseRecorder()
 
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
@@ -111,6 +147,7 @@ class Coordinator(PartyLink):
                 model = self._run_bcd(regs)
             else:
                 model = self._run_fm(regs)
+                self._collect_signatures(regs, model)   # every party re-derives the model and signs it (issue 29)
             text = model.to_json()  # serialised (and checked) before anything is written or sent
             if self.out:
                 atomic_write_text(self.out, text + "\n")
@@ -262,6 +299,39 @@ class Coordinator(PartyLink):
             if got is not None:
                 reg, msg = got
                 self._send_out(regs, phase.handle(index_of[reg.peer], msg))
+                if isinstance(phase, FMCoordinator):
+                    self.release.record(reg.name, msg)   # accepted: part of the release the parties check
+
+    def _collect_signatures(self, regs: list[Registration], model: FittedModel) -> None:
+        """Send every party the release and the model document (MODEL_CHECK); each re-derives the model and answers
+        its signature over the document's digest (:mod:`vfl.net.model_check`). All parties signed: the signatures go
+        into the model; any party without identity: the model stays unsigned (servable only with
+        --allow-unsigned-model). A refusal ends the run (no model written)."""
+        doc = model.to_dict()
+        digest = model_document_digest(doc)
+        check = self.release.check_message(doc, self.settings)
+        for r in regs:
+            self._send(r.peer, check)
+        self.log(f"model check: the release and the model sent to {len(regs)} parties; waiting for their signatures")
+        got: dict[str, str | None] = {}
+        while len(got) < len(regs):
+            received = self.receive()
+            if received is None:
+                continue
+            reg, msg = received
+            if msg.type is not MessageType.MODEL_SIGNATURE or reg.name in got:
+                raise ProtocolError(f"party {reg.name} sent {msg.type.value} where its model signature was expected")
+            if msg.body["digest"] != digest.hex():
+                raise ProtocolError(f"party {reg.name} signed another model digest")
+            key = self.register_bodies[reg.name].get("identity")
+            if key is not None:
+                verify_signature(str(key), digest, msg.body.get("auth"), f"model signature of {reg.name!r}")
+            got[reg.name] = None if key is None else str(msg.body.get("auth"))
+        signed = {name: auth for name, auth in got.items() if auth is not None}
+        model.signatures = signed if len(signed) == len(regs) else None
+        self.log("model check: " + (f"signed by all {len(regs)} parties" if model.signatures else
+                                    "NOT signed (parties without identities); servable only with "
+                                    "--allow-unsigned-model"))
 
     def _run_roster(self, regs: list[Registration], plan_bodies: list[dict]) -> None:
         """Relay the signed roster (:mod:`vfl.protocols.roster`): one entry per party in, the ROSTER out to all."""

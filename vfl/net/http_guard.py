@@ -8,7 +8,9 @@ The standard library's :class:`http.server.ThreadingHTTPServer` starts one threa
   ``max_connections`` connections are open (being served or waiting for a worker); one more is answered
   ``503 Service Unavailable`` from the accepting thread and closed, so threads and sockets stay bounded whatever
   number of clients connect. A connection idle for ``idle_timeout`` seconds (no request line, a body that stalls)
-  is closed, which frees its worker.
+  is closed, which frees its worker, and a request (its line, headers and body) must arrive within ``read_timeout``
+  seconds in all (:class:`DeadlineRequestHandler`): a client that sends one byte just inside every idle timeout
+  (slowloris) cannot keep a worker.
 * :class:`RateLimiter`: a token bucket per client address (``rate`` requests per second, ``burst`` at once); a
   request over it is answered ``429 Too Many Requests`` with ``Retry-After``. The table of clients is bounded.
 * :func:`body_length`: ``Content-Length`` is required (411 without it), must be a non-negative decimal integer
@@ -18,8 +20,11 @@ The standard library's :class:`http.server.ThreadingHTTPServer` starts one threa
 
 from __future__ import annotations
 
+import io
+import ipaddress
 import math
 import queue
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -27,7 +32,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-__all__ = ["BoundedHTTPServer", "RateLimiter", "body_length", "HTTPRefusal"]
+__all__ = ["BoundedHTTPServer", "DeadlineRequestHandler", "RateLimiter", "body_length", "HTTPRefusal"]
 
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 38\r\n"
          b"Retry-After: 1\r\nConnection: close\r\n\r\n" + b'{"error": "too many open connections"}')
@@ -95,10 +100,13 @@ class BoundedHTTPServer(HTTPServer):
     request_queue_size = 64   # listen backlog
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, workers: int = 8,
-                 max_connections: int = 64, idle_timeout: float = 10.0) -> None:
+                 max_connections: int = 64, idle_timeout: float = 10.0, read_timeout: float = 30.0) -> None:
         if not 1 <= workers <= max_connections:
             raise ValueError(f"need 1 <= workers <= max_connections, got {workers}, {max_connections}")
+        if not 0 < idle_timeout <= read_timeout:
+            raise ValueError(f"need 0 < idle_timeout <= read_timeout, got {idle_timeout}, {read_timeout}")
         self.workers, self.max_connections, self.idle_timeout = int(workers), int(max_connections), idle_timeout
+        self.read_timeout = float(read_timeout)
         self._pending: queue.Queue[tuple[Any, Any] | None] = queue.Queue()
         self._open = 0
         self._lock = threading.Lock()
@@ -152,7 +160,64 @@ class BoundedHTTPServer(HTTPServer):
         return self._open
 
 
+class _DeadlineSocketIO(socket.SocketIO):
+    """The raw reads of one connection: each waits at most the idle timeout and never past the deadline of the
+    request being read (``deadline`` None: no deadline)."""
+
+    def __init__(self, sock: socket.socket, idle: float) -> None:
+        super().__init__(sock, "rb")
+        self.idle, self.deadline = idle, None
+        sock._io_refs += 1   # type: ignore[attr-defined]  # as socket.makefile does: closing this file decrefs
+
+    def readinto(self, b: Any) -> int | None:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request was not received within the read timeout")
+            self._sock.settimeout(min(self.idle, left))
+        return super().readinto(b)
+
+
+class DeadlineRequestHandler(BaseHTTPRequestHandler):
+    """A request handler whose request (line, headers and, until :meth:`request_read`, its body) must arrive within
+    the server's ``read_timeout`` in all, not only within ``idle_timeout`` per read."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        idle = getattr(self.server, "idle_timeout", None) or 10.0
+        self._raw_in = _DeadlineSocketIO(self.connection, idle)
+        self.rfile = io.BufferedReader(self._raw_in)
+
+    def handle_one_request(self) -> None:
+        self._raw_in.deadline = time.monotonic() + float(getattr(self.server, "read_timeout", 30.0))
+        try:
+            super().handle_one_request()
+        finally:
+            self.request_read()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.connection.settimeout(self._raw_in.idle)   # replies are written under the idle timeout
+        return ok
+
+    def request_read(self) -> None:
+        """The request's body is in: later reads (none) and the reply wait only the idle timeout."""
+        self._raw_in.deadline = None
+        self.connection.settimeout(self._raw_in.idle)
+
+
 def client_key(address: Any) -> str:
-    """The rate limiter's key of a client address (its host)."""
-    return str(address[0]) if isinstance(address, tuple) and address else str(address)
+    """The rate limiter's key of a client address: its IPv4 host, or the /64 network of an IPv6 host (one end site
+    holds a whole /64 and could otherwise take a fresh bucket per address); other addresses as given."""
+    host = str(address[0]) if isinstance(address, tuple) and address else str(address)
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 

@@ -114,7 +114,7 @@ __all__ = [
     "MIN_MESSAGE_BYTES",
     "MAX_ICA_DIMS",
     "check_max_message_bytes",
-    "MAX_FRAMES",
+    "MAX_FRAMES", "pack_payloads", "unpack_payloads",
     "MAX_INTS",
     "FRAME_KINDS",
     "MessageType",
@@ -170,6 +170,8 @@ class MessageType(str, Enum):
     BCD_COEF = "bcd_coef"
     BCD_STOP = "bcd_stop"
     RESULT = "result"
+    MODEL_CHECK = "model_check"
+    MODEL_SIGNATURE = "model_signature"
     HEARTBEAT = "heartbeat"
     ABORT = "abort"
     ERROR = "error"
@@ -276,6 +278,7 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "seeded": (False, _is_bool),
         "bounds": (False, _is_opt(_is_dict)),
         "bounds_from_data": (False, _is_bool),
+        "auth": (False, _AUTH),   # signed for the model check at the end of the run (vfl.net.model_check)
     },
     MessageType.ENC_REQUEST: {
         "block": (True, _BLOCK),
@@ -305,8 +308,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
         "wire": (True, _is_dict),
         "auth": (False, _AUTH),
     },
-    MessageType.SHARE: {"block": (True, _BLOCK)},
-    MessageType.BLOCK: {"block": (True, _BLOCK)},
+    MessageType.SHARE: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
+    MessageType.BLOCK: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
     MessageType.BCD_REMAINDER: {
         "round": (True, _is_int(0, 1_000_000)),
         "to": (True, _is_name),
@@ -317,6 +320,10 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
                            "rounds_run": (False, _is_int(0, 1_000_000))},
     MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
     MessageType.RESULT: {"model": (True, _is_dict)},
+    # signed models (vfl.net.model_check): the release and the unsigned model out, each party's signature back
+    MessageType.MODEL_CHECK: {"settings": (True, _is_dict), "release": (True, _is_list(_is_dict, 1_000_000)),
+                              "frames": (True, _is_list(_is_dict, 1_000_000))},
+    MessageType.MODEL_SIGNATURE: {"digest": (True, _KEY), "auth": (False, _AUTH)},
     MessageType.HEARTBEAT: {},
     MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
     MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
@@ -519,6 +526,28 @@ def _decode_payload(desc: dict, data: memoryview) -> Payload:
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise ProtocolError("array frame contains NaN or infinity")
     return arr
+
+
+def pack_payloads(payloads: Sequence[Payload]) -> tuple[list[dict], bytes]:
+    """Payloads in one frame (more than :data:`MAX_FRAMES`, e.g. the model check's release): descriptors with sizes."""
+    encoded = [_encode_payload(p) for p in payloads]
+    return [{**d, "size": len(b)} for d, b in encoded], b"".join(b for _, b in encoded)
+
+
+def unpack_payloads(descs: Any, blob: bytes) -> list[Payload]:
+    """Inverse of :func:`pack_payloads`, every descriptor and size checked (ProtocolError, never another error)."""
+    view, pos, out = memoryview(blob).cast("B"), 0, []
+    for d in descs if isinstance(descs, list) else [None]:
+        size = d.get("size") if isinstance(d, dict) else None
+        if not _is_int(0, len(blob) - pos)(size):
+            raise ProtocolError("packed payloads: a descriptor or size does not fit the frame")
+        desc, part = {k: v for k, v in d.items() if k != "size"}, view[pos:pos + size]  # type: ignore[union-attr]
+        _check_descriptor(desc, part.nbytes)
+        out.append(_decode_payload(desc, part))
+        pos += size
+    if pos != len(blob):
+        raise ProtocolError("packed payloads: trailing bytes")
+    return out
 
 
 # ------------------------------------------------------------------ messages

@@ -20,6 +20,7 @@ fsynced and renamed, so a crash never leaves a partial model file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -33,6 +34,7 @@ import numpy as np
 from vfl.data.files import is_special_file
 from vfl.exceptions import ConfigurationError, DataValidationError
 from vfl.models.inference import InferenceMixin, InferenceResult
+from vfl.secure.identity import canonical_json
 
 __all__ = ["PartyColumns", "FittedModel", "JsonModel", "atomic_write_text", "load_model", "report_text",
            "MODEL_FORMAT", "SCHEMA_VERSION", "schema_version_of", "utc_now"]
@@ -164,6 +166,12 @@ class FittedModel(InferenceMixin, JsonModel):
     #: standard errors, intervals, p-values and fit measures from the release (:meth:`InferenceResult.to_dict`);
     #: None = not computed (an older file, a (DP-)BCD run)
     inference: dict[str, Any] | None = None
+    #: party -> Ed25519 signature (hex) over :func:`model_document_digest` of this file without ``signatures``:
+    #: each party of the roster signed after re-deriving the coefficients from the run's release
+    #: (:mod:`vfl.net.model_check`); None = unsigned (an older file, an ``--insecure-no-identity`` or BCD run)
+    signatures: dict[str, str] | None = None
+    #: the digest of the document this model was read from (None: built here; :meth:`document_digest`)
+    loaded_digest: bytes | None = field(default=None, compare=False, repr=False)
 
     FORMAT = MODEL_FORMAT
     SCHEMA_VERSION = SCHEMA_VERSION
@@ -295,7 +303,13 @@ class FittedModel(InferenceMixin, JsonModel):
             "privacy_report": self.privacy_report, "extra": self.extra,
             **({} if self.roster is None else {"roster": self.roster}),
             **({} if self.inference is None else {"inference": self.inference}),
+            **({} if self.signatures is None else {"signatures": self.signatures}),
         }
+
+    def document_digest(self) -> bytes:
+        """What every party signs: :func:`model_document_digest` of the file as read (or, for a model built here,
+        of :meth:`to_dict`), signatures left out."""
+        return self.loaded_digest if self.loaded_digest is not None else model_document_digest(self.to_dict())
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> FittedModel:
@@ -318,7 +332,8 @@ class FittedModel(InferenceMixin, JsonModel):
                        doc.get("label_bounds"), doc.get("privacy_report") or {}, int(doc.get("n_samples", 0)),
                        str(doc.get("run_id", "")), doc.get("extra") or {}, None if label is None else str(label),
                        None if stamp[0] is None else str(stamp[0]), None if stamp[1] is None else str(stamp[1]),
-                       _roster_of(doc.get("roster")), _inference_of(doc.get("inference")))
+                       _roster_of(doc.get("roster")), _inference_of(doc.get("inference")),
+                       _signatures_of(doc.get("signatures")), model_document_digest(doc))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"malformed model file: {exc}") from None
 
@@ -340,6 +355,22 @@ def _roster_of(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict) or not isinstance(value.get("entries"), list):
         raise ValueError("its roster is not {run, plan, entries}")
     return value
+
+
+def _signatures_of(value: Any) -> dict[str, str] | None:
+    """The optional ``signatures`` of a model file: absent/null, or ``{party: signature hex}``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError("its signatures are not {party: signature}")
+    return dict(value)
+
+
+def model_document_digest(doc: dict[str, Any]) -> bytes:
+    """sha256 over ``"vfl model signature\\0"`` and the canonical JSON (sorted keys, no whitespace) of a model
+    document without its ``signatures``: coefficients, features, bounds, preprocessing, report, run id, roster."""
+    body = {k: v for k, v in doc.items() if k != "signatures"}
+    return hashlib.sha256(b"vfl model signature\0" + canonical_json(body)).digest()
 
 
 def load_model(path: str | Path) -> FittedModel:

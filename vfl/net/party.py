@@ -21,7 +21,10 @@ A party never sends a raw row. What leaves it (see docs/threat_model.md):
   added inside the ciphertext (a discrete Gaussian/Laplace in fixed-point units; spec §1.3 [correction]);
 * SHARE: its additive share of a cross block in fixed point ``2^-2p`` units, with its own local
   offset (logistic ``alpha``: ``(1/(2N)) sum_i x_i``, Zhang et al. 2012 eq. 12) folded in, so the
-  coordinator only ever learns the noisy block.
+  coordinator only ever learns the noisy block. READY, BLOCK and SHARE carry the party's signature too;
+* MODEL_SIGNATURE (end of an FM run): its signature over the model file's digest, given only after it re-derived the
+  model from the run's signed release (:mod:`vfl.net.model_check`); the signed file it receives is stored
+  (``model_out``).
 
 Socket I/O and heartbeats stay on the calling thread; encryption and products run on a worker
 thread, so heartbeats keep flowing during long computations.
@@ -30,6 +33,7 @@ thread, so heartbeats keep flowing during long computations.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import queue
 import sys
@@ -55,7 +59,8 @@ from vfl.exceptions import (
 )
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
-from vfl.net.modelio import FittedModel
+from vfl.net.model_check import check_release, check_result, default_model_path
+from vfl.net.modelio import FittedModel, atomic_write_text
 from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
@@ -341,7 +346,8 @@ class PartyNode:
                  max_frame_bytes: int | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_data_derived_bounds: bool | None = False,
                  model: str | None = None, ledger: Ledger | None = None, budget: Budget | None = None,
-                 dataset_name: str | None = None, dataset_files: Sequence[str] = ()) -> None:
+                 dataset_name: str | None = None, dataset_files: Sequence[str] = (),
+                 model_out: str | Path | None = None) -> None:
         """``identity_dir``: this party's ``NAME.sign.secret`` and the pinned ``*.sign.pub`` of its co-parties
         (``vfl keys``); required unless ``insecure_no_identity`` (loopback experiments only, warns).
         ``allow_data_derived_bounds``: start without declared bounds (:func:`check_declared_bounds`; warns, not
@@ -351,7 +357,9 @@ class PartyNode:
         each plan's spend is checked (read-only) when it arrives and reserved after the roster verifies, before
         anything data-dependent is sent; ``budget``: the lifetime budget (None: record only); ``dataset_name``: a
         declared dataset whose budget is kept apart (default: this party's one budget, whatever the rows, bounds,
-        label or ID subset); ``dataset_files``: the files the run reads (recorded in the ledger)."""
+        label or ID subset); ``dataset_files``: the files the run reads (recorded in the ledger). ``model_out``:
+        where the model every party signed is stored at the end of an FM run (default ``model-NAME-RUN.json`` next
+        to the ledger; :mod:`vfl.net.model_check`)."""
         self.data = data
         self.ledger, self.budget = ledger, budget
         self.dataset = dataset_key(data.feature_names, data.n_rows, bounds=data.bounds, label=data.label_name,
@@ -382,6 +390,9 @@ class PartyNode:
         self._stop = threading.Event()
         self.alignment: AlignmentParty | None = None
         self.rows_before_alignment = data.n_rows
+        #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
+        self.model_out = model_out
+        self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -467,7 +478,12 @@ class PartyNode:
             self._submit(session.start)
             return None
         if kind is MessageType.RESULT:
-            return FittedModel.from_dict(msg.body["model"])
+            return self._result(msg, session, t.run_id)
+        if kind is MessageType.MODEL_CHECK:
+            if not isinstance(session, FMParty) or self.roster is None or self.roster.digest is None:
+                raise ProtocolError("model check outside a completed FM run")
+            self._submit(self._check_model, msg, t.run_id)   # after this party's last share (same worker chain)
+            return None
         if kind in (PSI_START, PSI_POINTS, PSI_RESULT):
             self._align(msg, session)
             return None
@@ -482,6 +498,33 @@ class PartyNode:
                 self.roster.check_paillier(msg.blob(0), sender, str(msg.body["block"]))
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
+
+    def _check_model(self, msg: Message, run: str) -> list:
+        """Worker: re-derive the model from the signed release and sign its digest (:mod:`vfl.net.model_check`)."""
+        assert self.roster is not None
+        start = time.monotonic()
+        reply = check_release(msg, self.roster, run, self.identity)
+        self.signed_digest = bytes.fromhex(reply.body["digest"])
+        self.log(f"[{self.data.name}] model check: the coefficients follow from this run's release ("
+                 f"{time.monotonic() - start:.2f} s); " + ("signed" if self.identity is not None
+                                                          else "NOT signed (no identity)"))
+        return [reply]
+
+    def _result(self, msg: Message, session: FMParty | BCDParty | None, run: str) -> FittedModel:
+        """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
+        stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
+        doc = msg.body["model"]
+        if not isinstance(session, FMParty):
+            return FittedModel.from_dict(doc)
+        assert self.roster is not None
+        model = check_result(doc, self.signed_digest, self.roster)
+        path = self.model_out if self.model_out is not None else default_model_path(
+            None if self.ledger is None else self.ledger.path, self.data.name, run)
+        if path is not None:
+            atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+            self.log(f"[{self.data.name}] model " + ("signed by every party" if model.signatures else "UNSIGNED")
+                     + f" stored in {path}")
+        return model
 
     @staticmethod
     def _spend(session: FMParty | BCDParty, plan_body: dict) -> Spend:

@@ -149,21 +149,21 @@ def ledger_opens(path: Path, party: str) -> str:
 
 
 def served_model(model_path: str, name: str, identity_dir: str | None) -> str:
-    """What `vfl serve` checks before connecting: this party's block of the model and its own signed roster entry."""
+    """What `vfl serve` checks before connecting: this party's block of the model and that every party of its roster
+    signed the file, under the keys this party pins (its own included; :func:`vfl.net.model_signing.check_signed`)."""
+    from vfl.net.model_signing import check_signed
     from vfl.net.modelio import load_model
     from vfl.net.scoring import scoring_block
-    from vfl.protocols.roster import verify_own_entry
     from vfl.secure.identity import load_party_identity
 
     model = load_model(model_path)
     block = scoring_block(model, name)
-    own = load_party_identity(identity_dir, name)[0].public_hex if identity_dir else None
-    verify_own_entry(model.roster, name, own, list(block.features))
-    if model.roster is not None and model.roster.get("run") != model.run_id:
-        raise VFLError(f"the model's roster is of run {model.roster.get('run')}, not of the model's run {model.run_id}")
-    signed = "signed by this party's own identity" if own else "NOT checked (no --identity-dir)"
-    return (f"{model_path}: run {model.run_id[:8]}, {name} serves {', '.join(block.features)}; its roster entry "
-            f"{signed}")
+    identity, pinned = load_party_identity(identity_dir, name) if identity_dir else (None, None)
+    check_signed(model, model_path, pinned=pinned, own=None if identity is None else (name, identity.public_hex),
+                 serving=True)
+    signed = ("signed by every party of its roster under this party's pinned keys" if identity
+              else "signed by every party under the keys its roster records (NOT pinned: no --identity-dir)")
+    return f"{model_path}: run {model.run_id[:8]}, {name} serves {', '.join(block.features)}; the model is {signed}"
 
 
 def serving_table(model_path: str, name: str, data: str, id_column: str, features: str | None) -> str:

@@ -32,12 +32,13 @@ from vfl.exceptions import (
     VFLError,
 )
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
+from vfl.net.model_signing import check_signed
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.party import HEARTBEAT_SECONDS, send_error
 from vfl.net.predict import format_value, output_column
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
-from vfl.protocols.roster import check_self_signed, sign_registration, verify_own_entry
+from vfl.protocols.roster import check_self_signed, sign_registration
 from vfl.protocols.scoring import (
     SCORE_PRECISION_BITS,
     ScorePlan,
@@ -314,7 +315,8 @@ class ScoringPartyNode:
     def __init__(self, model: FittedModel, name: str, ids: Sequence[str], X: np.ndarray, connect: str, *,
                  curve: CurveClientKeys | None = None, identity_dir: str | Path | None = None,
                  insecure_no_identity: bool = False, allow_unsigned_model: bool = False, timeout: float = 120.0,
-                 log: Callable[[str], None] | None = None, max_query_ids: int = DEFAULT_MAX_QUERY_IDS) -> None:
+                 log: Callable[[str], None] | None = None, max_query_ids: int = DEFAULT_MAX_QUERY_IDS,
+                 model_checked: bool = False) -> None:
         validate_name(name)
         if isinstance(max_query_ids, bool) or not isinstance(max_query_ids, int) or not 1 <= max_query_ids <= 10**7:
             raise ConfigurationError(f"--max-query-ids must lie in [1, 10000000], got {max_query_ids}")
@@ -334,7 +336,8 @@ class ScoringPartyNode:
         # before anything is sent: public bounds on every column, and a largest partial score that fits the encoding
         check_servable(self.block, len(serving_parties(model)), SCORE_PRECISION_BITS, name)
         self.timeout, self.log = float(timeout), log or (lambda s: None)
-        self._check_roster(allow_unsigned_model)
+        if not model_checked:   # in-process scoring (vfl.api_scoring) checks the signatures once, before
+            self._check_roster(allow_unsigned_model)   # its throwaway identities exist
         self.ids = list(ids)
         self.X = np.asarray(X, dtype=float)
         if self.X.shape != (len(self.ids), len(self.block.features)):
@@ -347,27 +350,25 @@ class ScoringPartyNode:
         self.answered = 0   # queries answered in earlier sessions
 
     def _check_roster(self, allow_unsigned: bool) -> None:
-        """Before anything is sent: the model's recorded roster holds this party's entry, signed by its own identity,
-        registering exactly the columns it serves (:func:`vfl.protocols.roster.verify_own_entry`). Refused with one
-        line (IdentityError) unless ``allow_unsigned`` (``--allow-unsigned-model``), which warns loudly instead."""
-        own = None if self.identity is None else self.identity.public_hex
+        """Before anything is sent: every party of the model's roster signed the model file's digest, under the key
+        this party pins for it, this party's own signature included (:func:`vfl.net.model_signing.check_signed`:
+        issue 29, a party signs only a model it re-derived from a run it completed). Refused with one line
+        (IdentityError) unless the file carries no signature at all and ``allow_unsigned``
+        (``--allow-unsigned-model``), which warns loudly instead."""
+        own = None if self.identity is None else (self.name, self.identity.public_hex)
         try:
-            verify_own_entry(self.model.roster, self.name, own, list(self.block.features))
-            if self.model.roster is not None and self.model.roster.get("run") != self.model.run_id:
-                raise IdentityError(f"party {self.name}: the model's roster is of run {self.model.roster.get('run')}, "
-                                    f"not of the model's run {self.model.run_id}")
+            signed = check_signed(self.model, "to serve", allow_unsigned=allow_unsigned, pinned=self.pinned, own=own,
+                                  serving=True)
         except IdentityError as exc:
-            if not allow_unsigned:
-                raise IdentityError(f"{exc}; refusing to serve it (--allow-unsigned-model serves it anyway)"
-                                    ) from None
-            warnings.warn(f"{exc}; serving it ANYWAY (--allow-unsigned-model): nothing shows this party agreed to "
-                          "train this model", PrivacyLeakWarning, stacklevel=3)
-            self.log(f"[{self.name}] WARNING: serving a model whose roster this party did not sign "
-                     "(--allow-unsigned-model)")
+            raise IdentityError(f"party {self.name}: {exc}") from None
+        if not signed:
+            self.log(f"[{self.name}] WARNING: serving a model that no party signed (--allow-unsigned-model)")
             return
-        self.log(f"[{self.name}] the model's roster holds this party's entry " + (
-            "signed by its own identity" if own is not None else "(NOT checked: no identity)") +
-            f", registering the columns it serves ({', '.join(self.block.features)})")
+        self.log(f"[{self.name}] the model is signed by every party of its roster ("
+                 + ", ".join(p.name for p in self.model.parties) + ") " + (
+                     "under the keys this party pins, its own included" if own is not None
+                     else "(keys NOT pinned: no identity)")
+                 + f"; this party serves its columns {', '.join(self.block.features)}")
 
     def run(self) -> int:
         """Serve until SCORE_DONE; the number of queries answered. Failures are reported to the hub, then raised."""

@@ -38,7 +38,14 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, VFLError
-from vfl.net.http_guard import BoundedHTTPServer, HTTPRefusal, RateLimiter, body_length, client_key
+from vfl.net.http_guard import (
+    BoundedHTTPServer,
+    DeadlineRequestHandler,
+    HTTPRefusal,
+    RateLimiter,
+    body_length,
+    client_key,
+)
 from vfl.net.scoring import Scores, ScoringHubNode
 
 __all__ = ["ScoringService", "HTTPLimits", "parse_http_address", "MAX_BODY_BYTES"]
@@ -50,13 +57,15 @@ _ROUTES = {"/score": "POST", "/healthz": "GET", "/readyz": "GET"}
 @dataclass(frozen=True)
 class HTTPLimits:
     """What one hostile client can take: worker threads, open connections, requests per second and at once per
-    client address (``rate`` 0: no rate limit), seconds an idle connection is kept."""
+    client address (``rate`` 0: no rate limit), seconds an idle connection is kept, seconds one request (line,
+    headers, body) may take to arrive in all."""
 
     workers: int = 8
     max_connections: int = 64
     rate: float = 100.0
     burst: int = 200
     idle_timeout: float = 10.0
+    read_timeout: float = 30.0
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
@@ -102,7 +111,8 @@ class ScoringService:
         self.limiter = RateLimiter(self.limits.rate, self.limits.burst)
         self.httpd = BoundedHTTPServer((host, port), self._handler(), workers=self.limits.workers,
                                        max_connections=self.limits.max_connections,
-                                       idle_timeout=self.limits.idle_timeout)
+                                       idle_timeout=self.limits.idle_timeout,
+                                       read_timeout=self.limits.read_timeout)
         self.address = f"http://{host}:{self.httpd.server_address[1]}"
 
     # ------------------------------------------------------------------ service thread
@@ -179,7 +189,7 @@ class ScoringService:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(DeadlineRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: no IDs in logs
@@ -238,8 +248,17 @@ class ScoringService:
                     self.close_connection = True
                     self._reply(exc.status, {"error": exc.reason})
                     return
+                raw = self.rfile.read(length)
+                self.request_read()
+                # before parsing: every JSON value but the first is preceded by ',', '[' or '{', so their count (in
+                # strings too) bounds the values json.loads would build; a body with more than the hub's ID cap (+
+                # the envelope's few) is refused without building them (a 16 MiB body of [] is ~23x its size parsed)
+                if sum(raw.count(c) for c in (b",", b"[", b"{")) > service.hub.plan.max_ids + 8:
+                    self._reply(413, {"error": f"the body holds more values than this hub's --max-query-ids "
+                                               f"({service.hub.plan.max_ids}) allows"})
+                    return
                 try:
-                    doc = json.loads(self.rfile.read(length).decode("utf-8"))
+                    doc = json.loads(raw.decode("utf-8"))
                     ids = doc["ids"]
                     if not isinstance(ids, list):
                         raise TypeError

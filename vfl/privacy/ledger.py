@@ -242,8 +242,11 @@ class DatasetKey:
 
 def budget_key(stored: str) -> str:
     """The budget an entry's stored key counts against: a declared ``name:NAME`` keeps its own; anything else (the
-    default, and the ``sha256:`` fingerprint keys of schema 1) is the party's default budget."""
-    return stored if stored.startswith("name:") else DEFAULT_DATASET
+    default, the ``sha256:`` fingerprint keys of schema 1, and schema 1's ``name:default``, which is what
+    ``--dataset-name default`` now declares, :func:`declared_name`) is the party's default budget."""
+    if stored.startswith("name:") and declared_name(stored[len("name:"):]) is not None:
+        return stored
+    return DEFAULT_DATASET
 
 
 def declared_name(name: str | None) -> str | None:

@@ -40,7 +40,7 @@ from vfl.exceptions import ConfigurationError, DegenerateNoisyObjective, Protoco
 from vfl.fm.dissection import Block, DissectionPlan
 from vfl.fm.domain import fixed_point_shrink
 from vfl.fm.objective import QuadraticObjective
-from vfl.fm.solver import DEFAULT_REGULARIZATION, solve_details
+from vfl.fm.solver import default_regularization, solve_details
 from vfl.privacy.fixed_point import (
     accumulate_single_party_raw,
     block_generators,
@@ -388,7 +388,7 @@ class FMCoordinator:
     @property
     def regularization(self) -> str:
         """The solve's regularisation: the run's choice, else the model's default (:mod:`vfl.fm.solver`)."""
-        return self.settings.regularization or DEFAULT_REGULARIZATION[self.plan.model]
+        return self.settings.regularization or default_regularization(self.plan.model, self.mech.name)
 
     def finish(self) -> FMRelease:
         """Assemble (beta, alpha, M), project with the public eigenvalue floor, solve, and report (step 5)."""

@@ -48,7 +48,7 @@ from vfl.secure.identity import (
     verify_signature,
 )
 
-__all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "Roster", "RosterCoordinator", "plan_digest",
+__all__ = ["ROSTER_ENTRY", "ROSTER", "RELAYED", "RELEASE_SIGNED", "Roster", "RosterCoordinator", "plan_digest",
            "registration_digest", "sign_registration", "verify_registration", "entry_digest", "check_self_signed",
            "verify_own_entry"]
 
@@ -57,6 +57,9 @@ ROSTER = "roster"
 #: party-to-party messages the coordinator relays: each carries its sender's signature (``auth``)
 NONCE_BYTES = 16   # a roster entry's fresh nonce (hex in the entry)
 RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder"})
+#: what a party sends the coordinator that makes up the release: signed too, so that at the end of the run every party
+#: can re-derive the model from contributions their producers signed (vfl.net.model_check, issue 29)
+RELEASE_SIGNED = frozenset({"ready", "block", "share"})
 _RELAY_EXCLUDE = ("auth", "origin")
 
 
@@ -129,6 +132,7 @@ class Roster:
         self.nonce = secrets.token_hex(NONCE_BYTES)
         self.digest: bytes | None = None
         self.keys: dict[str, str] = {}           # party -> pinned Ed25519 key (hex), after verify
+        self.entries: list[dict] = []            # the ROSTER's entries, after verify (recorded in the model file)
         self.paillier_keys: dict[str, str | None] = {}   # party -> Paillier key fingerprint, after verify
 
     @property
@@ -165,6 +169,7 @@ class Roster:
             raise IdentityError(f"the roster's entry for {self.name!r} is not the one this party sent")
         self.digest = digest_of("vfl roster", self.run, self.plan,
                                 [message_digest(ROSTER_ENTRY, e, exclude=()).hex() for e in entries])
+        self.entries = list(entries)
 
     def _check_entry(self, i: int, party: dict, entry: Any) -> None:
         name = str(party.get("name"))
@@ -200,7 +205,7 @@ class Roster:
 
     def seal(self, out: Out) -> Out:
         """``out`` with this party's signature bound to the roster (relayed types only; unchanged otherwise)."""
-        if out.type not in RELAYED or self.identity is None:
+        if (out.type not in RELAYED and out.type not in RELEASE_SIGNED) or self.identity is None:
             return out
         auth = self.identity.sign(self._bound(out.type, out.body, out.payload))
         return Out(type=out.type, body={**out.body, "auth": auth}, payload=out.payload, to=out.to)
@@ -213,6 +218,13 @@ class Roster:
             raise ProtocolError(f"{kind} addressed to {msg.body.get('to')!r} reached {self.name!r}")
         if self.pinned is not None:
             self.pinned.verify(sender, self._bound(kind, msg.body, list(msg.payload)), msg.body.get("auth"), kind)
+
+    def check_recorded(self, kind: str, body: dict, frames: list, sender: str) -> None:
+        """A message of the release as the coordinator recorded it (:data:`RELAYED` or :data:`RELEASE_SIGNED`) is
+        signed by ``sender`` under this roster; IdentityError naming the sender otherwise (no check without
+        identities)."""
+        if self.pinned is not None:
+            self.pinned.verify(sender, self._bound(kind, body, frames), body.get("auth"), f"recorded {kind}")
 
     def check_paillier(self, key_bytes: bytes, encryptor: str, block: str) -> None:
         """An ENC_REQUEST's Paillier public key is its encryptor's roster key; IdentityError otherwise."""

@@ -202,7 +202,21 @@ def check_query(ids: Sequence[Any], max_ids: int) -> list[str]:
         raise DataValidationError("the query holds no IDs")
     if len(values) > max_ids:
         raise DataValidationError(f"the query holds {len(values)} IDs, more than --max-query-ids {max_ids}")
-    return normalise_ids(values, what="query")
+    clean = normalise_ids(values, what="query")
+    try:   # a lone surrogate (JSON "\\udcff") has no UTF-8 form, so no query frame (id_frame)
+        "".join(clean).encode("utf-8")
+    except UnicodeEncodeError:
+        row = next(r for r, text in enumerate(clean, start=1) if not _utf8(text))
+        raise DataValidationError(f"query: the ID in data row {row} is not valid Unicode text") from None
+    return clean
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ScoringParty:
@@ -366,10 +380,10 @@ class ScoringHub:
         if self._ids is not None:
             raise ProtocolError("a query is still open")
         clean = check_query(ids, self.plan.max_ids)
+        blob = id_frame(clean)   # before the round opens: nothing below may leave it half open
         self.round += 1
         self._ids, self._got = clean, set()
         self._sum = np.zeros(2 * len(clean) + 1, dtype=np.uint64)
-        blob = id_frame(clean)
         body = {"round": self.round, "count": len(clean)}
         return [Out(type="score_query", body=dict(body), payload=[blob], to=j) for j in range(self.n)]
 

@@ -1,0 +1,186 @@
+"""The model check at the end of an FM run: every party re-derives the model from the release, then signs it.
+
+Issue 29: a party must serve only a model that follows from a run it took part in and completed. After the FM
+release (:mod:`vfl.protocols.fm_release`) the coordinator sends every party MODEL_CHECK:
+
+* ``release``: every message the release was assembled from, as the coordinator received it: each party's READY
+  (public bounds), BLOCK (its noisy single-party blocks), ENC_REQUEST (the public stream header and Paillier key of
+  each secure product) and SHARE (the two shares of each cross block). Each carries its producer's Ed25519
+  signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
+* ``settings``: the run's public settings (:class:`vfl.protocols.settings.RunSettings`);
+* ``model`` (frame 0, JSON): the model document the coordinator will write (without signatures); the recorded
+  messages' payloads travel packed in frame 1 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
+  message may carry frames).
+
+The party (:func:`check_release`) checks every signature against its pinned keys, rebuilds the coordinator's side
+from the settings and the roster's registrations (the rebuilt PLAN must have the digest of the plan this party
+accepted), feeds it the recorded messages (the same checks the coordinator makes: owners, shapes, packed ranges,
+product magnitudes), assembles and solves with the same deterministic code (:meth:`FMCoordinator.finish`; the
+eigenvalue floor is selected from the release with a public seed) and builds the model file. The coefficients must
+agree to :data:`W_RTOL`, the inference record to :data:`DERIVED_RTOL` and everything else in the document exactly,
+else the party refuses (ERROR, the run fails, no model is written). Only then does it sign
+:func:`vfl.net.modelio.model_document_digest` of the document (MODEL_SIGNATURE). The coordinator writes all
+signatures into the file and sends it (RESULT); each party checks the signatures and stores the file
+(``--model-out``, :func:`default_model_path`).
+
+What a party learns from the release it checks is the noisy objective, post-processing of the DP release
+(docs/privacy.md, "What a party learns from the model check").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vfl.exceptions import ProtocolError, VFLError
+from vfl.net.coordinator import ALIGNMENT_NOTE, IDENTITY_NOTE, RECORDED, fm_model
+from vfl.net.messages import Message, MessageType, unpack_payloads
+from vfl.net.model_signing import verify_model_signatures
+from vfl.net.modelio import FittedModel, model_document_digest
+from vfl.protocols.contracts import RegisterBody, Registration
+from vfl.protocols.fm_release import FMCoordinator
+from vfl.protocols.roster import Roster, plan_digest
+from vfl.protocols.settings import BCD_MECHANISMS, RunSettings
+from vfl.secure.identity import SigningIdentity
+
+__all__ = ["check_release", "check_result", "default_model_path", "W_RTOL",
+           "UNCOMPARED"]
+
+#: relative tolerance of the re-derived coefficients (the same code on the same release: equal up to BLAS rounding)
+W_RTOL = 1e-9
+#: fields of the model document compared within tolerance (derived from ``w``) or not at all (stamps)
+UNCOMPARED = ("w", "coef", "coefficients", "intercept", "created", "vfl_version", "signatures")
+#: fields compared number by number to :data:`DERIVED_RTOL`: the inference record is a deterministic bootstrap (public
+#: seed) of the release, equal on one machine, equal up to floating-point rounding across BLAS builds
+NUMERIC = ("inference",)
+DERIVED_RTOL = 1e-6
+
+
+def _close(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same JSON value, numbers within :data:`DERIVED_RTOL`."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return bool(np.isclose(a, b, rtol=DERIVED_RTOL, atol=1e-12))
+    return bool(a == b)
+
+
+def _recorded(msg: Message) -> list[tuple[str, Message]]:
+    """The recorded messages: each body from ``release``, its payloads unpacked from frame 1."""
+    payloads = unpack_payloads(msg.body["frames"], msg.blob(1))
+    items, pos = [], 0
+    for item in msg.body["release"]:
+        kind, count, party = item.get("type"), item.get("frames"), item.get("party")
+        if kind not in RECORDED or not isinstance(count, int) or not 0 <= count <= len(payloads) - pos \
+                or not isinstance(party, str) or not isinstance(item.get("body"), dict):
+            raise ProtocolError("the model check's release is malformed")
+        items.append((party, Message(MessageType(kind), dict(item["body"]), payloads[pos:pos + count],
+                                     sender=party)))
+        pos += count
+    if pos != len(payloads):
+        raise ProtocolError("the model check's release has payloads no message claims")
+    return items
+
+
+def _rebuild_phase(msg: Message, roster: Roster, run: str) -> tuple[RunSettings, list[Registration], FMCoordinator]:
+    """The coordinator's FM side rebuilt from the settings and the roster's signed registrations; its PLAN must be
+    the plan this party accepted (same digest)."""
+    try:
+        settings = RunSettings(**msg.body["settings"])
+    except TypeError as exc:
+        raise ProtocolError(f"the model check's settings are malformed: {exc}") from None
+    plan_body = roster.plan_body
+    if settings.mechanism in BCD_MECHANISMS or settings.n_parties != len(roster.entries):
+        raise ProtocolError("the model check's settings are not those of this FM run")
+    regs = []
+    for entry in roster.entries:
+        reg = Registration.of(b"", RegisterBody.from_body(entry["registration"], str(entry["party"])))
+        reg.n_rows = int(plan_body["n_samples"])   # after the row alignment, if any
+        regs.append(reg)
+    phase = FMCoordinator(settings, regs)
+    rebuilt = phase.plan_messages()[int(plan_body["index"])].body
+    rebuilt["params"]["max_message_bytes"] = plan_body["params"].get("max_message_bytes")
+    if plan_digest(rebuilt) != roster.plan:
+        raise ProtocolError("the model check's settings do not reproduce the plan this party accepted; refusing to "
+                            "sign the model")
+    return settings, regs, phase
+
+
+def _rebuild_model(msg: Message, roster: Roster, run: str) -> FittedModel:
+    """Re-derive the model from the signed release (module docstring)."""
+    settings, regs, phase = _rebuild_phase(msg, roster, run)
+    index = {r.name: i for i, r in enumerate(regs)}
+    for party, item in _recorded(msg):
+        if party not in index:
+            raise ProtocolError(f"the model check's release holds a message of {party!r}, not a party of this run")
+        roster.check_recorded(item.type.value, item.body, list(item.payload), party)
+        phase.handle(index[party], item)
+    if not phase.done:
+        raise ProtocolError("the model check's release lacks blocks of this run")
+    model = fm_model(settings, regs, phase.finish(), run)
+    model.roster = {"run": run, "plan": roster.plan.hex(), "entries": roster.entries}
+    if any(r.row_ids for r in regs):
+        model.privacy_report.setdefault("notes", []).append(ALIGNMENT_NOTE.format(n=regs[0].n_rows))
+    unsigned = [str(e.get("party")) for e in roster.entries if "auth" not in e]
+    if unsigned:
+        model.privacy_report.setdefault("notes", []).append(IDENTITY_NOTE.format(names=", ".join(unsigned)))
+    return model
+
+
+def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdentity | None) -> Message:
+    """Party side: re-derive the model, compare it with the coordinator's document, sign its digest (module
+    docstring). ProtocolError (one line, the run fails) if anything differs."""
+    try:
+        doc = json.loads(msg.blob(0))
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("the model check's model document is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError("the model check's model document is not a model")
+    if "signatures" in doc:
+        raise ProtocolError("the model to check already carries signatures")
+    try:
+        mine = _rebuild_model(msg, roster, run)
+        claimed = FittedModel.from_dict(doc)
+    except ProtocolError:
+        raise
+    except VFLError as exc:
+        raise ProtocolError(f"the model check's release does not re-derive a model: {exc}") from None
+    if claimed.w.shape != mine.w.shape or not np.allclose(claimed.w, mine.w, rtol=W_RTOL, atol=W_RTOL * float(
+            np.max(np.abs(mine.w), initial=1.0))):
+        raise ProtocolError("the model's coefficients do not follow from the run's release; refusing to sign it")
+    ours = json.loads(json.dumps(mine.to_dict(), allow_nan=False))   # as the document travelled: lists, not tuples
+    differ = sorted(k for k in set(ours) | set(doc) if k not in UNCOMPARED and (
+        not _close(ours.get(k), doc.get(k)) if k in NUMERIC else ours.get(k) != doc.get(k)))
+    if differ:
+        raise ProtocolError(f"the model's {', '.join(differ)} differ from what the run's release gives; refusing "
+                            "to sign it")
+    digest = model_document_digest(doc)
+    body: dict[str, Any] = {"digest": digest.hex()}
+    if identity is not None:
+        body["auth"] = identity.sign(digest)
+    return Message(MessageType.MODEL_SIGNATURE, body)
+
+
+def check_result(doc: dict, signed_digest: bytes | None, roster: Roster) -> FittedModel:
+    """Party side, RESULT: the model is the one this party checked and signed, with every party's valid signature
+    (under its pinned keys); without identities only the digest is compared."""
+    model = FittedModel.from_dict(doc)
+    if signed_digest is None or model.document_digest() != signed_digest:
+        raise ProtocolError("the released model is not the one this party checked and signed")
+    if roster.identity is not None:
+        verify_model_signatures(model, pinned=roster.pinned, own=(roster.name, roster.identity.public_hex))
+    return model
+
+
+def default_model_path(ledger_path: str | Path | None, name: str, run: str) -> Path | None:
+    """Where a party stores the signed model when no ``--model-out`` is given: ``model-NAME-RUN8.json`` next to its
+    privacy ledger (None without a ledger)."""
+    if ledger_path is None:
+        return None
+    return Path(ledger_path).with_name(f"model-{name}-{run[:8]}.json")
