@@ -282,7 +282,7 @@ def test_the_deployment_guide_runs_across_hosts(lab, procs, tmp_path):
     checks = [out for h, c, out in outputs if c.startswith("vfl check")]
     assert len(checks) == 7 and all(out.rstrip().endswith("checks passed") for out in checks), checks
     assert all("FAIL" not in out for out in checks)
-    assert sum("its roster entry signed by this party's own identity" in out for out in checks) == 3
+    assert sum("signed by every party of its roster under this party's pinned keys" in out for out in checks) == 3
     coordinator_out = next(out for p, out, _ in running["finished"] if "coordinator" in p.args)
     assert "Privacy report: gaussian-fm" in coordinator_out and "formal DP guarantee: yes" in coordinator_out
     for p, out, _ in running["finished"]:
