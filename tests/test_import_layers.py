@@ -39,9 +39,6 @@ TOP_LEVEL_LAYER = {
     "__init__": "faces",
     "api": "faces",
     "api_scoring": "faces",
-    "cli_scoring": "faces",
-    "cli_report": "faces",
-    "cli_check": "faces",
     "cli": "faces",
     "demo": "faces",
 }

@@ -1,7 +1,8 @@
 """Exception and warning classes shared by every vfl module.
 
 Every user-facing error derives from :class:`VFLError`, so the CLI can print one readable line
-for any of them and exit non-zero without a traceback.
+for any of them and exit non-zero without a traceback; the class attribute ``exit_code`` is that exit
+code (one place maps it: :func:`vfl.cli.exit_code_for`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 class VFLError(Exception):
     """Base class of every error vfl raises on purpose."""
 
+    exit_code = 1   # the `vfl` command's exit code (vfl.cli.exit_code_for; docs/reliability.md)
+
 
 class DataValidationError(VFLError, ValueError):
     """Input data are malformed: NaN, wrong shape, mismatched rows, labels outside their set, ..."""
+
+    exit_code = 2   # bad data
 
 
 class DataTypeError(DataValidationError, TypeError):
@@ -30,6 +35,8 @@ class PrivacyParameterError(VFLError, ValueError):
 class BudgetError(PrivacyParameterError):
     """A fit would spend more than its privacy budget accountant has left (:class:`vfl.BudgetAccountant`)."""
 
+    exit_code = 2   # a policy refusal: over the privacy budget or a member's limits
+
 
 class DegenerateNoisyObjective(VFLError, ArithmeticError):
     """After PSD projection the noisy quadratic objective has too few positive eigenvalues to be minimised."""
@@ -46,6 +53,8 @@ class KeyValidationError(VFLError, ValueError):
 class ProtocolError(VFLError):
     """A peer sent a malformed, oversized, out-of-order or unexpected message."""
 
+    exit_code = 4   # a peer broke the protocol
+
 
 class IdentityError(ProtocolError):
     """A signature is missing or does not verify, or a party's signing identity is not pinned (names the party)."""
@@ -54,9 +63,13 @@ class IdentityError(ProtocolError):
 class PartyFailure(VFLError):
     """A party died, timed out or reported an error; the run was aborted and no model was written."""
 
+    exit_code = 3   # a party failed, timed out or the run was aborted
+
 
 class ConfigurationError(VFLError, ValueError):
     """A CLI option, configuration file or API argument is invalid."""
+
+    exit_code = 2   # bad option or configuration
 
 
 class WorkerStalled(VFLError, RuntimeError):

@@ -77,11 +77,13 @@ def _prepared(tables):
     return out
 
 
-def test_cli_noise_free_capefm_equals_pooled_least_squares(tmp_path, procs):
+@pytest.mark.parametrize("hub", [("aggregator",), ("coordinator", "--mechanism", "cape-fm")],
+                         ids=["aggregator", "coordinator-alias"])
+def test_cli_noise_free_capefm_equals_pooled_least_squares(tmp_path, procs, hub):
     _, tables = _write_sites(tmp_path)
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
-    coord = procs.start("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--bind", url, "--out", str(out),
+    coord = procs.start(*hub, "--sites", "3", "--bind", url, "--out", str(out),
                         "--timeout", str(GENEROUS), "--epsilon", "1", "--insecure-test-noise", "none", "--quiet")
     sites = [_site(procs, url, tmp_path, i, "--insecure-test-noise", "none") for i in range(3)]
     o, e = coord.communicate(timeout=300)
@@ -260,9 +262,10 @@ def test_cli_killed_site_makes_the_cli_aggregator_exit_3_without_a_model(tmp_pat
 
 
 def test_every_cli_option_of_site_and_coordinator_is_explained():
-    from vfl.cli import coordinator, site
+    from vfl.cli.cape import aggregator, site
+    from vfl.cli.coordinator import coordinator
 
-    for command in (site, coordinator):
+    for command in (site, coordinator, aggregator):
         for param in command.params:
             assert isinstance(param, click.Option) and len((param.help or "").strip()) > 20, param.name
 
@@ -354,6 +357,13 @@ def test_cli_cape_options_are_checked(tmp_path, capsys):
     code, err = run("coordinator", "--mechanism", "cape-fm", "--sites", "3", "--epsilon", "1", "--seed", "4",
                     "--gamma", "2")
     assert code == 2 and err.count("\n") == 1 and "--gamma, --seed: vertical mechanisms only" in err
+    # `vfl aggregator` (the capeFM hub's own command) has no vertical option to refuse, and needs --sites
+    code, err = run("aggregator", "--sites", "3", "--epsilon", "1", "--gamma", "2")
+    assert code == 2 and err == "vfl: error: No such option '--gamma'.\n"
+    code, err = run("aggregator", "--epsilon", "1")
+    assert code == 2 and err == "vfl: error: Missing option '--sites'.\n"
+    code, err = run("aggregator", "--sites", "3", "--epsilon", "1", "--colluding", "3")
+    assert code == 2 and "n_colluders must be an integer in [0, 2]" in err
     paths, _ = _write_sites(tmp_path)
     code, err = run("site", "--connect", "tcp://127.0.0.1:1", "--name", "s", "--data", str(paths[0]),
                     "--features", "a,b,c", "--label", "y", "--bounds", str(tmp_path / "missing.toml"),

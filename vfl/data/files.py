@@ -1,7 +1,7 @@
 """Output files: checks made before any work starts (layer: base; used by the CLI commands and the scoring CLI).
 
 ``check_writable`` moved here from :mod:`vfl.cli` (issue 30), which cut the import cycle ``vfl.cli`` <->
-``vfl.cli_scoring``; ``vfl.cli.check_writable`` still names it.
+``vfl.cli_scoring`` (now :mod:`vfl.cli.scoring`); ``vfl.cli.check_writable`` still names it.
 """
 
 from __future__ import annotations
