@@ -139,11 +139,13 @@ def test_a_party_started_twice_is_told_it_is_a_duplicate_and_the_run_goes_on(pro
 
 
 # ------------------------------------------------------------------------------------------ files written
-def test_predict_writes_to_dev_null_and_leaves_it_a_device(tmp_path):
+def test_predict_writes_to_dev_null_and_leaves_it_a_device(tmp_path, identity_dir):
+    from signed_model import signed
+
     from tests.test_cli_data_files import RAW, _model
 
     model, raw = tmp_path / "model.json", tmp_path / "raw.csv"
-    _model().to_json(model)
+    signed(_model(), identity_dir).to_json(model)   # vfl predict accepts only a model every party signed
     raw.write_text(RAW)
     run = _vfl("predict", "--model", str(model), "--data", str(raw), "--out", os.devnull)
     assert run.returncode == 0, run.stderr
@@ -159,7 +161,7 @@ def test_a_failed_start_leaves_no_ledger_file(tmp_path, data, identity_dir):
     ledgers = tmp_path / "ledgers"
     env = dict(os.environ, VFL_LEDGER=str(ledgers))
     base = ["party", "--name", "bob", "--features", "visits,spend", "--bounds", str(data["bounds"]), "--no-progress",
-            "--identity-dir", str(identity_dir), *TEST_KEYS]
+            "--identity-dir", str(identity_dir), "--rows-aligned", *TEST_KEYS]
     missing = _vfl(*base, "--connect", "tcp://127.0.0.1:1", "--data", str(tmp_path / "nope.csv"), env=env)
     assert missing.returncode == 2, missing.stderr
     silent = _vfl(*base, "--connect", f"tcp://127.0.0.1:{free_port()}", "--data", str(data["bob"]), "--timeout", "1",
