@@ -99,3 +99,31 @@ def test_a_party_signs_one_model_per_run(tmp_path, identity_dir, monkeypatch):
     pytest.fail(f"{len(stolen)} models signed by every party from one run; coefficient rank "
                 f"{np.linalg.matrix_rank(C[:, :-1])}; joined row recovered to "
                 f"{np.max(np.abs(recovered - x)):.1e}")
+
+
+def _fake_derived(c, model):
+    """The signed document's coefficients keyed by name, ``coef`` and ``intercept`` (what `vfl report` and any JSON
+    reader take as the model) replaced by a unit vector; ``w`` (what vfl scores with) left honest."""
+    honest = model.to_dict
+
+    def to_dict():
+        doc = honest()
+        unit = [1.0] + [0.0] * (len(doc["coef"]) - 1)
+        return {**doc, "coef": unit, "coefficients": dict(zip(doc["coefficients"], unit, strict=True)),
+                "intercept": 0.0}
+
+    model.to_dict = to_dict
+
+
+def _integer_typed(c, model):
+    """A field the comparison used to call equal under Python's == (800 == 800.0 == ...), other signed bytes."""
+    honest = model.to_dict
+    model.to_dict = lambda: {**honest(), "n_samples": float(honest()["n_samples"])}
+
+
+@pytest.mark.parametrize("tamper,reason", [(_fake_derived, "coef, coefficients, intercept differ"),
+                                           (_integer_typed, "n_samples differ")])
+def test_a_party_refuses_derived_fields_that_are_not_those_of_w(tmp_path, identity_dir, tamper, reason):
+    with pytest.raises(VFLError, match=reason):
+        _fit(tmp_path, identity_dir, tamper)
+    assert not (tmp_path / "model.json").exists() and not (tmp_path / "alice.json").exists()
