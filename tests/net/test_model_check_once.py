@@ -127,3 +127,19 @@ def test_a_party_refuses_derived_fields_that_are_not_those_of_w(tmp_path, identi
     with pytest.raises(VFLError, match=reason):
         _fit(tmp_path, identity_dir, tamper)
     assert not (tmp_path / "model.json").exists() and not (tmp_path / "alice.json").exists()
+
+
+def test_a_model_file_with_a_duplicate_key_is_refused(tmp_path):
+    """Python's json keeps the last of duplicate keys, which the signatures cover; a reader that keeps the first (many
+    do) would see the other value. A file writer could thus put a second ``w`` before the signed one."""
+    from vfl.exceptions import ConfigurationError
+    from vfl.net.modelio import PartyColumns, load_model
+
+    m = FittedModel("linear", "gaussian-fm", [PartyColumns("alice", ["a0"], [[-1.0, 1.0]], 1.0, True)], [0.5])
+    text = m.to_json()
+    path = tmp_path / "dup.json"
+    path.write_text(text.replace('{\n  "format"', '{\n  "w": [1.0],\n  "format"', 1))
+    with pytest.raises(ConfigurationError, match="duplicate key"):
+        load_model(path)
+    path.write_text(text)
+    assert load_model(path).w.tolist() == [0.5]
