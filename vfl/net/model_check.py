@@ -44,7 +44,7 @@ from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator
 from vfl.protocols.roster import Roster, plan_digest
 from vfl.protocols.settings import BCD_MECHANISMS, RunSettings
-from vfl.secure.identity import SigningIdentity
+from vfl.secure.identity import SigningIdentity, canonical_json
 
 __all__ = ["check_release", "check_result", "default_model_path", "W_RTOL",
            "UNCOMPARED"]
@@ -53,22 +53,33 @@ __all__ = ["check_release", "check_result", "default_model_path", "W_RTOL",
 W_RTOL = 1e-9
 #: fields of the model document compared within tolerance (derived from ``w``) or not at all (stamps)
 UNCOMPARED = ("w", "coef", "coefficients", "intercept", "created", "vfl_version", "signatures")
+#: fields derived from ``w`` by the public affine maps: they must be those of the document's own ``w`` (to
+#: :data:`W_RTOL`), since readers of the file (``vfl report``, any JSON consumer) take them as the coefficients
+DERIVED = ("coef", "coefficients", "intercept")
 #: fields compared number by number to :data:`DERIVED_RTOL`: the inference record is a deterministic bootstrap (public
 #: seed) of the release, equal on one machine, equal up to floating-point rounding across BLAS builds
 NUMERIC = ("inference",)
 DERIVED_RTOL = 1e-6
 
 
-def _close(a: Any, b: Any) -> bool:
-    """``a`` and ``b`` are the same JSON value, numbers within :data:`DERIVED_RTOL`."""
+def _close(a: Any, b: Any, rtol: float = DERIVED_RTOL, atol: float = 1e-12) -> bool:
+    """``a`` and ``b`` are the same JSON value, numbers within ``rtol`` (:data:`DERIVED_RTOL`) and ``atol``."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rtol, atol) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_close(x, y, rtol, atol) for x, y in zip(a, b, strict=True))
     numbers = (int, float)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
-        return bool(np.isclose(a, b, rtol=DERIVED_RTOL, atol=1e-12))
-    return bool(a == b)
+        return bool(np.isclose(a, b, rtol=rtol, atol=atol))
+    return _same(a, b)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same JSON value, type included (``1``, ``1.0`` and ``true`` differ in the signed bytes)."""
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except VFLError:   # NaN or infinity in the claimed document
+        return False
 
 
 def _recorded(msg: Message) -> list[tuple[str, Message]]:
@@ -156,7 +167,11 @@ def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdent
         raise ProtocolError("the model's coefficients do not follow from the run's release; refusing to sign it")
     ours = json.loads(json.dumps(mine.to_dict(), allow_nan=False))   # as the document travelled: lists, not tuples
     differ = sorted(k for k in set(ours) | set(doc) if k not in UNCOMPARED and (
-        not _close(ours.get(k), doc.get(k)) if k in NUMERIC else ours.get(k) != doc.get(k)))
+        (k in ours) != (k in doc) or not (_close(ours.get(k), doc.get(k)) if k in NUMERIC
+                                          else _same(ours.get(k), doc.get(k)))))
+    derived = json.loads(json.dumps({k: claimed.to_dict()[k] for k in DERIVED}, allow_nan=False))
+    scale = float(np.max(np.abs(np.append(claimed.coef_, claimed.intercept_)), initial=1.0))
+    differ += [k for k in DERIVED if not _close(derived[k], doc.get(k), W_RTOL, W_RTOL * scale)]
     if differ:
         raise ProtocolError(f"the model's {', '.join(differ)} differ from what the run's release gives; refusing "
                             "to sign it")

@@ -373,10 +373,19 @@ def model_document_digest(doc: dict[str, Any]) -> bytes:
     return hashlib.sha256(b"vfl model signature\0" + canonical_json(body)).digest()
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: Python keeps the last of duplicate keys (what the signatures cover), other
+    readers may keep the first, so a signed file could show them other coefficients (review2)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise json.JSONDecodeError("duplicate key in an object", "", 0)
+    return out
+
+
 def load_model(path: str | Path) -> FittedModel:
     """Read a model JSON file written by :meth:`FittedModel.to_json`."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise ConfigurationError(f"model file {path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -393,6 +393,7 @@ class PartyNode:
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
+        self.model_checked = False   # a MODEL_CHECK was accepted in this run: a party signs one model per run
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -482,6 +483,10 @@ class PartyNode:
         if kind is MessageType.MODEL_CHECK:
             if not isinstance(session, FMParty) or self.roster is None or self.roster.digest is None:
                 raise ProtocolError("model check outside a completed FM run")
+            if self.model_checked:   # lambda_floor and regularization are not in the plan: one signed model per
+                raise ProtocolError("a second model check in this run; a party signs only one model check per "
+                                    "run")   # run, or one release would give models spanning every column (review2)
+            self.model_checked = True
             self._submit(self._check_model, msg, t.run_id)   # after this party's last share (same worker chain)
             return None
         if kind in (PSI_START, PSI_POINTS, PSI_RESULT):
