@@ -38,7 +38,7 @@ from vfl.protocols.roster import entry_digest, plan_digest
 from vfl.secure.identity import SigningIdentity
 from vfl.secure.keys import generate_keypair, public_key_to_bytes
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(900)]   # slow: .ci/run runs it in its own step
 
 N = 40
 PARAMS = {"epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,

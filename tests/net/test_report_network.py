@@ -18,7 +18,7 @@ from browser import load_page
 
 from vfl.demo import free_port, make_demo_data
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(900)]   # slow: .ci/run runs it in its own step
 VFL = [sys.executable, "-m", "vfl.cli"]
 GENEROUS = "300"
 

@@ -33,6 +33,7 @@ def test_an_id_that_is_not_utf8_encodable_is_refused_and_the_service_lives_on(ht
         time.sleep(0.5)
 
 
+@pytest.mark.slow   # ~31 s (the 30 s request deadline); .ci/run runs it in its own step
 def test_eight_trickling_clients_do_not_starve_an_honest_one(http_service):  # noqa: F811
     """Slowloris: one client opens as many connections as the hub has workers (8 by default) and sends its request
     headers one byte every 3 s, under the 10 s idle timeout (which is per read, not per request). An honest

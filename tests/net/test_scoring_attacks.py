@@ -348,6 +348,7 @@ def test_content_length_is_checked_before_the_body_is_read(http_service):
     assert status == 405 and headers.get("allow") == "GET"
 
 
+@pytest.mark.slow   # .ci/run runs it in its own step
 def test_many_idle_connections_are_capped_and_the_threads_bounded(http_service):
     """Issue 29 item 7: 150 clients connect and send nothing (defaults: 8 worker threads, 64 open connections).
     One thread per connection used to grow the hub by 150 threads; now the connections over the cap are answered
@@ -380,6 +381,7 @@ def test_many_idle_connections_are_capped_and_the_threads_bounded(http_service):
         time.sleep(0.2)
 
 
+@pytest.mark.slow   # .ci/run runs it in its own step
 def test_a_burst_over_the_rate_limit_is_answered_429(http_service):
     """Issue 29 item 7: --http-rate 5 --http-burst 10; one client sends 60 requests on one connection. At most the
     burst plus what the rate refills while they are sent are answered; the rest get 429 with Retry-After."""

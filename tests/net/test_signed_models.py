@@ -32,7 +32,7 @@ from vfl.net.modelio import FittedModel, PartyColumns, load_model
 from vfl.protocols.roster import plan_digest
 from vfl.secure.identity import load_pinned, write_identities
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(900)]   # slow: .ci/run runs it in its own step
 
 VFL = [sys.executable, "-m", "vfl.cli"]
 ROWS = 600   # with epsilon 4: the noisy M is never degenerate (120 rows at epsilon 1 were, by chance)

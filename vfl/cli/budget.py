@@ -49,7 +49,8 @@ def budget_show(ledger_path: str | None, name: str | None, lifetime: str | None,
     """Per dataset: runs, composed spend, budget and what is left."""
     import json
 
-    from vfl.privacy.ledger import Budget, summary_table
+    from vfl.privacy.ledger import Budget
+    from vfl.privacy.ledger_tables import summary_table
 
     ledger = _read_ledger(ledger_path, name)
     b = Budget.parse(lifetime) if lifetime else None
@@ -63,7 +64,7 @@ def budget_history(ledger_path: str | None, name: str | None, as_json: bool) -> 
     """Every run, oldest first: when, dataset, mechanism, epsilon, delta, state, coordinator."""
     import json
 
-    from vfl.privacy.ledger import history_table
+    from vfl.privacy.ledger_tables import history_table
 
     ledger = _read_ledger(ledger_path, name)
     echo(json.dumps([r.to_dict() for r in ledger.runs()], indent=2) if as_json else history_table(ledger))
@@ -77,7 +78,7 @@ def budget_export(ledger_path: str | None, name: str | None, out: str | None, fo
     """The whole ledger as JSON: per dataset spent/left, every run, the integrity chain's head."""
     import json
 
-    from vfl.privacy.ledger import export_document
+    from vfl.privacy.ledger_tables import export_document
 
     ledger = _read_ledger(ledger_path, name)
     text = json.dumps(export_document(ledger), indent=2)
