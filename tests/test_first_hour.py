@@ -58,6 +58,7 @@ def test_demo_refuses_a_non_empty_out_dir(capsys, tmp_path) -> None:
 
 @pytest.mark.network
 @pytest.mark.timeout(900)
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_demo_prints_only_a_folder_it_keeps(tmp_path) -> None:
     """Also (issue 32): the demo's runs go to throwaway ledgers in its folder, never the user's, and its plan line
     names the label owner's intercept column."""

@@ -80,6 +80,7 @@ def _compare_noise(n_seeds):
     return np.array(net), np.array(cen)
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_gaussian_fm_network_matches_centralized_error_distribution():
     """Xu et al.'s Claim 1: block-wise noise (cross blocks noised inside the ciphertext) = centralized noise."""
     net, cen = _compare_noise(8)

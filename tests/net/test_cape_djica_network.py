@@ -119,6 +119,7 @@ def test_cli_nonprivate_djica_recovers_known_mixing_matrix(tmp_path, procs):
     assert "capeDJICA was run without noise" in " ".join(doc["privacy_report"]["formal_dp_reasons"])
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_killed_site_ends_run_naming_it_and_no_model(tmp_path, procs):
     data = make_joint_ica(3, 2, 60, 3, 6, scale_sd=2.0, random_state=5)
     paths = _write_sites(tmp_path, data.sites)
@@ -189,6 +190,7 @@ def test_aggregator_never_receives_a_share_or_clean_statistic(tmp_path, procs):
                     assert np.max(np.abs(arr.astype(float) - s.astype(float))) > 1e-6, (m.type, i)
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_bad_input_one_line_errors(tmp_path, procs):
     data = make_joint_ica(2, 1, 40, 2, 4, scale_sd=2.0, random_state=1)
     good = _write_sites(tmp_path, data.sites)

@@ -175,7 +175,7 @@ def test_three_parties_label_owner_without_features(procs, tmp_path):
     np.testing.assert_allclose(doc["w"], ref, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["rows", "ids", "duplicate", "two_labels"])
+@pytest.mark.parametrize("case", ["rows", "ids", pytest.param("duplicate", marks=pytest.mark.slow), "two_labels"])
 def test_registration_errors(procs, data, tmp_path, case):
     """A conflicting REGISTER is refused (ABORT to that party only; issue 14: a stranger's REGISTER must not end
     the run); when the registration window closes the coordinator names the refusal and exits 2."""
@@ -210,6 +210,7 @@ def test_registration_errors(procs, data, tmp_path, case):
     assert not out.exists()
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_unknown_feature_and_never_connecting_party(procs, data, tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
@@ -255,6 +256,7 @@ class FakeParty(threading.Thread):
 SILENCE = 8   # the coordinator's silence limit under test (heartbeats of a live party come every second or so)
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_party_killed_mid_run(procs, data, tmp_path):
     """Alice is SIGKILLed while waiting for bob's product: the coordinator names her within the timeout."""
     url = f"tcp://127.0.0.1:{free_port()}"

@@ -43,6 +43,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
 def test_waits_say_what_they_wait_for(procs, data):
     """Three waits at once (about 10 s in all): a party at a port where nothing listens, the same with a short
     --timeout (its final hint), and a coordinator that has one of its two parties."""
