@@ -21,7 +21,7 @@ def test_an_id_that_is_not_utf8_encodable_is_refused_and_the_service_lives_on(ht
     status, _, reply = _raw(port, _post(body, str(len(body))), timeout=30)
     assert status == 400, (status, reply)
     good = json.dumps({"ids": [held]}).encode()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120   # generous outer limit: a busy machine
     while True:
         try:
             status = _raw(port, _post(good, str(len(good))), timeout=10)[0]
