@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 import pytest
-from fake_coordinator import FakeCoordinator, echo_response_wire
+from helpers.fake_coordinator import FakeCoordinator, echo_response_wire
 
 from vfl.data.rows import ArrayRows
 from vfl.net.messages import MessageType

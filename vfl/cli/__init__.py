@@ -38,7 +38,7 @@ from vfl.secure.native import IMPLEMENTATION as INNER_LOOPS
 
 __all__ = ["cli", "main", "exit_code_for", "COMMANDS"]
 
-#: command name -> (module, attribute, one-line summary shown by ``vfl --help``); tests/test_cli_package.py checks
+#: command name -> (module, attribute, one-line summary shown by ``vfl --help``); tests/cli/test_cli_package.py checks
 #: every summary against the command's own docstring, so the two cannot drift apart.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "aggregator": ("vfl.cli.cape", "aggregator",
