@@ -20,7 +20,7 @@ from vfl.models.evaluation import (
 
 
 def _pairwise_auc(y, s) -> float:
-    pos, neg = [v for v, t in zip(s, y) if t == 1], [v for v, t in zip(s, y) if t == 0]
+    pos, neg = [v for v, t in zip(s, y, strict=True) if t == 1], [v for v, t in zip(s, y, strict=True) if t == 0]
     wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
     return wins / (len(pos) * len(neg))
 
@@ -35,14 +35,14 @@ def test_classification_metrics_equal_the_direct_formulas(seed: int) -> None:
     m = classification_metrics(y, p, bins=7)
     assert m["auc"] == pytest.approx(_pairwise_auc(y, p), abs=1e-12)
     clip = [min(max(v, 1e-15), 1 - 1e-15) for v in p]
-    loss = -sum(t * math.log(q) + (1 - t) * math.log(1 - q) for t, q in zip(y, clip)) / n
+    loss = -sum(t * math.log(q) + (1 - t) * math.log(1 - q) for t, q in zip(y, clip, strict=True)) / n
     assert m["log_loss"] == pytest.approx(loss, rel=1e-12)
-    assert m["accuracy"] == pytest.approx(sum((q >= 0.5) == (t == 1) for q, t in zip(p, y)) / n, abs=0)
-    assert m["brier"] == pytest.approx(sum((q - t) ** 2 for q, t in zip(p, y)) / n, rel=1e-12)
+    assert m["accuracy"] == pytest.approx(sum((q >= 0.5) == (t == 1) for q, t in zip(p, y, strict=True)) / n, abs=0)
+    assert m["brier"] == pytest.approx(sum((q - t) ** 2 for q, t in zip(p, y, strict=True)) / n, rel=1e-12)
     rate = y.mean()
     assert m["base_rate"] == pytest.approx(rate) and m["base_rate_accuracy"] == pytest.approx(max(rate, 1 - rate))
     for b, row in enumerate(m["calibration"]):
-        inside = [(q, t) for q, t in zip(p, y) if b / 7 <= q < (b + 1) / 7 or (b == 6 and q == 1.0)]
+        inside = [(q, t) for q, t in zip(p, y, strict=True) if b / 7 <= q < (b + 1) / 7 or (b == 6 and q == 1.0)]
         assert row["count"] == len(inside)
         if inside:
             assert row["mean_predicted"] == pytest.approx(sum(q for q, _ in inside) / len(inside), rel=1e-12)
