@@ -116,6 +116,27 @@ def test_train_report_html_browser_and_held_out_evaluation_through_the_scoring_p
     assert m["r2"] == pytest.approx(1 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2), rel=1e-6, abs=1e-9)
     assert "MSE" in stdout and "R^2" in stdout and "not differentially private" in stdout
 
+    # the same evaluation released with differential privacy, charged to the label owner's ledger
+    ledger, private = tmp_path / "a.sqlite", tmp_path / "private.json"
+    hub_url = f"tcp://127.0.0.1:{free_port()}"
+    hub = procs.start("evaluate", "--model", str(out), "--labels", str(labels), "--out", str(private),
+                      "--bind", hub_url, "--identity-dir", str(identity_dir), "--timeout", GENEROUS,
+                      "--dp-epsilon", "1", "--ledger", str(ledger))
+    servers = [procs.start("serve", "--model", str(out), "--connect", hub_url, "--name", name, "--data",
+                           str(tmp_path / f"{name}_test.csv"), "--id", "id", "--identity-dir", str(identity_dir),
+                           "--timeout", GENEROUS) for name in ("alice", "bob")]
+    code, stdout, err = procs.finish(hub, timeout=600)
+    assert code == 0, err[-2000:]
+    assert [procs.finish(p)[0] for p in servers] == [0, 0]
+    dp = json.loads(private.read_text())
+    assert dp["differentially_private"] and dp["privacy"]["epsilon"] == 1.0 and dp["privacy"]["ledger"] == str(ledger)
+    noise = dp["metrics"]["noise_std"]["mse"]
+    assert abs(dp["metrics"]["mse"] - m["mse"]) <= 6 * noise        # the exact value within 6 noise std
+    from vfl.privacy.ledger import Ledger
+
+    runs = [r for r in Ledger(ledger).runs() if r.run_id.startswith("evaluate-")]
+    assert len(runs) == 1 and runs[0].state == "completed" and runs[0].epsilon == 1.0
+
 
 def test_logistic_held_out_evaluation_through_the_scoring_protocol(fast_insecure_keys) -> None:
     """Train over the network (vfl.fit, parties with IDs), score the held-out IDs over the real scoring protocol
@@ -151,6 +172,23 @@ def test_logistic_held_out_evaluation_through_the_scoring_protocol(fast_insecure
     assert m["auc"] > 0.5                                     # a signal this strong is learned at epsilon 4
     counts = np.histogram(p, bins=5, range=(0.0, 1.0))[0]
     assert [b["count"] for b in m["calibration"]] == list(counts)
+
+
+def test_a_dp_evaluation_over_the_budget_is_refused_before_anyone_is_contacted(tmp_path) -> None:
+    from vfl.net.modelio import FittedModel, PartyColumns
+
+    parties = [PartyColumns("alice", ["a"], [[-1.0, 1.0]], label_owner=True, intercept=True),
+               PartyColumns("bob", ["b"], [[-1.0, 1.0]])]
+    FittedModel("linear", "gaussian-fm", parties, np.array([0.5, 0.1, 0.25]), [-1.0, 1.0],
+                label_name="score").to_json(tmp_path / "model.json")
+    (tmp_path / "labels.csv").write_text("id,score\nr1,0.5\nr2,-0.5\n")
+    done = _vfl("evaluate", "--model", str(tmp_path / "model.json"), "--labels", str(tmp_path / "labels.csv"),
+                "--out", str(tmp_path / "m.json"), "--allow-unsigned-model", "--bind", "tcp://127.0.0.1:1",
+                "--timeout", "5", "--dp-epsilon", "2", "--budget", "1", "--ledger", str(tmp_path / "l.sqlite"))
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vfl: error")]
+    assert len(lines) == 1 and "budget" in lines[0], done.stderr
+    assert not (tmp_path / "m.json").exists()
 
 
 @pytest.mark.parametrize("content,message", [("id,score\nr1,1\nr1,2\n", "duplicate"),

@@ -40,13 +40,13 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DataValidationError
 
 __all__ = ["regression_metrics", "classification_metrics", "calibration_table", "roc_auc", "evaluate_scores",
-           "read_labels_file", "format_metrics", "LOG_LOSS_CLIP", "DEFAULT_BINS"]
+           "read_labels_file", "format_metrics", "paired", "LOG_LOSS_CLIP", "DEFAULT_BINS"]
 
 LOG_LOSS_CLIP = 1e-15
 DEFAULT_BINS = 10
 
 
-def _pair(y: Any, f: Any) -> tuple[np.ndarray, np.ndarray]:
+def paired(y: Any, f: Any) -> tuple[np.ndarray, np.ndarray]:
     y, f = np.asarray(y, dtype=float).reshape(-1), np.asarray(f, dtype=float).reshape(-1)
     if y.shape != f.shape:
         raise DataValidationError(f"{y.size} labels for {f.size} scores")
@@ -59,7 +59,7 @@ def _pair(y: Any, f: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def regression_metrics(y: Any, prediction: Any) -> dict[str, Any]:
     """MSE, RMSE, MAE and the out-of-sample R^2 of ``prediction`` against ``y`` (module docstring)."""
-    y, f = _pair(y, prediction)
+    y, f = paired(y, prediction)
     resid = y - f
     sse = float(resid @ resid)
     sst = float(((y - y.mean()) ** 2).sum())
@@ -87,7 +87,7 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
 def roc_auc(y: Any, score: Any) -> float | None:
     """``U / (n_1 n_0)``, ``U = sum of the positives' average ranks - n_1 (n_1 + 1)/2``: the probability that a
     random positive scores above a random negative, ties one half. None with one class only."""
-    y, s = _pair(y, score)
+    y, s = paired(y, score)
     n1 = int((y == 1).sum())
     n0 = y.size - n1
     if n1 == 0 or n0 == 0:
@@ -101,7 +101,7 @@ def calibration_table(y: Any, probability: Any, bins: int = DEFAULT_BINS) -> lis
     an empty bin). Bin b holds ``low <= p < high``; the last bin includes 1."""
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1000:
         raise ConfigurationError(f"--bins must be an integer in [1, 1000], got {bins!r}")
-    y, p = _pair(y, probability)
+    y, p = paired(y, probability)
     index = np.minimum((p * bins).astype(int), bins - 1)
     table = []
     for b in range(bins):
@@ -115,7 +115,7 @@ def calibration_table(y: Any, probability: Any, bins: int = DEFAULT_BINS) -> lis
 
 def classification_metrics(y: Any, probability: Any, bins: int = DEFAULT_BINS) -> dict[str, Any]:
     """Accuracy (with the base-rate accuracy), AUC, log-loss, Brier score and the calibration table."""
-    y, p = _pair(y, probability)
+    y, p = paired(y, probability)
     if not np.all((y == 0) | (y == 1)):
         raise DataValidationError("a logistic model's test labels must be 0 or 1")
     if np.any((p < 0) | (p > 1)):
