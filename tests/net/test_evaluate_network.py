@@ -175,7 +175,7 @@ def test_logistic_held_out_evaluation_through_the_scoring_protocol(fast_insecure
 
 
 def test_a_dp_evaluation_over_the_budget_is_refused_before_anyone_is_contacted(tmp_path) -> None:
-    from vfl.net.modelio import FittedModel, PartyColumns
+    from vfl.models.modelio import FittedModel, PartyColumns
 
     parties = [PartyColumns("alice", ["a"], [[-1.0, 1.0]], label_owner=True, intercept=True),
                PartyColumns("bob", ["b"], [[-1.0, 1.0]])]
@@ -195,7 +195,7 @@ def test_a_dp_evaluation_over_the_budget_is_refused_before_anyone_is_contacted(t
                                              ("id,score\nr1,abc\n", "line 2: label 'abc' is not a number"),
                                              ("id,score\n", "holds no rows")])
 def test_a_bad_labels_file_is_refused_before_anyone_is_contacted(tmp_path, content, message) -> None:
-    from vfl.net.modelio import FittedModel, PartyColumns
+    from vfl.models.modelio import FittedModel, PartyColumns
 
     parties = [PartyColumns("alice", ["a"], [[-1.0, 1.0]], label_owner=True, intercept=True),
                PartyColumns("bob", ["b"], [[-1.0, 1.0]])]

@@ -76,11 +76,11 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     """The label owner's held-out evaluation: score the test IDs through the scoring protocol, compute the metrics."""
     from vfl.data.files import check_writable
     from vfl.models.evaluation import evaluate_scores, format_metrics, read_labels_file
-    from vfl.net.model_signing import load_signed_model
-    from vfl.net.modelio import atomic_write_text
+    from vfl.models.modelio import atomic_write_text
     from vfl.net.notices import check_bind
     from vfl.net.scoring import ScoringHubNode, write_scores
     from vfl.net.transport import load_server_keys
+    from vfl.protocols.model_signing import load_signed_model
     from vfl.protocols.scoring import check_query
     from vfl.secure.identity import load_pinned
 
