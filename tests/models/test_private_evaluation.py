@@ -105,3 +105,15 @@ def test_score_range_and_refusals() -> None:
     with pytest.raises(ConfigurationError, match="label bounds"):
         private_metrics("linear", [0.0], [0.0], [False], epsilon=1.0, delta=1e-6, score_bounds=FRANGE,
                         label_bounds=None, rng=make_rng(1))
+
+
+def test_the_printed_lines_of_a_private_record_state_the_noise() -> None:
+    from vfl.models.evaluation import format_metrics
+
+    rng = np.random.default_rng(5)
+    y, p = _logistic_rows(rng, 50)
+    rec = private_metrics("logistic", y, p, np.zeros(50, bool), epsilon=1.0, delta=1e-6, score_bounds=FRANGE,
+                          bins=4, rng=make_rng(3))
+    lines = format_metrics(rec)
+    assert "differentially private: noise std accuracy" in lines[1] and "AUC n/a" in lines[2]
+    assert len([line for line in lines if line.startswith("    [")]) == 4

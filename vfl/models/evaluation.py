@@ -208,6 +208,9 @@ def format_metrics(record: dict[str, Any]) -> list[str]:
 
     lines = [f"held-out evaluation: {record['n_scored']} of {record['n_queried']} test IDs scored "
              f"({record['n_missing']} missing: not held by every party, left out)"]
+    if m.get("noise_std"):
+        lines.append("  differentially private: noise std " + ", ".join(f"{k} {num(v)}" for k, v in
+                                                                   m["noise_std"].items()))
     if record["model"] == "linear":
         lines.append(f"  MSE {num(m['mse'])}  RMSE {num(m['rmse'])}  MAE {num(m['mae'])}  R^2 {num(m['r2'])} "
                      f"(predicting the test mean: MSE {num(m['mse_of_the_mean'])})")
@@ -215,6 +218,6 @@ def format_metrics(record: dict[str, Any]) -> list[str]:
     lines.append(f"  accuracy {num(m['accuracy'])} (base rate {num(m['base_rate_accuracy'])})  AUC {num(m['auc'])}  "
                  f"log-loss {num(m['log_loss'])}  Brier {num(m['brier'])}")
     lines.append("  calibration: bin, count, mean predicted, observed rate")
-    lines.extend(f"    [{b['low']:.2f}, {b['high']:.2f}{']' if b['high'] == 1.0 else ')'}  {b['count']:>6}  "
+    lines.extend(f"    [{b['low']:.2f}, {b['high']:.2f}{']' if b['high'] == 1.0 else ')'}  {num(b['count']):>6}  "
                  f"{num(b['mean_predicted']):>8}  {num(b['observed_rate']):>8}" for b in m["calibration"] if b["count"])
     return lines
