@@ -152,10 +152,8 @@ class FMParams:
                       domain=str(params["domain"]), mechanism_options=dict(params.get("mechanism_options") or {}),
                       randomness=str(params.get("randomness", "short-exponent")),
                       release_beta=params.get("release_beta", False))
-            if out.randomness not in RANDOMNESS_MODES:
-                raise ValueError(f"unknown randomness {out.randomness!r}")
-            if not isinstance(out.release_beta, bool):
-                raise ValueError(f"release_beta must be a boolean, got {out.release_beta!r}")
+            if out.randomness not in RANDOMNESS_MODES or not isinstance(out.release_beta, bool):
+                raise ValueError(f"unknown randomness {out.randomness!r} or release_beta {out.release_beta!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
         return out
@@ -479,8 +477,7 @@ class FMParty:
             raise ProtocolError("the plan does not describe this party")
         self.names = plan.names
         self.plan = DissectionPlan([q.n_features for q in plan.parties], plan.label_owner,
-                                   model=plan.model,  # type: ignore[arg-type]   # DissectionPlan checks it
-                                   release_beta=p.release_beta)
+                                   model=plan.model, release_beta=p.release_beta)  # type: ignore[arg-type]  # checked
         self.mech = make_mechanism(plan.mechanism, plan=self.plan, n_samples=self.n, epsilon=p.epsilon,
                                    delta=p.delta, domain=p.domain, party_names=self.names, seeded=seeded,
                                    noise_sharing="two-sided", **p.mechanism_options)
