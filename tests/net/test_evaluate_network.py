@@ -48,7 +48,7 @@ def _split(path, tmp_path, name: str, drop: set[str] = frozenset()) -> tuple[lis
 @pytest.mark.slow
 def test_train_report_html_browser_and_held_out_evaluation_through_the_scoring_protocol(procs, tmp_path,
                                                                                         identity_dir):
-    from browser import load_page
+    from helpers.browser import load_page
 
     data = make_demo_data(tmp_path / "data", N_TRAIN + N_TEST, seed=7)
     a_head, a_test = _split(data["alice"], tmp_path, "alice")
