@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from vfl.secure.bigint import mpz
+from vfl.secure.fastmath import _multiexp_python, multiexp_cost
 
 
 def _as_array(exponents: Any) -> np.ndarray:
@@ -104,8 +105,6 @@ def sorted_mults(exponents: Any) -> int:
 def multiexp_sorted(bases: Sequence[Any], exponents: Sequence[int], modulus: Any) -> tuple[Any, int]:
     """``(prod_i bases[i]^exponents[i] mod N, multiplications)`` by the sorted-exponent method (module docstring):
     the same value as :func:`vfl.secure.fastmath.multiexp`, since both compute the same product modulo ``N``."""
-    from vfl.secure.fastmath import _multiexp_python
-
     if len(bases) != len(exponents):
         raise ValueError("multiexp_sorted needs one exponent per base")
     order, gaps = sorted_gaps(exponents)
@@ -131,8 +130,6 @@ def multi_output_counts(E: Any, kept_window: int) -> dict[str, float]:
     """Multiplications per row and column of each method on the exponent matrix ``E`` (rows x columns): the bucket
     bound vfl's floor used (``ceil(b / c)(n + 2^(c+1))``), the buckets vfl keeps (window ``kept_window``), the best
     window, the sorted-exponent method, the best of them per column, and Pippenger's asymptotic figure."""
-    from vfl.secure.fastmath import multiexp_cost
-
     E = np.asarray(E, dtype=np.int64)
     n, p = E.shape
     bits = int(E.max()).bit_length()
