@@ -131,6 +131,20 @@ def test_the_comparison_table_is_the_committed_measurement() -> None:
     text = " ".join(section.split())
     for sentence in compare_sentences(doc):
         assert sentence in text, sentence
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    quoted = [("0.865 at ε = 0.5", by["logistic", 1000, 0.5]["coverage_mean"]),
+              ("0.927 at ε = 1", by["logistic", 1000, 1.0]["coverage_mean"]),
+              ("0.925 at ε = 4", by["logistic", 1000, 4.0]["coverage_mean"]),
+              ("N = 10⁴, ε = 0.5 (0.924)", by["logistic", 10000, 0.5]["coverage_mean"]),
+              ("(0.985)", by["linear", 1000, 4.0]["coverage_mean"]),
+              ("0.987 and", by["linear", 1000, 0.5]["analytic_coverage_mean"]),
+              ("and 0.989", by["linear", 1000, 1.0]["analytic_coverage_mean"]),
+              ("ε = 1: 0.982", by["logistic", 1000, 1.0]["analytic_coverage_mean"]),
+              ("(0.917,", by["logistic", 1000, 0.5]["analytic_coverage_mean"])]
+    for shown, value in quoted:
+        assert shown in text and f"{value:.3f}" in shown, (shown, value)
+    assert all(_inside(r["analytic_coverage_mean"]) for key in ("rows", "confirm") for r in doc[key]
+               if r["n"] * r["epsilon"] >= 4000)   # "From N·ε ≈ 4000 on, it is inside the target in every cell"
     changed = json.loads(COMPARE_JSON.read_text(encoding="utf-8"))
     changed["rows"][2]["analytic_coverage_mean"] += 0.01
     assert bench.markdown(changed) not in section
