@@ -9,9 +9,8 @@ declared at +-3 sd, the label at +-3 population sd, n = 10^3, 10^4, 10^5 trainin
 of the default Gaussian FM (two-sided noise, risk split, adaptive solve); the median over the splits of ``--tables``
 independently drawn tables (table k from seed + 100003 k; k = 0 is utility.py's own table), with its two-stage
 bootstrap standard error (1000 resamples: tables, then splits within each). The planner predicts the loss expected
-over data sets, so one table's draw is part of the measurement's error: with one table (the run before) the cell
-n = 10^4, epsilon = 2 measured 0.00827 (s.e. 0.0012 over its splits only) against a prediction of 0.0106, and three
-further tables measured 0.00972, 0.01263 and 0.01027. Predicted: vfl.plan_epsilon with the same public facts
+over data sets, so one table's draw is part of the measurement's error (with one table, the run at commit 37ccfe1
+missed the cell n = 10^4, epsilon = 2: 0.00827, s.e. 0.0012 over its splits only, against a prediction of 0.0106). Predicted: vfl.plan_epsilon with the same public facts
 (n, columns [5, 5], bounds, label bounds, epsilon, delta) and its defaults for the data (columns and label filling
 their bounds at +-3 sd, R^2 = 0.5): the median R^2 lost, with the standard deviation of that prediction over five
 further planner runs of independent seeds.
