@@ -10,10 +10,10 @@ of the default Gaussian FM (two-sided noise, risk split, adaptive solve); the me
 independently drawn tables (table k from seed + 100003 k; k = 0 is utility.py's own table), with its two-stage
 bootstrap standard error (1000 resamples: tables, then splits within each). The planner predicts the loss expected
 over data sets, so one table's draw is part of the measurement's error (with one table, the run at commit 37ccfe1
-missed the cell n = 10^4, epsilon = 2: 0.00827, s.e. 0.0012 over its splits only, against a prediction of 0.0106). Predicted: vfl.plan_epsilon with the same public facts
-(n, columns [5, 5], bounds, label bounds, epsilon, delta) and its defaults for the data (columns and label filling
-their bounds at +-3 sd, R^2 = 0.5): the median R^2 lost, with the standard deviation of that prediction over five
-further planner runs of independent seeds.
+missed the cell n = 10^4, epsilon = 2: 0.00827, s.e. 0.0012 over its splits only, against a prediction of 0.0106).
+Predicted: vfl.plan_epsilon with the same public facts (n, columns [5, 5], bounds, label bounds, epsilon, delta) and
+its defaults for the data (columns and label filling their bounds at +-3 sd, R^2 = 0.5): the median R^2 lost, with
+the standard deviation of that prediction over five further planner runs of independent seeds.
 
 A cell meets the issue's target when the prediction lies within +-25 % of the measurement; where the measured loss is
 below 4 combined standard errors it cannot be resolved at this number of splits and is reported as such (the
