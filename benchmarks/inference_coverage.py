@@ -10,6 +10,10 @@ The committed JSON was made by two runs in parallel (one per model), then merged
     python benchmarks/inference_coverage.py merge docs/data/inference_coverage.json /tmp/cov_linear.json \
         /tmp/cov_logistic.json
 
+docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
+merged into that file; docs/data/inference_real.json is
+``python benchmarks/inference_coverage.py --real ../shared/data --splits 200 --confirm 100 --out ...``.
+
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
 model, fits the in-process estimator (vfl.LinearRegression with ``release_beta=True``, vfl.LogisticRegression), and
