@@ -16,9 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from docs_tables import load_benchmark, section
+from helpers.docs_tables import load_benchmark, section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "performance.md"
 WAN_JSON = ROOT / "docs" / "data" / "wan.json"
 HEADING = "## Across a WAN: every role in its own network namespace (issue 34)"
