@@ -24,7 +24,7 @@ def test_the_psi_cli_table_is_the_committed_runs() -> None:
     assert {r["ids_per_party"] for r in doc["runs"]} >= {10**5, 10**6}
     for r in doc["runs"]:
         assert r["command"].split(" python ", 1)[1] in text, "every run's command is shown"
-        assert r["date"][:10] in text
+        assert r["date"][:10] in text and r["code"] in text, "every run's date and tree are stated"
         assert r["whole_run"] is None or r["at_alignment"]["wall_s"] <= r["whole_run"]["wall_s"]
         assert all(v > 0 for v in r["at_alignment"]["peak_rss_mb"].values())
 
