@@ -17,7 +17,8 @@ method. vfl is fitted in-process by ``vfl.LinearRegression``:
 Peers (benchmarks/peers.py, centralised, on the same unit domain, with scaled rows ``_s`` or rows clipped to their
 public radius ``_c``): ``adassp`` (Wang 2018, Alg. 2), ``adassp_free`` (its intercept left unpenalised),
 ``ssp_ridge`` (SSP with the public ridge), ``objpert`` (Kifer, Smith & Thakurta 2012, Thm. 2, R = 2), and
-``ngd_peer`` (per-row clipped noisy gradient descent, vfl.models.baselines.NoisyGradientDescent, T = 100, C = 1).
+``ngd`` (per-row clipped noisy gradient descent, Song, Chaudhuri & Sarwate 2013, T = 100, C = 1: with scaled rows
+it is vfl.models.baselines.NoisyGradientDescent, draw for draw).
 Per cell: median test R^2, and the median excess test MSE over OLS (noise-free least squares on the clipped rows) of
 a vfl method divided by that of the best peer (the smallest median excess), with an 80 % bootstrap interval over the
 splits (paired).
@@ -53,12 +54,12 @@ from vfl.models.baselines import NoisyGradientDescent, ObjectivePerturbation
 VFL = {"default": {}, "auto": {"mechanism": "auto"}, "gfm_clip": {"row_norm": "clip"},
        "ngd_clip": {"mechanism": "noisy-gd", "row_norm": "clip"}}
 CANDIDATES = ("default", "gfm_clip", "ngd_clip", "midrange")
-NUMPY_PEERS = ("adassp", "adassp_free", "ssp_ridge", "objpert")
-PEERS = (*(f"{p}_{dom}" for p in NUMPY_PEERS for dom in ("s", "c")), "ngd_peer")
+NUMPY_PEERS = ("adassp", "adassp_free", "ssp_ridge", "objpert", "ngd")
+PEERS = tuple(f"{p}_{dom}" for p in NUMPY_PEERS for dom in ("s", "c"))
 METHODS = ("ols", "constant", *VFL, "midrange", *PEERS)
 RATIO_OF = ("default", "auto", "vfl_oracle")
 LOGISTIC_CELLS = ("synthetic", FOREST_FIRES)
-LOGISTIC_METHODS = ("default", "auto", "objpert", "noisygd")
+LOGISTIC_METHODS = ("default", "auto", "gfm_clip", "ngd_clip", "objpert", "noisygd")
 BOOTSTRAP = 1000
 
 
@@ -94,6 +95,8 @@ def _peer(unit: UnitSplit, name: str, dom: str, eps: float, rng: np.random.Gener
         return peers.adassp(U, unit.y, eps, DELTA, rng, free=unit.free)
     if name == "ssp_ridge":
         return peers.ssp_ridge(U, unit.y, eps, DELTA, rng)
+    if name == "ngd":
+        return peers.noisy_gd_linear(U, unit.y, eps, DELTA, rng)
     return peers.objective_perturbation_linear(U, unit.y, eps, DELTA, rng)
 
 
@@ -115,12 +118,10 @@ def split_mse(table: Table, train: np.ndarray, test: np.ndarray, seeds: list[int
         for name, opts in VFL.items():
             est = vfl.LinearRegression(epsilon=eps, delta=DELTA, random_state=seed, **kw, **opts)
             out[(name, eps)] = mse(est.fit(X[train], table.y[train]).predict(X[test]))
-        for k, peer in enumerate(PEERS[:-1]):
+        for k, peer in enumerate(PEERS):
             name, dom = peer.rsplit("_", 1)
             w = _peer(unit, name, dom, eps, np.random.default_rng([seed, k]))
             out[(peer, eps)] = mse(unit.predict(dom, w))
-        ngd = NoisyGradientDescent(model="linear", epsilon=eps, delta=DELTA, random_state=seed, **kw)
-        out[("ngd_peer", eps)] = mse(ngd.fit(X[train], table.y[train]).predict(X[test]))
     return out
 
 
@@ -173,6 +174,9 @@ def logistic_accuracies(kind: str, splits: int, seed: int, data_dir: Path | None
             models: dict[str, Any] = {
                 "default": vfl.LogisticRegression(epsilon=eps, delta=DELTA, **common),
                 "auto": vfl.LogisticRegression(epsilon=eps, delta=DELTA, mechanism="auto", **common),
+                "gfm_clip": vfl.LogisticRegression(epsilon=eps, delta=DELTA, row_norm="clip", **common),
+                "ngd_clip": vfl.LogisticRegression(epsilon=eps, delta=DELTA, mechanism="noisy-gd", row_norm="clip",
+                                                   **common),
                 "objpert": ObjectivePerturbation(epsilon=eps, **common),
                 "noisygd": NoisyGradientDescent(model="logistic", epsilon=eps, delta=DELTA, **common)}
             for name, est in models.items():
@@ -206,10 +210,11 @@ def markdown(doc: dict) -> str:
               "best vfl candidate (oracle) | oracle / best peer |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['dataset']}, {r['epsilon']:g} | {r['best_peer']} | {_fmt_ratio(r, 'default')} | "
               f"{_fmt_ratio(r, 'auto')} | {r['oracle_choice']} | {_fmt_ratio(r, 'vfl_oracle')} |" for r in doc["rows"]]
-    lines += ["", "| logistic data, ε | vfl default | auto | objective perturbation | noisy GD | "
-              "best peer − default (points) | within 0.3 points |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| logistic data, ε | vfl default | auto | GFM (clip) | noisy GD (clip) | objective perturbation | "
+              "noisy GD | best peer − default (points) | within 0.3 points |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['data']}, {r['epsilon']:g} | {r['acc_default']:.4f} | {r['acc_auto']:.4f} | "
-              f"{r['acc_objpert']:.4f} | {r['acc_noisygd']:.4f} | {r['default_gap_points']:.2f} | "
+              f"{r['acc_gfm_clip']:.4f} | {r['acc_ngd_clip']:.4f} | {r['acc_objpert']:.4f} | {r['acc_noisygd']:.4f} | "
+              f"{r['default_gap_points']:.2f} | "
               f"{'yes' if r['within_target'] else 'no'} |" for r in doc["logistic_rows"]]
     return "\n".join(lines)
 

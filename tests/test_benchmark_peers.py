@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from docs_tables import load_benchmark
 
-from vfl.models.baselines import AdaSSP
+from vfl.models.baselines import AdaSSP, NoisyGradientDescent
 
 peers = load_benchmark("peers")
 
@@ -28,6 +28,15 @@ def test_adassp_is_the_package_adassp_for_the_same_draws() -> None:
     est = AdaSSP(epsilon=1.0, delta=1e-5, bounds=[(-1.0, 1.0)] * 4, y_bounds=(-1.0, 1.0), random_state=7).fit(X, y)
     w = peers.adassp(U, y, 1.0, 1e-5, np.random.default_rng(7))
     np.testing.assert_allclose(w, est.coef_unit_, rtol=1e-10, atol=1e-12)
+
+
+def test_noisy_gd_is_the_package_noisy_gd_for_the_same_draws() -> None:
+    X, y, U = _unit_data(400, 5, 8)
+    y = np.clip(3 * y, -1, 1)   # larger residuals: the per-row clip C = 1 binds on many rows
+    est = NoisyGradientDescent(model="linear", epsilon=1.0, delta=1e-5, bounds=[(-1.0, 1.0)] * 4, y_bounds=(-1.0, 1.0),
+                               random_state=9).fit(X, y)
+    w = peers.noisy_gd_linear(U, y, 1.0, 1e-5, np.random.default_rng(9))
+    np.testing.assert_allclose(w, est.coef_unit_, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("peer", ["adassp", "adassp_free", "ssp_ridge", "objpert"])
