@@ -31,7 +31,7 @@ Logistic cells: benchmarks/logistic_utility.py's synthetic cell (n = 10^4 traini
 objective perturbation (Chaudhuri, Monteleoni & Sarwate 2011, Alg. 2, vfl.models.baselines.ObjectivePerturbation)
 and noisy gradient descent (vfl.models.baselines.NoisyGradientDescent), epsilon 0.5 ... 8.
 
-Writes JSON and prints the tables docs/benchmarks_utility.md quotes (tests/test_docs_utility_peers.py checks them).
+Writes JSON and prints the tables docs/benchmarks_utility.md quotes (tests/docs/test_docs_utility_peers.py checks them).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"rule": ROOT / "docs" / "data" / "utility_peers.json",
         "confirm": ROOT / "docs" / "data" / "utility_peers_confirm.json"}
 PAGE = ROOT / "docs" / "benchmarks_utility.md"

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
 from vfl.models.baselines import AdaSSP, NoisyGradientDescent
 
