@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
-from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
-from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
+from vfl.net.message_specs import CAPE_ROUND_TYPES
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode, message_of
 from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.notices import Reminder, abort_body
 from vfl.net.site_link import SiteLink, SiteRegistration
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
-from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
+from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan, CapeMessage
 from vfl.protocols.roster import check_self_signed
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
@@ -289,10 +289,10 @@ class CapeAggregator(SiteLink):
                 raise PartyFailure(f"site {reg.name} failed: {msg.body['reason']}")
             if msg.type is MessageType.HEARTBEAT:
                 continue
-            if msg.type not in TYPE_TO_KIND:
+            if msg.type not in CAPE_ROUND_TYPES:
                 raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
-            for out in agg.handle(from_wire(msg, i)):
-                self._send_to(self.sites[out.site], to_wire(out))
+            for out in agg.handle(CapeMessage.received(msg, i)):
+                self._send_to(self.sites[out.site], message_of(out))
 
     def _run(self) -> FittedModel:
         s = self.settings
