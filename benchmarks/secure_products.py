@@ -400,7 +400,7 @@ FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n², Python (gmpy2)",
 
 
 def markdown_floor(rep: dict) -> str:
-    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/test_docs_numbers.py)."""
+    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/docs/test_docs_numbers.py)."""
     u = rep["units_us"]
     lines = ["| unit operation | CPU µs |", "|---|---:|"]
     lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items() if key in u]

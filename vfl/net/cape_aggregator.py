@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.message_specs import CAPE_ROUND_TYPES
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode, message_of
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.notices import Reminder, abort_body
 from vfl.net.site_link import SiteLink, SiteRegistration
 from vfl.net.transport import CurveServerKeys, ServerTransport
