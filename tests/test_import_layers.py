@@ -35,6 +35,7 @@ TOP_LEVEL_LAYER = {
     "rng": "base",
     "progress": "base",
     "lazy": "base",
+    "validation": "base",   # Interval, Options, check_params: declared parameter checks (issue 30)
     "process_memory": "base",
     "plots": "models",
     "__init__": "faces",

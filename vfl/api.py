@@ -212,9 +212,10 @@ def fit_sites(sites: Sequence[Site], model: str = "linear", epsilon: float = 1.0
                                  "(vfl.Site(..., label_bounds=(lo, hi)))")
     noise = insecure_test_noise or "full"
     # paper mode releases the linear constant beta, as vfl.CapeFM and the CLI do (Tasnim et al. Alg. 3)
-    settings = CapeSettings(len(sites), model, epsilon, delta, n_colluders, calibration, weights, fit_intercept,
-                            calibration == "paper" and model == "linear", lambda_floor, timeout, max_run_seconds,
-                            noise)
+    settings = CapeSettings(n_sites=len(sites), model=model, epsilon=epsilon, delta=delta, n_colluders=n_colluders,
+                            calibration=calibration, weights=weights, fit_intercept=fit_intercept,
+                            release_constant=calibration == "paper" and model == "linear", lambda_floor=lambda_floor,
+                            timeout=timeout, max_run_seconds=max_run_seconds, noise=noise)
     settings.validate()
     seeds: list[Any] = [None] * len(sites)
     if random_state is not None:
@@ -264,7 +265,7 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
                            max_iter=max_iter, learning_rate=learning_rate, anneal_deg=anneal_deg,
                            anneal_step=anneal_step, restart_factor=restart_factor, tol=tol, unit_size=unit_size,
                            n_colluders=n_colluders, calibration=calibration, accountant=accountant)
-    settings = CapeICASettings(len(sites), config, timeout, max_run_seconds)
+    settings = CapeICASettings(n_sites=len(sites), config=config, timeout=timeout, max_run_seconds=max_run_seconds)
     settings.validate()
     datas = [ICASiteData.build(name, X, scale=scale) for name, X in sites.items()]
     with tempfile.TemporaryDirectory(prefix="vfl-identities-") as identities:   # throwaway, as fit_sites

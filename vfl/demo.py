@@ -90,9 +90,9 @@ def check_demo(*, rows: int, mechanism: str, epsilon: float, delta: float, key_b
     a ``workdir`` that holds files, before anything starts (issue 21: ``--epsilon 0`` started three processes)."""
     from vfl.exceptions import ConfigurationError
     from vfl.protocols.settings import RunSettings
+    from vfl.validation import Interval, check_param
 
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < MIN_DEMO_ROWS:
-        raise ConfigurationError(f"--rows must be an integer >= {MIN_DEMO_ROWS}, got {rows}")
+    check_param("--rows", rows, [Interval(int, MIN_DEMO_ROWS, None, closed="left")])
     RunSettings(n_parties=2, mechanism=mechanism, epsilon=epsilon, delta=delta, key_bits=key_bits,
                 allow_insecure_keys=key_bits < 2048, timeout=timeout).validate()
     if workdir is not None:

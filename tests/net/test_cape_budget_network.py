@@ -59,7 +59,7 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
         return budget if i == 0 else ["--ledger", str(other)] if i == 1 else []
 
     received: list = []
-    agg = CapeAggregator(CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
+    agg = CapeAggregator(CapeSettings(n_sites=3, model="linear", epsilon=1.0, delta=1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
                          on_receive=received.append)
     sites = [_fm_site(procs, agg.endpoint, tmp_path, i, *options(i)) for i in range(3)]
     agg.run()
@@ -78,7 +78,7 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
                             "rows": 40}
 
     received.clear()
-    agg2 = CapeAggregator(CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
+    agg2 = CapeAggregator(CapeSettings(n_sites=3, model="linear", epsilon=1.0, delta=1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
                           on_receive=received.append)
     sites = [_fm_site(procs, agg2.endpoint, tmp_path, i, *options(i)) for i in range(3)]
     with pytest.raises(VFLError) as caught:

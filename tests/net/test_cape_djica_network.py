@@ -155,7 +155,7 @@ def test_aggregator_never_receives_a_share_or_clean_statistic(tmp_path, procs):
     paths = _write_sites(tmp_path, data.sites)
     received = []
     config = CapeICAConfig(3, 2.0, max_iter=6)
-    agg = CapeICANetAggregator(CapeICASettings(3, config, timeout=GENEROUS), "tcp://127.0.0.1:0",
+    agg = CapeICANetAggregator(CapeICASettings(n_sites=3, config=config, timeout=GENEROUS), "tcp://127.0.0.1:0",
                                on_receive=received.append)
     sites = [_site(procs, agg.endpoint, p, f"site{i}", "--seed", "23") for i, p in enumerate(paths)]
     model = agg.run()
@@ -287,7 +287,8 @@ K_LARGE = 120  # the old RESULT header (K x K unmixing as JSON) was ~330 kB here
 def test_result_with_many_components_reaches_the_sites_as_frames(tmp_path):
     datas = [ICASiteData.build(n, _unit_columns(K_LARGE, 150, i)) for i, n in enumerate(["a", "b"])]
     out = tmp_path / "ica.json"
-    agg = CapeICANetAggregator(CapeICASettings(2, CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2), 20.0),
+    agg = CapeICANetAggregator(CapeICASettings(n_sites=2, timeout=20.0,
+                                               config=CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2)),
                                "tcp://127.0.0.1:0", out=str(out))
     model, sites = _threaded_run(agg, datas)
     assert not isinstance(model, Exception), model
@@ -310,7 +311,8 @@ def test_unsendable_result_aborts_the_run_and_writes_no_model(tmp_path):
 
     datas = [ICASiteData.build(n, _unit_columns(K_LARGE, 150, i)) for i, n in enumerate(["a", "b"])]
     out = tmp_path / "ica.json"
-    agg = OldResult(CapeICASettings(2, CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2), 20.0),
+    agg = OldResult(CapeICASettings(n_sites=2, timeout=20.0,
+                                    config=CapeICAConfig(K_LARGE, 1.0, noise="none", max_iter=2)),
                     "tcp://127.0.0.1:0", out=str(out))
     result, sites = _threaded_run(agg, datas)
     assert isinstance(result, ProtocolError) and "header" in str(result), result
@@ -323,7 +325,7 @@ def test_dimension_above_the_message_limit_is_refused_at_registration(tmp_path):
     """8 D^2 bytes (plus header) above --max-message-bytes: one line naming the limit, every site aborted."""
     datas = [ICASiteData.build(n, _unit_columns(90, 20, i)) for i, n in enumerate(["a", "b"])]  # 8 * 90^2 > 64 KiB
     out = tmp_path / "ica.json"
-    agg = CapeICANetAggregator(CapeICASettings(2, CapeICAConfig(2, 1.0, max_iter=5), 20.0), "tcp://127.0.0.1:0",
+    agg = CapeICANetAggregator(CapeICASettings(n_sites=2, config=CapeICAConfig(2, 1.0, max_iter=5), timeout=20.0), "tcp://127.0.0.1:0",
                                out=str(out), max_message_bytes=MIN_MESSAGE_BYTES)
     result, sites = _threaded_run(agg, datas, noise="cape", timeout=3)
     assert isinstance(result, ConfigurationError), result

@@ -152,7 +152,7 @@ def test_a_site_without_identity_does_not_even_register(tmp_path):
 def _threaded(tmp_path, insecure: tuple[bool, bool]) -> tuple[object, dict[str, object]]:
     """A real aggregator and two SiteNode threads; site i runs with --insecure-no-identity if insecure[i]."""
     ids = site_identities(tmp_path, ("site0", "site1"))
-    agg = CapeAggregator(CapeSettings(2, epsilon=5.0, timeout=GENEROUS), "tcp://127.0.0.1:0")
+    agg = CapeAggregator(CapeSettings(n_sites=2, epsilon=5.0, timeout=GENEROUS), "tcp://127.0.0.1:0")
     nodes = []
     for i, (X, y) in enumerate(_tables()):
         data = SiteData.build(f"site{i}", X, y, feature_names=["a", "b"], bounds=(-1, 1), label_bounds=(-2, 2))

@@ -113,7 +113,7 @@ def test_network_releases_zero_sum_and_never_a_noise_share(tmp_path, procs):
     """
     _, tables = _write_sites(tmp_path)
     received = []
-    settings = CapeSettings(3, "linear", 1.0, 1e-5, timeout=GENEROUS)
+    settings = CapeSettings(n_sites=3, model="linear", epsilon=1.0, delta=1e-5, timeout=GENEROUS)
     agg = CapeAggregator(settings, "tcp://127.0.0.1:0", on_receive=received.append)
     seeds = [101, 202, 303]
     sites = [_site(procs, agg.endpoint, tmp_path, i, "--seed", str(seeds[i])) for i in range(3)]
@@ -170,7 +170,8 @@ def test_killed_site_ends_the_run_within_the_timeout_without_a_model(tmp_path, p
             agg_ref["victim"] = f"site{victim}"
             killed_at.append(time.monotonic())
 
-    settings = CapeSettings(3, "linear", 1.0, 1e-5, timeout=SILENCE, registration_timeout=4 * GENEROUS)
+    settings = CapeSettings(n_sites=3, model="linear", epsilon=1.0, delta=1e-5, timeout=SILENCE,
+                            registration_timeout=4 * GENEROUS)
     agg = CapeAggregator(settings, "tcp://127.0.0.1:0", out=str(out), on_receive=kill_first_site_after_key_agreement)
     sites = [_site(procs, agg.endpoint, tmp_path, i) for i in range(3)]
     with pytest.raises(PartyFailure, match=rf"site\d sent nothing for {SILENCE} s .*no dropout recovery.*no model "

@@ -49,9 +49,10 @@ def run_cape_coordinator(*, sites: int | None, colluding: int | None, weights: s
     if noise is not None:
         warnings.warn(f"--insecure-test-noise {noise}: this run is NOT differentially private (tests only)",
                       stacklevel=2)
-    settings = CapeSettings(sites, model, epsilon, delta, colluding, calibration or "analytic", weights,
-                            fit_intercept, calibration == "paper" and model == "linear", None, timeout,
-                            max_run_time, noise or "full")
+    settings = CapeSettings(n_sites=sites, model=model, epsilon=epsilon, delta=delta, n_colluders=colluding,
+                            calibration=calibration or "analytic", weights=weights, fit_intercept=fit_intercept,
+                            release_constant=calibration == "paper" and model == "linear", timeout=timeout,
+                            max_run_seconds=max_run_time, noise=noise or "full")
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else echo
     agg = CapeAggregator(settings, bind, curve=curve, out=out, log=log, max_message_bytes=max_message_bytes)

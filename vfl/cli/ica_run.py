@@ -54,7 +54,7 @@ def run_djica_aggregator(*, sites: int, components: int, epsilon: float, delta: 
                            clip=clip, max_iter=rounds, learning_rate=learning_rate, anneal_deg=anneal_deg,
                            anneal_step=anneal_step, tol=tol, unit_size=unit_size, n_colluders=colluding,
                            calibration=calibration, accountant=accountant)
-    settings = CapeICASettings(sites, config, timeout, max_run_time)
+    settings = CapeICASettings(n_sites=sites, config=config, timeout=timeout, max_run_seconds=max_run_time)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else echo
     agg = CapeICANetAggregator(settings, bind, curve=curve, out=out, log=log, max_message_bytes=max_message_bytes)

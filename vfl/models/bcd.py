@@ -56,6 +56,7 @@ from vfl.rng import RandomState, is_seeded, make_rng, spawn
 
 __all__ = [
     "ABORT_RULES",
+    "BCD_MECHANISMS",
     "NOISE_CALIBRATIONS",
     "FORMAL_DP_REASON",
     "bcd_privacy_report",
@@ -79,6 +80,7 @@ __all__ = [
     "run_dp_bcd",
 ]
 
+BCD_MECHANISMS = ("bcd", "dp-bcd")   # the vertical runs of this module: plain BCD and DP-BCD
 ABORT_RULES = ("paper", "resample", "ignore")
 NOISE_CALIBRATIONS = ("half-normal", "gaussian-vector")
 FORMAL_DP_REASON = DP_BCD_REASON

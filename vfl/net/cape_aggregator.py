@@ -28,75 +28,25 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
 from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
-from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
-from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
+from vfl.net.message_specs import CAPE_ROUND_TYPES
+from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode, message_of
 from vfl.net.notices import Reminder, abort_body
 from vfl.net.site_link import SiteLink, SiteRegistration
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
-from vfl.protocols.cape_aggregation import NOISE_MODES, CapeFMAggregator, CapeFMPlan
+from vfl.protocols.cape_aggregation import CapeFMAggregator, CapeMessage
 from vfl.protocols.roster import check_self_signed
+from vfl.protocols.settings import CapeSettings
 
 __all__ = ["CapeSettings", "CapeAggregator", "SiteRegistration"]
 
 SITE_IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identity, so a hostile aggregator "
                       "could have substituted Diffie-Hellman values and unmasked their noise shares (loopback "
                       "experiments only)")
-
-
-@dataclass
-class CapeSettings:
-    """Public parameters of a capeFM run (they travel to the sites in the plan)."""
-
-    n_sites: int
-    model: str = "linear"
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    n_colluders: int | None = None
-    calibration: str = "analytic"
-    weights: str = "rows"
-    fit_intercept: bool = True
-    release_constant: bool = False
-    lambda_floor: float | None = None
-    timeout: float = 120.0
-    max_run_seconds: float | None = 86400.0
-    noise: str = "full"   # test-only switch; every site must run the same mode
-    registration_timeout: float | None = None  # seconds to wait for all registrations (default: timeout)
-
-    def validate(self) -> None:
-        if isinstance(self.n_sites, bool) or not isinstance(self.n_sites, int) or not 2 <= self.n_sites <= 1000:
-            raise ConfigurationError(f"--sites must be an integer in [2, 1000], got {self.n_sites}")
-        if self.noise not in NOISE_MODES:
-            raise ConfigurationError(f"noise mode must be one of {', '.join(NOISE_MODES)}")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
-            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
-        if self.lambda_floor is not None and not (math.isfinite(self.lambda_floor) and self.lambda_floor >= 0):
-            raise ConfigurationError(f"lambda_floor must be a finite number >= 0, got {self.lambda_floor}")
-        self.plan([1] * self.n_sites, 1)  # eps, delta, model, S_C, calibration, weights: same checks as the sites'
-
-    def plan(self, n_rows: list[int], n_features: int) -> CapeFMPlan:
-        import warnings
-
-        plan = CapeFMPlan(self.model, self.epsilon, self.delta, list(n_rows), n_features, secrets.randbits(63),
-                          self.n_colluders, self.calibration, self.release_constant, self.weights, self.noise)
-        try:
-            plan.validate()
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(str(exc)) from None
-        if self.calibration == "paper" and self.epsilon >= 1.0:
-            raise ConfigurationError(f"calibration='paper' uses the classical Gaussian formula, proven only for "
-                                     f"epsilon < 1 (got {self.epsilon})")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the paper-mode warning is given once, by the real run
-            plan.calibration_values()
-        return plan
 
 
 def _symmetric(pair: list[float]) -> list[float]:
@@ -289,10 +239,10 @@ class CapeAggregator(SiteLink):
                 raise PartyFailure(f"site {reg.name} failed: {msg.body['reason']}")
             if msg.type is MessageType.HEARTBEAT:
                 continue
-            if msg.type not in TYPE_TO_KIND:
+            if msg.type not in CAPE_ROUND_TYPES:
                 raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
-            for out in agg.handle(from_wire(msg, i)):
-                self._send_to(self.sites[out.site], to_wire(out))
+            for out in agg.handle(CapeMessage.received(msg, i)):
+                self._send_to(self.sites[out.site], message_of(out))
 
     def _run(self) -> FittedModel:
         s = self.settings

@@ -20,43 +20,18 @@ file is written.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, ProtocolError
-from vfl.models.cape_ica import CapeICAConfig
 from vfl.models.ica_model import ICAModel
 from vfl.net.cape_aggregator import CapeAggregator
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes
 from vfl.net.site_link import SiteRegistration
-from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAAggregator, CapeICAPlan, check_message_sizes
+from vfl.protocols.cape_djica_rounds import CapeICAAggregator, CapeICAPlan, check_message_sizes
+from vfl.protocols.settings import CapeICASettings
 
 __all__ = ["CapeICASettings", "CapeICANetAggregator"]
-
-
-@dataclass
-class CapeICASettings:
-    """The run: S sites, the public pipeline :class:`CapeICAConfig` and the runtime limits."""
-
-    n_sites: int
-    config: CapeICAConfig
-    timeout: float = 120.0
-    max_run_seconds: float | None = 86400.0
-    registration_timeout: float | None = None
-
-    def validate(self) -> None:
-        if isinstance(self.n_sites, bool) or not isinstance(self.n_sites, int) or not 2 <= self.n_sites <= 1000:
-            raise ConfigurationError(f"--sites must be an integer in [2, 1000], got {self.n_sites}")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
-            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
-        if self.config.noise not in ICA_NOISE_MODES:
-            raise ConfigurationError(f"networked capeDJICA runs noise {' or '.join(ICA_NOISE_MODES)}")
-        self.config.validate()
-        K = self.config.n_components
-        CapeICAPlan(self.config.to_dict(), [1] * self.n_sites, K, 0).validate()  # S_C, K >= 2: the sites' checks
 
 
 @dataclass

@@ -27,70 +27,9 @@ may carry (:data:`FRAME_KINDS`: only SHARE carries integers, a REGISTER or HEART
 then every frame's declared size (at most :data:`MAX_INTS` integers), then the caller's ``accept`` check
 (the transport's sender, run id and sequence number) -- and only then is any payload parsed.
 
-The protocol (one run of a functional-mechanism fit; see docs/runtime.md)::
-
-    party        -> coordinator  REGISTER        name, rows, feature names, label owner? (label name), row IDs
-                                                 given?, declared preprocessing, its Ed25519 identity and
-                                                 signature over all of it
-    coordinator  -> party        WELCOME         run id (all later messages carry it)
-    coordinator  -> party        PSI_START       (--id runs) index and K of the row alignment, every party's signed
-                                                 REGISTER (its ID count: the length of the lists it may send)
-    party        -> coordinator  PSI_POINTS      (relayed round the ring) blinded ID points, signed by the sender;
-                                                 fully blinded: kept
-    coordinator  -> party        PSI_RESULT      positions of the party's common rows in the agreed order
-    coordinator  -> party        PLAN            party order, model, mechanism, privacy parameters, key size
-    party        -> coordinator  ROSTER_ENTRY    its signed registration, the plan's digest, its Paillier key's
-                                                 fingerprint, its Ed25519 signature over them (vfl.protocols.roster)
-    coordinator  -> party        ROSTER          every entry in plan order; each party verifies it before anything
-                                                 data-dependent (relayed party-to-party messages below carry ``auth``,
-                                                 their sender's signature bound to the roster)
-    party        -> coordinator  READY           data prepared; the label owner's public label bounds
-    encryptor    -> coordinator  ENC_REQUEST     (relayed to the responder) public key + stream header
-    responder    -> coordinator  CREDIT          (relayed to the encryptor) send chunks with index < upto
-    encryptor    -> coordinator  ENC_CHUNK       (relayed to the responder) one chunk of encrypted rows
-    responder    -> coordinator  MASKED_RESPONSE (relayed to the encryptor) masked, noised products
-    party        -> coordinator  SHARE           its additive share of a cross block (+ its local offset)
-    party        -> coordinator  BLOCK           a single-party block with the owner's noise added
-    party        -> coordinator  BCD_REMAINDER   (relayed to the next party in the ring) DP-BCD residual
-    party        -> coordinator  BCD_COEF        a party's final DP-BCD coefficients ("completed"; the label
-                                                 owner's "converged" when the --tol check stops the ring early)
-    coordinator  -> party        BCD_STOP        the ring stopped early (tol): send your coefficients now
-    coordinator  -> party        RESULT          the released model
-    either       -> either       HEARTBEAT       liveness while the other side computes
-    coordinator  -> party        ABORT           the run ended with an error; no model is released
-    party        -> coordinator  ERROR           the party failed; the coordinator aborts the run
-
-capeFM over sites with disjoint rows (vfl.protocols.cape_aggregation, vfl.net.cape_aggregator, vfl.net.site):
-REGISTER (role "site") / WELCOME as above, then
-
-    aggregator   -> site         CAPE_PLAN       site index, the site names by index + the public plan (model, eps,
-                                                 delta, every N_s, ...)
-    site         -> aggregator   CAPE_KEY        Diffie-Hellman public value (uint8[256]), its Ed25519 signature
-    aggregator   -> site         CAPE_KEYS       every site's public value (uint8[S, 256]) and signature; each site
-                                                 checks them against its pinned identities (vfl.protocols.cape_keys)
-    site         -> aggregator   CAPE_MASKED     pairwise-masked noise share (uint64[L])
-    aggregator   -> site         CAPE_SUM        sum of the masked shares = sum of the noise shares (uint64[L])
-    site         -> aggregator   CAPE_RELEASE    noisy coefficients (float64[L])
-    aggregator   -> site         RESULT / ABORT
-
-capePCA + capeDJICA over sites with disjoint columns (vfl.protocols.cape_djica_rounds, vfl.net.cape_ica_aggregator;
-REGISTER role "djica-site" with ``dims`` D): CAPE_PLAN, one CAPE round of the second-moment matrix, then
-
-    aggregator   -> site         CAPE_SUBSPACE   the released top-K eigenvectors and eigenvalues (float64[D K + K])
-    (CAPE_KEY / CAPE_KEYS / CAPE_MASKED / CAPE_SUM: one shares-only round of the zero-sum shares of all rounds)
-    aggregator   -> site         CAPE_STATE      round j: W, b, learning rate (float64[K^2 + K + 1])
-    site         -> aggregator   CAPE_RELEASE    round j: noisy Delta W_s, Delta b_s (float64[K^2 + K])
-    aggregator   -> site         RESULT / ABORT
-
-Federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md): REGISTER (role "scorer") / WELCOME, then
-
-    hub          -> party        SCORE_PLAN      index, serving parties, session id, model digest, --max-query-ids
-    party        -> hub          SCORE_KEY       Diffie-Hellman public value, signed with the party's Ed25519 key
-    hub          -> party        SCORE_KEYS      every party's signed public value (relayed)
-    party        -> hub          SCORE_READY     co-parties' keys verified against the pinned identities
-    hub          -> party        SCORE_QUERY     round r: the query's normalised IDs (uint32 lengths, then UTF-8)
-    party        -> hub          SCORE_PARTIAL   round r: pairwise-masked partial scores, missing flags, check word
-    hub          -> party        SCORE_DONE      the service ended
+Every message type is declared once, in :mod:`vfl.net.message_specs` (one :class:`MessageSpec` each: body
+fields, frame kinds, sender -> receiver, one doc line); :data:`SCHEMAS` and :data:`FRAME_KINDS` below are
+derived from those declarations, and the message table of docs/runtime.md is generated from them.
 """
 
 from __future__ import annotations
@@ -100,12 +39,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, ProtocolError
+from vfl.net.message_specs import MAX_ICA_DIMS, MAX_SCORE_IDS, SPECS, MessageSpec, MessageType, _is_int, _is_name
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -113,11 +52,14 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "MIN_MESSAGE_BYTES",
     "MAX_ICA_DIMS",
+    "MAX_SCORE_IDS",
     "check_max_message_bytes",
     "MAX_FRAMES", "pack_payloads", "unpack_payloads",
     "MAX_INTS",
     "FRAME_KINDS",
     "MessageType",
+    "MessageSpec",
+    "SCHEMAS",
     "Message",
     "IntArray",
     "encode",
@@ -131,9 +73,7 @@ __all__ = [
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # whole message; the socket also enforces ZMQ_MAXMSGSIZE per frame
 MAX_HEADER_BYTES = 256 * 1024
-MAX_ICA_DIMS = 100_000  # a capeDJICA site's data dimension D (REGISTER ``dims``); D^2 words per capePCA message
 MIN_MESSAGE_BYTES = 64 * 1024  # below this even a PLAN with a few hundred feature names is refused
-MAX_SCORE_IDS = 10_000_000  # IDs in one scoring query (the hub's --max-query-ids is lower)
 
 
 def check_max_message_bytes(value: int) -> int:
@@ -149,255 +89,15 @@ MAX_INTS = 1 << 20  # integers in one frame: a share is d_enc x d_resp (1000 x 1
 MAX_DIMS = 4
 
 ALLOWED_DTYPES = {"<f8": np.float64, "<i8": np.int64, "<u8": np.uint64, "|u1": np.uint8, "|b1": np.bool_}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _RUN_RE = re.compile(r"^[0-9a-f]{0,32}$")
 
 
-class MessageType(str, Enum):
-    """Named message types; the value is what travels in the header."""
-
-    REGISTER = "register"
-    WELCOME = "welcome"
-    PLAN = "plan"
-    READY = "ready"
-    ENC_REQUEST = "enc_request"
-    ENC_CHUNK = "enc_chunk"
-    CREDIT = "credit"
-    MASKED_RESPONSE = "masked_response"
-    SHARE = "share"
-    BLOCK = "block"
-    BCD_REMAINDER = "bcd_remainder"
-    BCD_COEF = "bcd_coef"
-    BCD_STOP = "bcd_stop"
-    RESULT = "result"
-    MODEL_CHECK = "model_check"
-    MODEL_SIGNATURE = "model_signature"
-    HEARTBEAT = "heartbeat"
-    ABORT = "abort"
-    ERROR = "error"
-    CAPE_PLAN = "cape_plan"
-    CAPE_KEY = "cape_key"
-    CAPE_KEYS = "cape_keys"
-    CAPE_MASKED = "cape_masked"
-    CAPE_SUM = "cape_sum"
-    CAPE_RELEASE = "cape_release"
-    CAPE_SUBSPACE = "cape_subspace"
-    CAPE_STATE = "cape_state"
-    PSI_START = "psi_start"
-    PSI_POINTS = "psi_points"
-    PSI_RESULT = "psi_result"
-    ROSTER_ENTRY = "roster_entry"
-    ROSTER = "roster"
-    SCORE_PLAN = "score_plan"
-    SCORE_KEY = "score_key"
-    SCORE_KEYS = "score_keys"
-    SCORE_READY = "score_ready"
-    SCORE_QUERY = "score_query"
-    SCORE_PARTIAL = "score_partial"
-    SCORE_DONE = "score_done"
-
-
-# ------------------------------------------------------------------ body schemas
-def _is_str(limit: int = 4096) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, str) and len(v) <= limit
-
-
-def _is_int(lo: int = 0, hi: int = 2**62) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-
-
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
-def _is_name(v: Any) -> bool:
-    return isinstance(v, str) and bool(_NAME_RE.match(v))
-
-
-def _is_opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _is_list(check: Callable[[Any], bool], limit: int = 100_000) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, list) and len(v) <= limit and all(check(x) for x in v)
-
-
-def _is_dict(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
-_FEATURE = _is_str(256)
-_BLOCK = _is_str(64)
-_HEX_RE = re.compile(r"^[0-9a-f]*$")
-
-
-def _is_hex(length: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, str) and len(v) == length and bool(_HEX_RE.match(v))
-
-
-_KEY = _is_hex(64)    # an Ed25519 public key or a sha256 digest, hex (vfl.secure.identity)
-_AUTH = _is_hex(128)  # an Ed25519 signature, hex: the sender's, end to end (vfl.protocols.roster)
-
-#: field -> (required?, check). Unknown fields are rejected too.
-SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
-    MessageType.REGISTER: {
-        "name": (True, _is_name),
-        "n_rows": (True, _is_int(1)),
-        "features": (True, _is_list(_FEATURE, 100_000)),
-        "label_owner": (True, _is_bool),
-        "row_ids": (False, _is_bool),
-        "order": (False, _is_opt(_is_int(0, 10_000))),
-        "bounds": (False, _is_opt(_is_dict)),
-        "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
-        "bounds_from_data": (False, _is_bool),
-        "role": (False, _is_opt(_is_str(16))),
-        "seeded": (False, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
-        "dims": (False, _is_int(1, MAX_ICA_DIMS)),  # capeDJICA site: its data dimension D (rows of its D x N_s matrix)
-        "label": (False, _is_opt(_FEATURE)),        # the label owner's label column name (for the model file)
-        "preprocessing": (False, _is_opt(_is_dict)),  # declared dummies/imputation (vfl.data.preprocessing record)
-        "identity": (False, _KEY),   # the party's Ed25519 public key and its signature over this registration
-        "auth": (False, _AUTH),
-    },
-    MessageType.WELCOME: {"run": (True, _is_str(32))},
-    MessageType.PLAN: {
-        "index": (True, _is_int(0, 10_000)),
-        "parties": (True, _is_list(_is_dict, 10_000)),
-        "model": (True, _is_str(16)),
-        "mechanism": (True, _is_str(32)),
-        "params": (True, _is_dict),
-        "n_samples": (True, _is_int(1)),
-        "label_owner": (True, _is_int(0, 10_000)),
-    },
-    MessageType.READY: {
-        "label_bounds": (False, _is_opt(_is_list(_is_num, 2))),
-        "label_bounds_from_data": (False, _is_bool),
-        "seeded": (False, _is_bool),
-        "bounds": (False, _is_opt(_is_dict)),
-        "bounds_from_data": (False, _is_bool),
-        "auth": (False, _AUTH),   # signed for the model check at the end of the run (vfl.net.model_check)
-    },
-    MessageType.ENC_REQUEST: {
-        "block": (True, _BLOCK),
-        "to": (True, _is_name),
-        "origin": (False, _is_opt(_is_name)),
-        "wire": (True, _is_dict),
-        "auth": (False, _AUTH),
-    },
-    MessageType.ENC_CHUNK: {
-        "block": (True, _BLOCK),
-        "to": (True, _is_name),
-        "origin": (False, _is_opt(_is_name)),
-        "wire": (True, _is_dict),
-        "auth": (False, _AUTH),
-    },
-    MessageType.CREDIT: {
-        "block": (True, _BLOCK),
-        "to": (True, _is_name),
-        "origin": (False, _is_opt(_is_name)),
-        "upto": (True, _is_int(1, 10_000_000)),
-        "auth": (False, _AUTH),
-    },
-    MessageType.MASKED_RESPONSE: {
-        "block": (True, _BLOCK),
-        "to": (True, _is_name),
-        "origin": (False, _is_opt(_is_name)),
-        "wire": (True, _is_dict),
-        "auth": (False, _AUTH),
-    },
-    MessageType.SHARE: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
-    MessageType.BLOCK: {"block": (True, _BLOCK), "auth": (False, _AUTH)},
-    MessageType.BCD_REMAINDER: {
-        "round": (True, _is_int(0, 1_000_000)),
-        "to": (True, _is_name),
-        "origin": (False, _is_opt(_is_name)),
-        "auth": (False, _AUTH),
-    },
-    MessageType.BCD_COEF: {"status": (True, _is_str(64)), "reason": (False, _is_opt(_is_str(1024))),
-                           "rounds_run": (False, _is_int(0, 1_000_000))},
-    MessageType.BCD_STOP: {"rounds_run": (True, _is_int(0, 1_000_000))},
-    MessageType.RESULT: {"model": (True, _is_dict)},
-    # signed models (vfl.net.model_check): the release and the unsigned model out, each party's signature back
-    MessageType.MODEL_CHECK: {"settings": (True, _is_dict), "release": (True, _is_list(_is_dict, 1_000_000)),
-                              "frames": (True, _is_list(_is_dict, 1_000_000))},
-    MessageType.MODEL_SIGNATURE: {"digest": (True, _KEY), "auth": (False, _AUTH)},
-    MessageType.HEARTBEAT: {},
-    MessageType.ABORT: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
-    MessageType.ERROR: {"reason": (True, _is_str(2048)), "error": (True, _is_str(64))},
-    MessageType.CAPE_PLAN: {"index": (True, _is_int(0, 10_000)), "plan": (True, _is_dict),
-                            "fit_intercept": (False, _is_bool),  # capeFM plans carry it, capeDJICA plans do not
-                            "sites": (False, _is_list(_is_name, 10_001))},  # site names by index (cape_keys)
-    # a site's Diffie-Hellman value is signed by its Ed25519 identity; the table relays every signature (None: a
-    # site run with --insecure-no-identity) and each site checks them (vfl.protocols.cape_keys)
-    MessageType.CAPE_KEY: {"round": (True, _is_int(0, 2**63 - 1)), "auth": (False, _AUTH)},
-    MessageType.CAPE_KEYS: {"round": (True, _is_int(0, 2**63 - 1)), "auths": (False, _is_list(_is_opt(_AUTH), 10_001))},
-    MessageType.CAPE_MASKED: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.CAPE_SUM: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.CAPE_RELEASE: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.CAPE_SUBSPACE: {"round": (True, _is_int(0, 2**63 - 1))},
-    MessageType.CAPE_STATE: {"round": (True, _is_int(0, 2**63 - 1))},
-    # PSI_START carries every ring member's signed REGISTER body; each list its sender's signature (issue 20)
-    MessageType.PSI_START: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_int(1, 10_001)),
-                            "registrations": (True, _is_list(_is_dict, 10_001))},
-    MessageType.PSI_POINTS: {"origin": (True, _is_int(0, 10_000)), "hops": (True, _is_int(1, 10_001)),
-                             "auth": (False, _AUTH)},
-    MessageType.PSI_RESULT: {"n_common": (True, _is_int(0))},
-    # the signed roster (vfl.protocols.roster): each party's entry, then every entry in plan order
-    MessageType.ROSTER_ENTRY: {"party": (True, _is_name), "plan": (True, _KEY), "registration": (True, _is_dict),
-                               "paillier": (True, _is_opt(_KEY)), "nonce": (True, _is_hex(32)),
-                               "auth": (False, _AUTH)},
-    MessageType.ROSTER: {"entries": (True, _is_list(_is_dict, 10_000))},
-    # federated scoring (vfl.protocols.scoring, vfl.net.scoring; docs/serving.md)
-    MessageType.SCORE_PLAN: {"index": (True, _is_int(0, 10_000)), "parties": (True, _is_list(_is_name, 10_000)),
-                             "session": (True, _is_hex(32)), "model": (True, _KEY),
-                             "max_ids": (True, _is_int(1, MAX_SCORE_IDS)), "precision_bits": (True, _is_int(8, 52))},
-    MessageType.SCORE_KEY: {"index": (True, _is_int(0, 10_000)), "auth": (False, _AUTH)},
-    MessageType.SCORE_KEYS: {"entries": (True, _is_list(_is_dict, 10_000))},
-    MessageType.SCORE_READY: {},
-    MessageType.SCORE_QUERY: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
-    MessageType.SCORE_PARTIAL: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
-    MessageType.SCORE_DONE: {"queries": (True, _is_int(0))},
-}
-
-
-#: payload frame kinds each message type may carry (any one of the listed tuples); types not listed (added by
-#: later protocols) may carry any frames within the general limits
-FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
-    MessageType.REGISTER: ((),),
-    MessageType.WELCOME: ((),),
-    MessageType.PLAN: ((),),
-    MessageType.READY: ((),),
-    MessageType.ENC_REQUEST: (("bytes",),),     # the public key; the stream header is in the body (issue 8)
-    MessageType.ENC_CHUNK: (("bytes",),),       # one chunk of ciphertexts
-    MessageType.CREDIT: ((),),
-    MessageType.MASKED_RESPONSE: (("bytes",),),
-    MessageType.SHARE: (("ints",),),
-    MessageType.BLOCK: (("array",),),
-    MessageType.BCD_REMAINDER: (("array",),),
-    MessageType.BCD_COEF: ((), ("array",)),
-    MessageType.BCD_STOP: ((),),
-    MessageType.RESULT: ((), ("array", "array", "array")),  # capeDJICA: unmixing, bias, eigenvalues as frames
-    MessageType.HEARTBEAT: ((),),
-    MessageType.ABORT: ((),),
-    MessageType.ERROR: ((),),
-    MessageType.CAPE_SUBSPACE: (("array",),),
-    MessageType.CAPE_STATE: (("array",),),
-    MessageType.PSI_START: ((),),
-    MessageType.PSI_POINTS: (("bytes",),),
-    MessageType.PSI_RESULT: (("array",),),
-    MessageType.ROSTER_ENTRY: ((),),
-    MessageType.ROSTER: ((),),
-    MessageType.SCORE_PLAN: ((),),
-    MessageType.SCORE_KEY: (("bytes",),),      # the party's Diffie-Hellman public value (256 bytes)
-    MessageType.SCORE_KEYS: ((),),
-    MessageType.SCORE_READY: ((),),
-    MessageType.SCORE_QUERY: (("bytes",),),    # the query's normalised IDs: count uint32 lengths, then UTF-8
-    MessageType.SCORE_PARTIAL: (("array",),),  # masked partial scores, missing flags, check (uint64[2 count + 1])
-    MessageType.SCORE_DONE: ((),),
-}
+#: field -> (required?, check) of every message type (unknown fields are rejected too), from its MessageSpec
+SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {s.type: s.fields for s in SPECS}
+#: payload frame kinds each message type may carry (any one of the listed tuples), from its MessageSpec; types
+#: whose spec says ``frames=None`` may carry any frames within the general limits
+FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {s.type: s.frames for s in SPECS
+                                                                if s.frames is not None}
 
 
 def validate_name(name: str, what: str = "party name") -> str:

@@ -31,8 +31,8 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
 from vfl.models.modelio import FittedModel
-from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
-from vfl.net.messages import Message, MessageType, validate_name
+from vfl.net.message_specs import CAPE_ROUND_TYPES
+from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
@@ -300,10 +300,11 @@ class SiteNode:
                 if self.guard.ledger is not None:   # read-only: refused before the DH key, before any co-site reserves
                     self.guard.check(t.run_id, self._plan_spend(session))
                 last_sent = self._send(t, session, plan, outgoing) or last_sent
-            elif msg.type in TYPE_TO_KIND:
+            elif msg.type in CAPE_ROUND_TYPES:
                 if session is None:
                     raise ProtocolError(f"{msg.type.value} before the CAPE plan")
-                last_sent = self._send(t, session, plan, session.handle(from_wire(msg, self.index))) or last_sent
+                replies = session.handle(CapeMessage.received(msg, self.index))
+                last_sent = self._send(t, session, plan, replies) or last_sent
             elif msg.type not in (MessageType.HEARTBEAT, MessageType.WELCOME):
                 raise ProtocolError(f"unexpected {msg.type.value} from the aggregator")
             if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
@@ -313,5 +314,5 @@ class SiteNode:
     @staticmethod
     def _send_all(t: ClientTransport, messages: list[CapeMessage]) -> float | None:
         for m in messages:
-            t.send(to_wire(m))
+            t.send(message_of(m))
         return time.monotonic() if messages else None

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,7 @@ from vfl.models.capefm import (
 )
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 from vfl.privacy.ledger import Spend, gaussian_spend
+from vfl.protocols.contracts import Incoming, Out, kind_of
 from vfl.protocols.policy import SitePolicy, check_site_plan
 from vfl.rng import RandomState, make_rng
 from vfl.secure.aggregation import SecAggAggregator, SecAggSite, decode_fixed_point
@@ -90,17 +91,42 @@ PUBLIC_KEY_BYTES = 256
 KINDS = ("plan", "key", "keys", "masked", "sum", "release", "subspace", "state")
 
 
-@dataclass
-class CapeMessage:
-    """One protocol message. ``site``: the sender (site -> aggregator) or the recipient (aggregator -> site).
+class CapeMessage(Out):
+    """One CAPE protocol message, an :class:`~vfl.protocols.contracts.Out` like every phase's: wire type
+    ``cape_<kind>`` (``CAPE_KEY`` ... ``CAPE_STATE``), ``body`` (always ``round`` after the plan, plus the signatures
+    of the Diffie-Hellman steps) and ``payload`` its one numeric frame, or none for the plan. ``to`` is the site:
+    the recipient (aggregator -> site) or the sender (site -> aggregator; the site's driver sends to the hub).
 
-    ``body`` holds JSON-able public fields (always ``round`` after the plan); ``array`` the one numeric payload.
+    The site index is never taken from the wire: the aggregator knows it from the sender's registration, the site
+    from its plan (:meth:`received`). The plan travels as ``CAPE_PLAN``, whose body the drivers build.
     """
 
-    kind: str
-    site: int
-    body: dict[str, Any] = field(default_factory=dict)
-    array: np.ndarray | None = None
+    def __init__(self, kind: str, site: int, body: dict[str, Any] | None = None, array: np.ndarray | None = None):
+        super().__init__(type=f"cape_{kind}", body={} if body is None else body,
+                         payload=[] if array is None else [array], to=site)
+
+    @property
+    def kind(self) -> str:
+        """The step: ``plan``, ``key``, ``keys``, ``masked``, ``sum``, ``release``, ``subspace`` or ``state``."""
+        return self.type.removeprefix("cape_")
+
+    @property
+    def site(self) -> int:
+        return int(self.to)  # type: ignore[arg-type]
+
+    @property
+    def array(self) -> np.ndarray | None:
+        return self.payload[0] if self.payload else None
+
+    @classmethod
+    def received(cls, msg: Incoming, site: int) -> CapeMessage:
+        """A received CAPE round message (body and frame kinds already checked by the codec) from/to ``site``."""
+        kind = kind_of(msg)
+        if not kind.startswith("cape_") or kind == "cape_plan":
+            raise ProtocolError(f"{kind} is not a CAPE round message")
+        if len(msg.payload) != 1:
+            raise ProtocolError(f"{kind} must carry exactly one frame, got {len(msg.payload)}")
+        return cls(kind.removeprefix("cape_"), site, dict(msg.body), msg.array(0))
 
 
 @dataclass(frozen=True)

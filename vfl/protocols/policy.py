@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vfl.exceptions import ConfigurationError
-from vfl.protocols.settings import FM_MECHANISMS, MECHANISMS
+from vfl.models.bcd import BCD_MECHANISMS
+from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
+from vfl.validation import Interval, check_param
 
 __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "NOT_FORMALLY_DP", "BOUNDED_MECHANISMS",
            "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary", "SitePolicy", "check_plan", "check_site_plan",
@@ -42,7 +44,8 @@ __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "NOT_FORMALLY_DP", "B
 UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
 #: never formally DP (no noise, or DP-BCD, whose co-parties learn X beta exactly): not allowed by default
 NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
-ALL_MECHANISMS = frozenset(MECHANISMS)          # the registry (vfl.protocols.settings), not a copy
+#: the registries (vfl.privacy.mechanisms, vfl.models.bcd), not a copy; vfl.protocols.settings collects the same
+ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS)
 DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP
 #: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
 #: policy allows one of them needs declared bounds, or its operator's explicit opt-in (vfl.net.party)
@@ -77,8 +80,7 @@ class PartyPolicy:
             raise ConfigurationError(f"--min-epsilon {self.min_epsilon:g} exceeds --max-epsilon {self.max_epsilon:g}")
         if self.max_delta is not None and not 0 < self.max_delta < 1:
             raise ConfigurationError(f"--max-delta must lie in (0, 1), got {self.max_delta}")
-        if isinstance(self.max_key_bits, bool) or not isinstance(self.max_key_bits, int) or self.max_key_bits < 512:
-            raise ConfigurationError(f"max_key_bits must be an integer >= 512, got {self.max_key_bits!r}")
+        check_param("max_key_bits", self.max_key_bits, [Interval(int, 512, None, closed="left")])
 
     @classmethod
     def from_options(cls, allow_mechanisms: str | None = None, min_epsilon: float | None = None,
@@ -223,8 +225,7 @@ class SitePolicy:
             raise ConfigurationError(f"--max-epsilon must be a finite number > 0, got {self.max_epsilon}")
         if self.max_delta is not None and not 0 < self.max_delta < 1:
             raise ConfigurationError(f"--max-delta must lie in (0, 1), got {self.max_delta}")
-        if isinstance(self.min_colluders, bool) or not isinstance(self.min_colluders, int) or self.min_colluders < 0:
-            raise ConfigurationError(f"--min-colluders must be an integer >= 0, got {self.min_colluders!r}")
+        check_param("--min-colluders", self.min_colluders, [Interval(int, 0, None, closed="left")])
 
     @classmethod
     def permissive(cls) -> SitePolicy:

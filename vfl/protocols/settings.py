@@ -9,19 +9,22 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from numbers import Real
+from typing import Any, ClassVar
 
 from vfl.exceptions import ConfigurationError
 from vfl.fm.dissection import DissectionPlan
 from vfl.fm.solver import REGULARIZATIONS
-from vfl.models.bcd import ABORT_RULES, NOISE_CALIBRATIONS
+from vfl.models.bcd import ABORT_RULES, BCD_MECHANISMS, NOISE_CALIBRATIONS
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, GAUSSIAN_CALIBRATIONS, SYM_LAYOUTS, make_mechanism
 from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
 from vfl.privacy.sensitivity import LAPLACE_VARIANTS
 from vfl.secure.fastmath import RANDOMNESS_MODES
+from vfl.validation import Constraint, Interval, check_params
 
-__all__ = ["RunSettings", "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
+__all__ = ["RunSettings", "CapeSettings", "CapeICASettings", "RUN_LIMITS", "RUN_LIMIT_NAMES",
+           "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
            "ABORT_RULES", "NOISE_CALIBRATIONS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "LAPLACE_VARIANTS",
            "RANDOMNESS_MODES", "REGULARIZATIONS"]
 
@@ -29,12 +32,19 @@ __all__ = ["RunSettings", "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODE
 # the faces (vfl.cli's choices): FM mechanisms (vfl.privacy.mechanisms) and their options (calibration, sym,
 # fm_sensitivity: vfl.privacy.sensitivity), the FM solve's regularisations (vfl.fm.solver), the (DP-)BCD mechanisms
 # and options (vfl.models.bcd), and the Paillier encryption randomness modes (vfl.secure.fastmath).
-BCD_MECHANISMS = ("bcd", "dp-bcd")
 MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS
 MODELS = ("linear", "logistic")
 BCD_OPTIONS = ("abort_rule", "noise_calibration")
 RUN_MIN_KEY_BITS = 512     # test keys only (below 2048 needs allow_insecure_keys)
 RUN_MAX_KEY_BITS = 8192    # generating larger Paillier keys takes minutes to hours at every key holder
+
+#: the limits every hub's settings share (vertical coordinator, capeFM and capeDJICA aggregators)
+RUN_LIMITS: dict[str, list[Constraint]] = {
+    "timeout": [Interval(Real, 0, None, closed="neither", unit="seconds")],
+    "max_run_seconds": [None, Interval(Real, 0, None, closed="neither", unit="seconds")],
+}
+#: what a user calls each limit in a message
+RUN_LIMIT_NAMES = {"timeout": "timeout", "max_run_seconds": "max run time"}
 
 
 @dataclass(kw_only=True)
@@ -62,6 +72,23 @@ class RunSettings:
     min_rows: int = 1                    # public minimum N (after the row alignment, if any); fewer stops the run
     release_beta: bool = False           # linear FM: the label owner also releases beta = (1/N) y'y (noised)
 
+    #: checks declared as data (vfl.validation); the option names are the CLI's
+    _parameter_constraints: ClassVar[dict[str, list[Constraint]]] = {
+        "n_parties": [Interval(int, 1, 1000)],
+        "key_bits": [Interval(int, RUN_MIN_KEY_BITS, RUN_MAX_KEY_BITS, note="2048 is the secure default")],
+        "min_rows": [Interval(int, 1, None, closed="left")],
+        **RUN_LIMITS,
+        "rounds": [Interval(int, 1, None, closed="left")],                     # (DP-)BCD only
+        "precision_bits": [None, Interval(int, 1, 52)],                        # FM only
+        "lambda_floor": [None, Interval(Real, 0, None, closed="left")],        # FM only
+    }
+    _option_names: ClassVar[dict[str, str]] = {"n_parties": "--parties", "key_bits": "--key-bits",
+                                               "min_rows": "--min-rows", "rounds": "--rounds",
+                                               "precision_bits": "--precision-bits", **RUN_LIMIT_NAMES}
+
+    def _check(self, *fields: str) -> None:
+        check_params(self, self._parameter_constraints, names=self._option_names, only=fields)
+
     def validate(self) -> None:
         """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
 
@@ -69,28 +96,19 @@ class RunSettings:
         constructor the parties run after the PLAN, so epsilon/delta, calibration (``classical`` needs
         eps < 1), ``sym``, ``fm_sensitivity`` and the domain fail here with the same message.
         """
-        if isinstance(self.n_parties, bool) or not isinstance(self.n_parties, int) or not 1 <= self.n_parties <= 1000:
-            raise ConfigurationError(f"--parties must be an integer in [1, 1000], got {self.n_parties}")
+        self._check("n_parties")
         if self.model not in MODELS:
             raise ConfigurationError(f"model must be linear or logistic, got {self.model!r}")
         if self.mechanism not in MECHANISMS:
             raise ConfigurationError(f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
         if self.mechanism in BCD_MECHANISMS and self.model != "linear":
             raise ConfigurationError("bcd and dp-bcd train linear regression only")
+        self._check("key_bits")   # first: a bool or a string is named as such, not as "True-bit keys"
         if self.key_bits < 2048 and not self.allow_insecure_keys:
             raise ConfigurationError(f"{self.key_bits}-bit keys are insecure; use >= 2048")
-        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or not (
-                RUN_MIN_KEY_BITS <= self.key_bits <= RUN_MAX_KEY_BITS):
-            raise ConfigurationError(f"--key-bits must be an integer in [{RUN_MIN_KEY_BITS}, {RUN_MAX_KEY_BITS}] "
-                                     f"(2048 is the secure default), got {self.key_bits}")
         if self.randomness not in RANDOMNESS_MODES:
             raise ConfigurationError(f"randomness must be 'short-exponent' or 'standard', got {self.randomness!r}")
-        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
-            raise ConfigurationError(f"--min-rows must be an integer >= 1, got {self.min_rows}")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.max_run_seconds is not None and not (self.max_run_seconds > 0 and math.isfinite(self.max_run_seconds)):
-            raise ConfigurationError(f"max run time must be a positive number of seconds, got {self.max_run_seconds}")
+        self._check("min_rows", *RUN_LIMITS)
         if self.mechanism in ("laplace-fm", "gaussian-fm", "relaxed-fm", "dp-bcd"):
             if self.epsilon is None or not self.epsilon > 0:
                 raise ConfigurationError(f"mechanism {self.mechanism} needs --epsilon > 0")
@@ -107,12 +125,7 @@ class RunSettings:
         if self.mechanism in BCD_MECHANISMS:
             self._validate_bcd()
             return
-        if self.precision_bits is not None and (isinstance(self.precision_bits, bool)
-                                                or not isinstance(self.precision_bits, int)
-                                                or not 1 <= self.precision_bits <= 52):
-            raise ConfigurationError(f"--precision-bits must be an integer in [1, 52], got {self.precision_bits}")
-        if self.lambda_floor is not None and not (math.isfinite(self.lambda_floor) and self.lambda_floor >= 0):
-            raise ConfigurationError(f"lambda_floor must be a finite number >= 0, got {self.lambda_floor}")
+        self._check("precision_bits", "lambda_floor")
         if self.regularization is not None and self.regularization not in REGULARIZATIONS:
             raise ConfigurationError(f"--regularization must be one of {', '.join(REGULARIZATIONS)}, "
                                      f"got {self.regularization!r}")
@@ -127,8 +140,7 @@ class RunSettings:
                            epsilon=self.epsilon, delta=self.delta, domain=self.domain, **opts)
 
     def _validate_bcd(self) -> None:
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ConfigurationError(f"--rounds must be an integer >= 1, got {self.rounds}")
+        self._check("rounds")
         if self.mechanism == "dp-bcd" and not (math.isfinite(self.gamma) and self.gamma > 1):
             raise ConfigurationError(f"--gamma must be a number > 1, got {self.gamma}")
         if self.tol is not None and not (math.isfinite(self.tol) and self.tol > 0):
@@ -151,3 +163,85 @@ class RunSettings:
     @property
     def domain(self) -> str:
         return self.mechanism_options.get("domain") or DEFAULT_DOMAIN.get(self.mechanism, "linf")
+
+
+@dataclass(kw_only=True)
+class CapeSettings:
+    """Public parameters of a capeFM run (they travel to the sites in the plan; vfl.net.cape_aggregator runs it)."""
+
+    n_sites: int
+    model: str = "linear"
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    n_colluders: int | None = None
+    calibration: str = "analytic"
+    weights: str = "rows"
+    fit_intercept: bool = True
+    release_constant: bool = False
+    lambda_floor: float | None = None
+    timeout: float = 120.0
+    max_run_seconds: float | None = 86400.0
+    noise: str = "full"   # test-only switch; every site must run the same mode
+    registration_timeout: float | None = None  # seconds to wait for all registrations (default: timeout)
+
+    _parameter_constraints: ClassVar[dict[str, list[Constraint]]] = {
+        "n_sites": [Interval(int, 2, 1000)],
+        **RUN_LIMITS,
+        "lambda_floor": [None, Interval(Real, 0, None, closed="left")],
+    }
+    _option_names: ClassVar[dict[str, str]] = {"n_sites": "--sites", **RUN_LIMIT_NAMES}
+
+    def validate(self) -> None:
+        from vfl.protocols.cape_aggregation import NOISE_MODES
+
+        check_params(self, self._parameter_constraints, names=self._option_names, only=("n_sites",))
+        if self.noise not in NOISE_MODES:
+            raise ConfigurationError(f"noise mode must be one of {', '.join(NOISE_MODES)}")
+        check_params(self, self._parameter_constraints, names=self._option_names, only=(*RUN_LIMITS, "lambda_floor"))
+        self.plan([1] * self.n_sites, 1)  # eps, delta, model, S_C, calibration, weights: same checks as the sites'
+
+    def plan(self, n_rows: list[int], n_features: int) -> Any:
+        """The :class:`~vfl.protocols.cape_aggregation.CapeFMPlan` of this run for the registered sites."""
+        import secrets
+
+        from vfl.protocols.cape_aggregation import CapeFMPlan
+
+        plan = CapeFMPlan(self.model, self.epsilon, self.delta, list(n_rows), n_features, secrets.randbits(63),
+                          self.n_colluders, self.calibration, self.release_constant, self.weights, self.noise)
+        try:
+            plan.validate()
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from None
+        if self.calibration == "paper" and self.epsilon >= 1.0:
+            raise ConfigurationError(f"calibration='paper' uses the classical Gaussian formula, proven only for "
+                                     f"epsilon < 1 (got {self.epsilon})")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the paper-mode warning is given once, by the real run
+            plan.calibration_values()
+        return plan
+
+
+@dataclass(kw_only=True)
+class CapeICASettings:
+    """A capeDJICA run: S sites, the public pipeline :class:`~vfl.models.cape_ica.CapeICAConfig` and the runtime
+    limits (vfl.net.cape_ica_aggregator runs it)."""
+
+    n_sites: int
+    config: Any    # vfl.models.cape_ica.CapeICAConfig
+    timeout: float = 120.0
+    max_run_seconds: float | None = 86400.0
+    registration_timeout: float | None = None
+
+    _parameter_constraints: ClassVar[dict[str, list[Constraint]]] = {"n_sites": [Interval(int, 2, 1000)],
+                                                                     **RUN_LIMITS}
+    _option_names: ClassVar[dict[str, str]] = {"n_sites": "--sites", **RUN_LIMIT_NAMES}
+
+    def validate(self) -> None:
+        from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAPlan
+
+        check_params(self, self._parameter_constraints, names=self._option_names)
+        if self.config.noise not in ICA_NOISE_MODES:
+            raise ConfigurationError(f"networked capeDJICA runs noise {' or '.join(ICA_NOISE_MODES)}")
+        self.config.validate()
+        K = self.config.n_components
+        CapeICAPlan(self.config.to_dict(), [1] * self.n_sites, K, 0).validate()  # S_C, K >= 2: the sites' checks
