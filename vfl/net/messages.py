@@ -195,6 +195,10 @@ class MessageType(str, Enum):
     SCORE_QUERY = "score_query"
     SCORE_PARTIAL = "score_partial"
     SCORE_DONE = "score_done"
+    GD_ROUND = "gd_round"          # noisy-gradient rounds (vfl.protocols.gd_rounds)
+    GD_REQUEST = "gd_request"
+    GD_RESPONSE = "gd_response"
+    GD_SHARE = "gd_share"
 
 
 # ------------------------------------------------------------------ body schemas
@@ -360,6 +364,11 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.SCORE_QUERY: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
     MessageType.SCORE_PARTIAL: {"round": (True, _is_int(1, 2**62)), "count": (True, _is_int(1, MAX_SCORE_IDS))},
     MessageType.SCORE_DONE: {"queries": (True, _is_int(0))},
+    # noisy-gradient rounds (vfl.protocols.gd_rounds): the public iterate out, one encrypted column per party back
+    MessageType.GD_ROUND: {"t": (True, _is_int(0, 1_000_000)), "w": (True, _is_list(_is_num, 100_000))},
+    MessageType.GD_REQUEST: {"t": (True, _is_int(0, 1_000_000)), "wire": (True, _is_dict), "auth": (False, _AUTH)},
+    MessageType.GD_RESPONSE: {"t": (True, _is_int(0, 1_000_000)), "wire": (True, _is_dict), "auth": (False, _AUTH)},
+    MessageType.GD_SHARE: {"t": (True, _is_int(0, 1_000_000)), "role": (True, _is_str(16)), "auth": (False, _AUTH)},
 }
 
 
@@ -397,6 +406,10 @@ FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {
     MessageType.SCORE_QUERY: (("bytes",),),    # the query's normalised IDs: count uint32 lengths, then UTF-8
     MessageType.SCORE_PARTIAL: (("array",),),  # masked partial scores, missing flags, check (uint64[2 count + 1])
     MessageType.SCORE_DONE: ((),),
+    MessageType.GD_ROUND: ((),),
+    MessageType.GD_REQUEST: (("bytes", "bytes"),),   # the encryptor's public key, its one-column ciphertexts
+    MessageType.GD_RESPONSE: (("bytes",),),
+    MessageType.GD_SHARE: (("ints",),),
 }
 
 

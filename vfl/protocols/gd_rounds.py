@@ -313,10 +313,12 @@ class GDCoordinator:
 
 
 def run_local(X_blocks: tuple[np.ndarray, np.ndarray], y: np.ndarray, params: GDParams, *, keypairs: tuple,
-              rngs: tuple[np.random.Generator, np.random.Generator]
+              rngs: tuple[np.random.Generator, np.random.Generator], wire: Callable[[Out], Incoming] | None = None
               ) -> tuple[np.ndarray, PrivacyReport, GDCoordinator, tuple[GDParty, GDParty]]:
-    """Both parties and the coordinator in one process, through the wire forms (tests, benchmarks): every message
-    goes through :class:`_Msg` as it would through the transport."""
+    """Both parties and the coordinator in one process (tests, benchmarks). Every message goes through ``wire``
+    (default :meth:`_Msg.of`; tests and the benchmark pass :mod:`vfl.net.messages`' encode/decode, so each message
+    is validated, and can be counted, exactly as on the transport)."""
+    wire = _Msg.of if wire is None else wire
     parties = (GDParty(0, X_blocks[0], None, params, keypair=keypairs[0], rng=rngs[0]),
                GDParty(1, X_blocks[1], y, params, keypair=keypairs[1], rng=rngs[1]))
     coord = GDCoordinator(params)
@@ -324,9 +326,9 @@ def run_local(X_blocks: tuple[np.ndarray, np.ndarray], y: np.ndarray, params: GD
     while queue:
         out = queue.pop(0)
         if out.to is not None:   # coordinator -> party out.to; the party's answers go to the coordinator
-            answers = parties[out.to].handle(_Msg.of(out))
+            answers = parties[out.to].handle(wire(out))
             for a in answers:
-                queue.extend(coord.handle(out.to, _Msg.of(a)))
+                queue.extend(coord.handle(out.to, wire(a)))
     w, report = coord.finish()
     return w, report, coord, parties
 
