@@ -128,14 +128,15 @@ class GDParty:
 
     ``noise_log`` keeps this party's noise draws per round in gradient units (a d-vector: the draw it folded into
     its responder share on its own block, the draw added as encryptor on the other block): tests compare the
-    networked model with the in-process one under the same total noise.
+    networked model with the in-process one under the same total noise. ``workers``: local processes for the
+    big-number work (:mod:`vfl.secure.executors`; 1 = this thread, as the cost benchmark measures it).
     """
 
     def __init__(self, party: int, X: np.ndarray, y: np.ndarray | None, params: GDParams, *,
-                 keypair: tuple, rng: np.random.Generator) -> None:
+                 keypair: tuple, rng: np.random.Generator, workers: int | None = None) -> None:
         if party not in (0, 1) or (party == 1) != (y is not None):
             raise ConfigurationError("party 0 holds X_A; party 1 (the label owner) holds X_B and y")
-        self.party, self.params, self.rng = party, params, rng
+        self.party, self.params, self.rng, self.workers = party, params, rng, workers
         self.X = np.asarray(X, dtype=np.float64)
         if self.X.shape[1] != params.widths[party]:
             raise ConfigurationError(f"party {party} holds {self.X.shape[1]} columns, the plan says "
@@ -188,7 +189,7 @@ class GDParty:
         self.noise_log.append(np.zeros(self.params.release.n_features))
         enc = ProductEncryptor(self._private_key, (self._v / self.params.bound(self.party)).reshape(-1, 1),
                                response_cols=self.params.widths[self.other],
-                               precision_bits=self.params.precision_bits)
+                               precision_bits=self.params.precision_bits, workers=self.workers)
         self._encryptor = enc
         header, frames = enc.request().to_wire()
         return [Out(type=GD_REQUEST, body={"t": t, "wire": header},
@@ -207,7 +208,7 @@ class GDParty:
         self.noise_log[-1][self.params.slice(self.party)] += noise
         own = self.X.T @ self._v / b_other * 2.0 ** (2 * p)
         own_raw = np.array([[int(round(float(u))) for u in own]], dtype=object)
-        responder = ProductResponder(self.X, precision_bits=p)
+        responder = ProductResponder(self.X, precision_bits=p, workers=self.workers)
         response, share = responder.respond(request, raw_noise)
         share = add_packed(share, own_raw, layout=request.layout, modulus=int(key.n))
         self._v = None
