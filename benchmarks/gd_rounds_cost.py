@@ -3,7 +3,8 @@
 Both parties and the coordinator run in this process through the real wire encoding (vfl.net.messages encode and
 decode, so every byte counted is a byte a transport would carry; sockets themselves are not timed) with real
 Paillier keys, the big-number work in the calling thread (``workers=1``: CPU = what one core spends; the parties
-can spread it over local workers as the matrix release does). Linear model, two parties (the label owner second), T rounds at the iterate radius R = 1.
+can spread it over local workers as the matrix release does). Linear model, two parties (the label owner second),
+T rounds at the iterate radius R = 1.
 
 * forest-fires shape (517 rows, 13 + 14 columns): the whole run of T rounds;
 * 10^5 x (10 + 10): ``--big-rounds`` rounds (default 1), reported per round and times T (the rounds are identical

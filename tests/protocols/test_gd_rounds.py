@@ -171,3 +171,20 @@ def test_round_sensitivity_bounds_every_neighbouring_pair(model, radius):
                 worst = max(worst, float(np.linalg.norm(g(x, yy, w) - g(xp, yp, w))))
     assert worst <= bound + 1e-12
     assert worst > 0.5 * bound   # the search reaches the bound's order: it would catch a bound off by 2x
+
+
+def test_hostile_coordinator_sending_the_parties_different_iterates_is_refused(keypairs):
+    """Attacker: the coordinator sends A the iterate (a, 0) and B (0, b), each inside the ball, so that the round
+    would be computed at (a, b), outside it. Invariant: the responder answers (with anything computed from its data)
+    only a request made at its own w_t."""
+    blocks, y, radii = _data(6, "linear")
+    params = _params("linear", len(y), radii, steps=2)
+    a = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    b = GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(1))
+    w_a, w_b = np.zeros(5), np.zeros(5)
+    w_a[:3], w_b[3:] = 1 / np.sqrt(3), 1 / np.sqrt(2)
+    (req_a,) = a.handle(_wire(Out(type=GD_ROUND, body={"t": 0, "w": list(w_a)})))
+    b.handle(_wire(Out(type=GD_ROUND, body={"t": 0, "w": list(w_b)})))
+    with pytest.raises(ProtocolError, match="another iterate"):
+        b.handle(_wire(req_a))
+    assert not b.noise_log[-1].any()

@@ -366,7 +366,8 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {
     MessageType.SCORE_DONE: {"queries": (True, _is_int(0))},
     # noisy-gradient rounds (vfl.protocols.gd_rounds): the public iterate out, one encrypted column per party back
     MessageType.GD_ROUND: {"t": (True, _is_int(0, 1_000_000)), "w": (True, _is_list(_is_num, 100_000))},
-    MessageType.GD_REQUEST: {"t": (True, _is_int(0, 1_000_000)), "wire": (True, _is_dict), "auth": (False, _AUTH)},
+    MessageType.GD_REQUEST: {"t": (True, _is_int(0, 1_000_000)), "w_digest": (True, _KEY), "wire": (True, _is_dict),
+                             "auth": (False, _AUTH)},
     MessageType.GD_RESPONSE: {"t": (True, _is_int(0, 1_000_000)), "wire": (True, _is_dict), "auth": (False, _AUTH)},
     MessageType.GD_SHARE: {"t": (True, _is_int(0, 1_000_000)), "role": (True, _is_str(16)), "auth": (False, _AUTH)},
 }

@@ -15,8 +15,11 @@ One round t (coordinator :class:`GDCoordinator`, parties :class:`GDParty`; both 
 1. GD_ROUND (coordinator -> both): t and the public iterate w_t. A party refuses a round the plan does not have
    (t must be the next round, t < T) and a w_t outside the public ball ||w|| <= R **before** anything computed
    from its data leaves it: the operand bound below, and so the sensitivity, hold only inside the ball.
-2. GD_REQUEST (each party l, relayed to the other): Enc(v_l / b_l), b_l the public bound of |v_l| (R r_l, plus 1
-   linear / 1/2 logistic at B), under l's own key.
+2. GD_REQUEST (each party l, relayed to the other): Enc(v_l / b), b the public bound of every |v_l| (R r_l, plus 1
+   linear / 1/2 logistic at B), under l's own key, with the digest of the w_t it was computed at; the responder
+   refuses a request made at another iterate than its own (the sensitivity needs one w_t in the ball, not two
+   halves of different ones). Across the network the request must carry its sender's end-to-end signature
+   (``auth``, as the matrix release's relayed messages), or the coordinator could rewrite the digest.
 3. GD_RESPONSE + GD_SHARE (responder k): the masked product and k's packed share, into which k folds its own term
    X_k^T v_k / b_l and its noise draw N(0, sigma^2) (in gradient units); the response is relayed to l.
 4. GD_SHARE (encryptor l): its decrypted share plus its own noise draw N(0, sigma^2) (two-sided noise, as for the
@@ -35,6 +38,7 @@ The parties see only ciphertexts and uniformly masked plaintexts (:mod:`vfl.secu
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +62,7 @@ from vfl.secure.products import (
 )
 
 __all__ = ["GDParams", "GDParty", "GDCoordinator", "GD_ROUND", "GD_REQUEST", "GD_RESPONSE", "GD_SHARE",
-           "operand_bound", "gradient_scale"]
+           "operand_bound", "gradient_scale", "iterate_digest"]
 
 #: message kinds of the phase (wire values; :mod:`vfl.net.messages` carries them)
 GD_ROUND, GD_REQUEST, GD_RESPONSE, GD_SHARE = "gd_round", "gd_request", "gd_response", "gd_share"
@@ -123,6 +127,12 @@ def check_iterate(body: dict, params: GDParams, expected_round: int) -> tuple[in
     return t, w
 
 
+def iterate_digest(w: np.ndarray) -> str:
+    """SHA-256 of the iterate as float64 bytes: both parties must compute the round at the same w_t (a coordinator
+    that sent A the iterate (a, 0) and B (0, b), both in the ball, would have them compute at (a, b), outside it)."""
+    return hashlib.sha256(np.ascontiguousarray(w, dtype="<f8").tobytes()).hexdigest()
+
+
 class GDParty:
     """One party's side: its block X_k (and y at the label owner B), its Paillier key, its noise generator.
 
@@ -149,6 +159,7 @@ class GDParty:
         self._v: np.ndarray | None = None
         self._encryptor: ProductEncryptor | None = None
         self._t = -1
+        self._w_digest = ""
         self.noise_log: list[np.ndarray] = []
 
     @property
@@ -185,6 +196,7 @@ class GDParty:
         """GD_ROUND: check it (hostile coordinator) before touching the data, then Enc(v_l / b_l)."""
         t, w = check_iterate(body, self.params, self.next_round)
         self.next_round, self._t = t + 1, t
+        self._w_digest = iterate_digest(w)
         self._v = self._operand(w)
         self.noise_log.append(np.zeros(self.params.release.n_features))
         enc = ProductEncryptor(self._private_key, (self._v / self.params.bound(self.party)).reshape(-1, 1),
@@ -192,13 +204,15 @@ class GDParty:
                                precision_bits=self.params.precision_bits, workers=self.workers)
         self._encryptor = enc
         header, frames = enc.request().to_wire()
-        return [Out(type=GD_REQUEST, body={"t": t, "wire": header},
+        return [Out(type=GD_REQUEST, body={"t": t, "w_digest": self._w_digest, "wire": header},
                     payload=[public_key_to_bytes(self.public_key), *frames])]
 
     def respond(self, msg: Incoming) -> list[Out]:
         """GD_REQUEST from the other party: v_l^T X_k + (X_k^T v_k)/b_l + noise, masked; k's packed share."""
         if self._v is None or msg.body.get("t") != self._t:
             raise ProtocolError("request for a round this party has not started")
+        if msg.body.get("w_digest") != self._w_digest:   # a coordinator that sent the parties different iterates
+            raise ProtocolError("refused request: the other party was sent another iterate w_t than this party")
         p, b_other = self.params.precision_bits, self.params.bound(self.other)
         key = public_key_from_bytes(msg.blob(0), min_bits=self.params.key_bits)
         request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], key)
