@@ -36,7 +36,7 @@ def test_quoted_reading_matches_the_json():
     assert f"{big['bytes_per_round'] / 1e6:.0f} MB per round" in text
     assert f"{big['bytes_run'] / 1e9:.1f} GB for 25 rounds" in text
     run = big["cpu_seconds_run"]
-    assert abs(run["party A"] + run["party B (label)"] - 1050) < 10   # "about 1050 s"
+    assert f"about {round(run['party A'] + run['party B (label)'], -1):.0f} s" in text
     frun = forest["cpu_seconds_run"]
     assert f"cost {frun['party A'] + frun['party B (label)']:.0f} CPU s and {forest['bytes_run'] / 1e6:.0f} MB" in text
 
@@ -48,3 +48,13 @@ def test_benchmark_quick_run_writes_its_json(tmp_path):
     assert json.loads(out.read_text()) == doc and doc["quick"]
     for row in doc["rows"].values():
         assert row["messages_per_round"] == 14 and row["rounds_measured"] == 3
+
+
+def test_privacy_page_quotes_the_same_costs():
+    text = " ".join((ROOT / "docs" / "privacy.md").read_text(encoding="utf-8").split())
+    doc = json.loads(JSON.read_text(encoding="utf-8"))
+    big, forest = doc["rows"]["10^5 x (10 + 10)"], doc["rows"]["forest-fires shape"]
+    cpu = {k: r["cpu_seconds_run"]["party A"] + r["cpu_seconds_run"]["party B (label)"] for k, r in doc["rows"].items()}
+    assert (f"send {big['bytes_run'] / 1e9:.1f} GB and take about {round(cpu['10^5 x (10 + 10)'], -1):.0f} CPU s"
+            in text)
+    assert f"against {cpu['forest-fires shape']:.0f} CPU s and {forest['bytes_run'] / 1e6:.0f} MB" in text
