@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vfl.exceptions import ProtocolError
+from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.net.messages import decode, encode, message_of
 from vfl.privacy.gradient_release import GradientRelease, round_sensitivity, run_noisy_gradient
 from vfl.protocols.contracts import Out
@@ -188,3 +188,13 @@ def test_hostile_coordinator_sending_the_parties_different_iterates_is_refused(k
     with pytest.raises(ProtocolError, match="another iterate"):
         b.handle(_wire(req_a))
     assert not b.noise_log[-1].any()
+
+
+@pytest.mark.parametrize("model,bad", [("linear", 1.5), ("logistic", -1.0)])
+def test_labels_outside_the_domain_are_refused(keypairs, model, bad):
+    blocks, y, radii = _data(8, model)
+    params = _params(model, len(y), radii)
+    y = y.copy()
+    y[3] = bad
+    with pytest.raises(ConfigurationError, match="labels"):
+        GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(0))

@@ -154,6 +154,11 @@ class GDParty:
         if np.max(np.linalg.norm(self.X, axis=1), initial=0.0) > params.party_radii[party] * (1 + 1e-12):
             raise ConfigurationError(f"party {party}'s rows exceed its public radius {params.party_radii[party]}")
         self.y = None if y is None else np.asarray(y, dtype=np.float64)
+        if self.y is not None:   # the label domain the sensitivity assumes: |y| <= 1 linear, y in {0, 1} logistic
+            ok = (np.all(np.abs(self.y) <= 1.0) if params.release.model == "linear"
+                  else np.all((self.y == 0.0) | (self.y == 1.0)))
+            if self.y.shape != (self.X.shape[0],) or not ok:
+                raise ConfigurationError("the labels must be one per row, in [-1, 1] (linear) or {0, 1} (logistic)")
         self.public_key, self._private_key = keypair
         self.next_round = 0
         self._v: np.ndarray | None = None
