@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, PartyFailure
+from vfl.models.modelio import FittedModel
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
-from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode, check_declared_bounds
 from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
@@ -76,7 +76,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
         lambda_floor: float | None = None, regularization: str | None = None, gamma: float = 1.2, rounds: int = 5,
         tol: float | None = None, max_run_seconds: float | None = 86400.0, fit_intercept: bool = True,
-        randomness: str = "short-exponent", min_rows: int = 1, out: str | None = None,
+        randomness: str = "short-exponent", min_rows: int = 1, release_beta: bool = False, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -91,7 +91,10 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     ``domain="l2"``). (DP-)BCD: ``rounds`` is the maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by
     the rule of :func:`vfl.models.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
-    (after the row alignment when the parties give ``ids``) below which the run stops.
+    (after the row alignment when the parties give ``ids``) below which the run stops. ``release_beta`` (linear
+    FM): the label owner also releases beta = (1/N) y'y with calibrated noise, as :class:`vfl.LinearRegression`
+    does with ``release_beta=True`` (same epsilon, one more block sharing it), so the inference record carries R^2
+    and MSE; ``calibration="paper"`` releases it anyway.
     """
     if not parties:
         raise ConfigurationError("fit needs at least one Party")
@@ -100,7 +103,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
                            timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
                            regularization=regularization,
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
-                           fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows)
+                           fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows,
+                           release_beta=release_beta)
     settings.validate()
     fm = mechanism not in BCD_MECHANISMS
     datas = [p.local_data(use_bounds=fm) for p in parties]
@@ -245,7 +249,7 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
     against the aggregator plus ``n_colluders`` sites. ``random_state`` (an int, experiments only) seeds every
     site: the model then equals :func:`vfl.models.cape_ica.fit_cape_ica` with the same seed on the sites in name
     order, bit for bit. ``insecure_test_noise="none"`` disables the noise (tests only). Returns the
-    :class:`~vfl.net.ica_model.ICAModel` (written atomically to ``out`` if given).
+    :class:`~vfl.models.ica_model.ICAModel` (written atomically to ``out`` if given).
     """
     from vfl.models.cape_ica import CapeICAConfig
     from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aligned_rows import rows_aligned
+from helpers.aligned_rows import rows_aligned
 
 #: the console entry point as a child process (same interpreter, PYTHONPATH inherited)
 VFL = [sys.executable, "-m", "vfl.cli"]
@@ -25,7 +25,7 @@ def with_identity(args: tuple[str, ...] | list[str], identity_dir: Path | None) 
         args += ["--identity-dir", str(identity_dir)]
     if "--config" in args:
         return args   # a config states its own alignment (rows_aligned = true, id, or a built-in data set)
-    return rows_aligned(args)   # the tests' tables are aligned by position (vfl.net.config.check_row_alignment)
+    return rows_aligned(args)   # the tests' tables are aligned by position (vfl.data.config.check_row_alignment)
 
 
 class Procs:

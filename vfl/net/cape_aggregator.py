@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.notices import Reminder, abort_body
 from vfl.net.site_link import SiteLink, SiteRegistration
 from vfl.net.transport import CurveServerKeys, ServerTransport

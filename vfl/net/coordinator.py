@@ -39,6 +39,7 @@ from vfl.exceptions import (
 )
 from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.models.inference import release_inference
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.messages import (
     MAX_MESSAGE_BYTES,
     Message,
@@ -47,7 +48,6 @@ from vfl.net.messages import (
     message_of,
     pack_payloads,
 )
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.notices import Reminder
 from vfl.net.party_link import PartyLink
 from vfl.net.transport import CurveServerKeys, ServerTransport

@@ -30,9 +30,9 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
+from vfl.models.modelio import FittedModel
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
-from vfl.net.modelio import FittedModel
 from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
 from vfl.net.party import run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys

@@ -1,0 +1,87 @@
+"""docs/inference.md's coverage table equals the committed measurement (issue 31).
+
+The section "Coverage, measured" quotes docs/data/inference_coverage.json, written by benchmarks/inference_coverage.py
+(the commands are in its docstring): every row of the JSON (main run and confirmation run on disjoint seeds) is a row
+of the section's table with the same numbers, to the digits shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from helpers.docs_tables import load_benchmark
+from helpers.docs_tables import same_to_shown_digits as _same
+from helpers.docs_tables import table_rows as _rows
+
+ROOT = Path(__file__).resolve().parents[2]
+JSON = ROOT / "docs" / "data" / "inference_coverage.json"
+HEADING = "## Coverage, measured"
+
+
+def _section() -> str:
+    text = (ROOT / "docs" / "inference.md").read_text(encoding="utf-8")
+    assert HEADING in text
+    return text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+
+
+def differences(section: str, doc: dict) -> list[str]:
+    label_of = load_benchmark("inference_coverage").cell_label
+    rows, problems = _rows(section), []
+    for key, mark in (("rows", ""), ("confirm", " (confirm)")):
+        for r in doc.get(key, []):
+            label = label_of(r) + mark
+            if label not in rows:
+                problems.append(f"no table row {label!r}")
+                continue
+            cells = rows[label]
+            lo, hi = cells[2].split("-")
+            want = [(cells[0], r["sets"]), (cells[1], r["coverage_mean"]), (lo, r["coverage_min"]),
+                    (hi, r["coverage_max"]), (cells[3], r["median_width_mean"]),
+                    (cells[4], r["ols_median_width_mean"]), (cells[5], r["width_ratio_to_ols"]),
+                    (cells[6], r["naive_coverage_mean"])]
+            problems += [f"{label}: {c} shown, the JSON has {v!r}" for c, v in want if not _same(c, float(v))]
+    return problems
+
+
+def test_the_coverage_table_of_inference_md_is_the_committed_measurement() -> None:
+    doc = json.loads(JSON.read_text(encoding="utf-8"))
+    assert doc["d"] == 10 and doc["epsilons"] == [0.5, 1.0, 4.0] and doc["sizes"] == [1000, 10000, 100000]
+    assert len(doc["rows"]) == 18 and len(doc["confirm"]) == 18
+    assert differences(_section(), doc) == []
+
+
+def test_a_changed_number_is_caught() -> None:
+    doc = json.loads(JSON.read_text(encoding="utf-8"))
+    doc["rows"][3]["coverage_mean"] += 0.01
+    doc["confirm"][5]["median_width_mean"] *= 1.05
+    problems = differences(_section(), doc)
+    assert len(problems) == 2, problems
+
+
+def test_the_reading_of_the_table_follows_from_the_json() -> None:
+    """The sentences under the table: cells inside [0.93, 0.975] per model, the extremes they name, the run times."""
+    doc = json.loads(JSON.read_text(encoding="utf-8"))
+    text = " ".join(_section().split())
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    inside = {m: sum(0.93 <= r["coverage_mean"] <= 0.975 for r in doc["rows"] if r["model"] == m)
+              for m in ("linear", "logistic")}
+    assert "in 7 of 9 cells" in text and inside["linear"] == 7
+    assert "only 3 of 9 cells" in text and inside["logistic"] == 3
+    assert _same("0.929", by["linear", 1000, 0.5]["coverage_mean"]) and _same("0.985", by["linear", 1000, 4.0][
+        "coverage_mean"])
+    big = [r["coverage_mean"] for r in doc["rows"] if r["model"] == "linear" and r["n"] >= 10_000]
+    assert "within 0.944–0.966" in text and _same("0.944", min(big)) and _same("0.966", max(big))
+    assert _same("1.01", by["linear", 100_000, 4.0]["width_ratio_to_ols"])
+    assert _same("0.864", by["logistic", 1000, 0.5]["coverage_mean"]) and _same("0.77", by["logistic", 1000, 0.5][
+        "coverage_min"])
+    assert _same("0.99", by["logistic", 100_000, 4.0]["width_ratio_to_ols"])
+    assert _same("0.308", min(r["naive_coverage_mean"] for r in doc["rows"]))
+    assert "34 and 36 minutes" in text and [round(r["seconds"] / 60) for r in doc["runs"]] == [34, 36]
+    assert all(r["sets"] == 500 for r in doc["rows"]) and all(r["sets"] == 200 for r in doc["confirm"])
+    for main, again in zip(doc["rows"], doc["confirm"], strict=True):   # "agree within their binomial error"
+        se = math.sqrt(main["binomial_sd"] ** 2 / 11 + again["binomial_sd"] ** 2 / 11)
+        assert abs(main["coverage_mean"] - again["coverage_mean"]) <= 4 * max(se, 0.01), (main, again)
+    logistic = [r["coverage_mean"] for r in doc["rows"] if r["model"] == "logistic"]
+    assert "Six cells sit at 0.92–0.93" in text and sum(0.92 <= c < 0.935 for c in logistic) == 6
