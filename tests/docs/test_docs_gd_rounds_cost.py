@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_tables import load_benchmark, section, table_rows
+from helpers.docs_tables import load_benchmark, section, table_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "gd_rounds_cost.json"
 HEADING = "## Noisy-gradient rounds across parties"
 
