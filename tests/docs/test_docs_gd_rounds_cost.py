@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers.docs_tables import load_benchmark, section, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
