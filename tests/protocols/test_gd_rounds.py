@@ -198,3 +198,15 @@ def test_labels_outside_the_domain_are_refused(keypairs, model, bad):
     y[3] = bad
     with pytest.raises(ConfigurationError, match="labels"):
         GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(0))
+
+
+def test_coordinator_refuses_a_share_of_the_wrong_shape(keypairs):
+    blocks, y, radii = _data(9, "linear")
+    params = _params("linear", len(y), radii, steps=2)
+    coord = GDCoordinator(params)
+    party = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    (request,) = party.handle(_wire(coord.round_messages()[0]))
+    coord.handle(0, _wire(request))
+    bad = Out(type="gd_share", body={"t": 0, "role": "encryptor"}, payload=[np.array([[1, 2, 3]], dtype=object)])
+    with pytest.raises(ProtocolError, match="agreed shape"):
+        coord.handle(0, _wire(bad))

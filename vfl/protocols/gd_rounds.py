@@ -291,7 +291,12 @@ class GDCoordinator:
             got = self._shares.setdefault(encryptor, {})
             if role not in ("encryptor", "responder") or role in got or encryptor not in self._requests:
                 raise ProtocolError(f"unexpected share from party {i} in round {t}")
-            got[role] = np.asarray(msg.ints(), dtype=object)
+            share = np.asarray(msg.ints(), dtype=object)
+            req, modulus = self._requests[encryptor], int(self._requests[encryptor].public_key.n)
+            if share.shape != (self.params.widths[1 - encryptor], req.n_groups) or not all(
+                    isinstance(v, int) and 0 <= v < modulus for v in share.flat):
+                raise ProtocolError(f"share from party {i} in round {t} is not a packed share of the agreed shape")
+            got[role] = share
             return self._maybe_step()
         raise ProtocolError(f"unexpected {kind} from party {i} in the noisy-gradient phase")
 
