@@ -76,6 +76,10 @@ class MessageType(str, Enum):
     SCORE_QUERY = "score_query"
     SCORE_PARTIAL = "score_partial"
     SCORE_DONE = "score_done"
+    GD_ROUND = "gd_round"
+    GD_REQUEST = "gd_request"
+    GD_RESPONSE = "gd_response"
+    GD_SHARE = "gd_share"
 
 
 # ------------------------------------------------------------------ field checks (JSON types and ranges)
@@ -276,6 +280,20 @@ SPECS: tuple[MessageSpec, ...] = (
        "round r: pairwise-masked partial scores, missing flags, check word (uint64[2 count + 1])"),
     _S(M.SCORE_DONE, "scoring", "hub", "serving party", {"queries": (_REQ, _is_int(0))}, _NONE,
        "the service ended"),
+    # noisy-gradient rounds (vfl.protocols.gd_rounds; the phase is socket-free, no driver runs it yet)
+    _S(M.GD_ROUND, "vertical", "coordinator", "party",
+       {"t": (_REQ, _is_int(0, 1_000_000)), "w": (_REQ, _is_list(_is_num, 100_000))}, _NONE,
+       "round t: the public iterate w_t (refused outside the plan's rounds or the public ball)"),
+    _S(M.GD_REQUEST, "vertical", "party", "party (relayed)",
+       {"t": (_REQ, _is_int(0, 1_000_000)), "w_digest": (_REQ, _KEY), "wire": (_REQ, _is_dict),
+        "auth": (_OPT, _AUTH)}, (("bytes", "bytes"),),
+       "the encryptor's public key and its one-column ciphertexts Enc(v_l / b), with the digest of w_t"),
+    _S(M.GD_RESPONSE, "vertical", "party", "party (relayed)",
+       {"t": (_REQ, _is_int(0, 1_000_000)), "wire": (_REQ, _is_dict), "auth": (_OPT, _AUTH)}, _BYTES,
+       "the masked product for the encryptor"),
+    _S(M.GD_SHARE, "vertical", "party", "coordinator",
+       {"t": (_REQ, _is_int(0, 1_000_000)), "role": (_REQ, _is_str(16)), "auth": (_OPT, _AUTH)}, (("ints",),),
+       "a party's packed share of the noisy gradient block (its own noise draw folded in)"),
 )
 
 #: the spec of each type

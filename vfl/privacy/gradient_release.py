@@ -45,7 +45,7 @@ from vfl.privacy.accounting import PrivacyReport, noisy_gd_epsilon_exact, noisy_
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 
 __all__ = ["GradientRelease", "round_sensitivity", "step_size", "run_noisy_gradient", "objective_gradient",
-           "DEFAULT_STEPS", "DEFAULT_RADIUS"]
+           "DEFAULT_STEPS", "DEFAULT_RADIUS", "project_ball"]
 
 #: public defaults (docs/privacy.md, "Choosing the release"): T rounds and the iterate radius R of the unit domain
 DEFAULT_STEPS = 25
@@ -70,20 +70,25 @@ def objective_gradient(objective: QuadraticObjective) -> Callable[[np.ndarray], 
     return lambda w: alpha + M2 @ w
 
 
+def project_ball(w: np.ndarray, radius: float) -> np.ndarray:
+    """Pi_R: the Euclidean projection on the public ball ||w|| <= R."""
+    norm = float(np.linalg.norm(w))
+    return w * (radius / norm) if norm > radius else w
+
+
 def run_noisy_gradient(gradient: Callable[[np.ndarray], np.ndarray], n_features: int, *, steps: int, eta: float,
-                       radius: float, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                       radius: float, sigma: float, rng: np.random.Generator,
+                       noise: Callable[[int], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(average iterate w^, last iterate) of T noisy projected gradient steps from w_0 = 0 (module docstring).
 
-    ``gradient`` is the exact gradient oracle (in-process: :func:`objective_gradient`); the noise is added here.
+    ``gradient`` is the exact gradient oracle (in-process: :func:`objective_gradient`); the noise is added here:
+    N(0, sigma^2 I) from ``rng``, or ``noise(t)`` if given (the networked phase's recorded draws, in tests).
     """
     w = np.zeros(n_features)
     total = np.zeros(n_features)
-    for _ in range(steps):
-        g = gradient(w) + rng.normal(0.0, sigma, size=n_features)
-        w = w - eta * g
-        norm = float(np.linalg.norm(w))
-        if norm > radius:
-            w = w * (radius / norm)
+    for t in range(steps):
+        e = rng.normal(0.0, sigma, size=n_features) if noise is None else noise(t)
+        w = project_ball(w - eta * (gradient(w) + e), radius)
         total += w
     return total / steps, w
 

@@ -1,0 +1,212 @@
+"""Noisy-gradient rounds across two parties (vfl.protocols.gd_rounds), both sides driven in one process through the
+real wire encoding and real Paillier keys: the networked model equals the in-process release
+(vfl.privacy.gradient_release) under the same noise, the noise has the calibrated scale, and a hostile coordinator's
+extra round or out-of-ball iterate is refused before anything computed from the data leaves the party."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from vfl.exceptions import ConfigurationError, ProtocolError
+from vfl.net.messages import decode, encode, message_of
+from vfl.privacy.gradient_release import GradientRelease, round_sensitivity, run_noisy_gradient
+from vfl.protocols.contracts import Out
+from vfl.protocols.gd_rounds import GD_ROUND, GDCoordinator, GDParams, GDParty, gradient_scale, run_local
+from vfl.secure.encoding import inner_product_error_bound
+from vfl.secure.keys import generate_keypair
+
+KEY_BITS = 512   # small keys: fast tests only
+
+
+def _wire(out: Out):
+    return decode(encode(message_of(out)))
+
+
+@pytest.fixture(scope="module")
+def keypairs():
+    return tuple(generate_keypair(KEY_BITS, allow_insecure=True) for _ in range(2))
+
+
+def _data(seed: int, model: str, n: int = 240, d_a: int = 3, d_b: int = 2):
+    """Two blocks in the public l2 domain: party k's rows within r_k = sqrt(d_k / d)."""
+    rng = np.random.default_rng(seed)
+    d = d_a + d_b
+    radii = (np.sqrt(d_a / d), np.sqrt(d_b / d))
+    blocks = []
+    for r, width in zip(radii, (d_a, d_b), strict=True):
+        Z = rng.normal(size=(n, width))
+        blocks.append(r * Z / np.linalg.norm(Z, axis=1, keepdims=True).max())
+    X = np.hstack(blocks)
+    z = X @ rng.normal(size=d)
+    y = np.clip(z / np.abs(z).max(), -1, 1) if model == "linear" else (z + 0.1 * rng.normal(size=n) > 0).astype(float)
+    return tuple(blocks), y, radii
+
+
+def _params(model, n, radii, steps=4, radius=1.0, epsilon=1.0):
+    rel = GradientRelease(model, n, 5, epsilon, 1e-5, steps=steps, radius=radius)
+    return GDParams(release=rel, party_radii=radii, widths=(3, 2), key_bits=KEY_BITS)
+
+
+def _exact_gradient(model, X, y):
+    n = X.shape[0]
+    if model == "linear":
+        return lambda w: (2.0 / n) * X.T @ (X @ w - y)
+    return lambda w: (1.0 / n) * X.T @ (X @ w / 4.0 + 0.5 - y)
+
+
+@pytest.mark.parametrize("model,seed", [("linear", 0), ("linear", 11), ("logistic", 3), ("logistic", 17)])
+def test_networked_equals_in_process_under_the_same_noise(keypairs, model, seed):
+    blocks, y, radii = _data(seed, model)
+    params = _params(model, len(y), radii, radius=1.5)
+    rngs = (np.random.default_rng(seed + 100), np.random.default_rng(seed + 200))
+    w_net, report, _, parties = run_local(blocks, y, params, keypairs=keypairs, wire=_wire, rngs=rngs)
+    noise = [parties[0].noise_log[t] + parties[1].noise_log[t] for t in range(params.release.steps)]
+    rel = params.release
+    w_ref, _ = run_noisy_gradient(_exact_gradient(model, np.hstack(blocks), y), 5, steps=rel.steps, eta=rel.eta,
+                                  radius=float(rel.radius), sigma=rel.sigma, rng=np.random.default_rng(0),
+                                  noise=lambda t: noise[t])
+    # fixed point: each gradient coordinate is c b (one product + the folded own term), each off by at most the
+    # encoding's inner-product bound (+ one rounding); a projected step with eta = 1/L is non-expansive, so w_t is
+    # off by at most t eta sqrt(d) e, and the average by T eta sqrt(d) e
+    n, p = len(y), params.precision_bits
+    e = gradient_scale(model, n) * params.bound(0) * (2 * inner_product_error_bound(n, p, 1.0) + 2.0 ** (1 - 2 * p))
+    assert np.max(np.abs(w_net - w_ref)) <= rel.steps * rel.eta * np.sqrt(5) * e
+    assert np.any(w_net != 0)
+    assert report.mechanism == "noisy-gd" and report.noise_sharing == "two-sided"
+    against = report.epsilon_against
+    assert against["each party"] == pytest.approx(1.0, rel=1e-6)
+    assert against["coordinator"] < against["each party"]
+
+
+def test_each_party_draws_the_calibrated_noise(keypairs):
+    """Every coordinate of every round gets one draw of std sigma from each party: sum of squares / sigma^2 is
+    chi-square with 2 T d degrees of freedom (two-sided 1e-4 quantiles: the test fails 1 run in 5000 by chance)."""
+    blocks, y, radii = _data(5, "linear")
+    params = _params("linear", len(y), radii, steps=12)
+    _, _, _, parties = run_local(blocks, y, params, keypairs=keypairs,
+                                 rngs=(np.random.default_rng(1), np.random.default_rng(2)))
+    for party in parties:
+        draws = np.concatenate(party.noise_log)
+        df = draws.size
+        q = float(np.sum(draws ** 2) / params.release.sigma ** 2)
+        assert stats.chi2.ppf(5e-5, df) < q < stats.chi2.ppf(1 - 5e-5, df)
+
+
+def _started_party(keypairs):
+    blocks, y, radii = _data(2, "linear")
+    params = _params("linear", len(y), radii, steps=3)
+    party = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    return party, params
+
+
+@pytest.mark.parametrize("hostile", ["extra_round", "skipped_round", "replayed_round", "outside_ball",
+                                     "wrong_length", "not_finite"])
+def test_hostile_coordinator_is_refused_before_anything_leaves(keypairs, hostile):
+    """Attacker: the coordinator, sending any GD_ROUND it likes. Invariant: a party answers only the plan's T
+    rounds, in order, each at an iterate inside the public ball (where the per-round sensitivity holds); anything
+    else raises before the party computes or encrypts anything from its data (no output, no noise drawn)."""
+    party, params = _started_party(keypairs)
+    n_rounds, d = params.release.steps, params.release.n_features
+    ok = np.full(d, 0.1)
+    for t in range(n_rounds if hostile == "extra_round" else 1):  # honest rounds first
+        assert party.handle(_wire(Out(type=GD_ROUND, body={"t": t, "w": list(ok)})))
+    body = {"extra_round": {"t": n_rounds, "w": list(ok)},
+            "skipped_round": {"t": 2, "w": list(ok)},
+            "replayed_round": {"t": 0, "w": list(ok)},
+            "outside_ball": {"t": 1, "w": list(np.full(d, 10.0))},
+            "wrong_length": {"t": 1, "w": [0.1] * (d + 1)},
+            "not_finite": {"t": 1, "w": [float("nan")] + [0.0] * (d - 1)}}[hostile]
+    before = len(party.noise_log)
+    msg = Out(type=GD_ROUND, body=body)
+    with pytest.raises(ProtocolError, match="refused"):
+        party.handle(_wire(msg) if hostile != "not_finite" else _Raw(msg))
+    assert len(party.noise_log) == before
+
+
+class _Raw:
+    """A message the wire would already refuse (NaN), handed to the party directly: the party's own check holds."""
+
+    def __init__(self, out: Out) -> None:
+        self.type, self.body, self.payload = out.type, dict(out.body), []
+
+
+def test_coordinator_refuses_shares_of_another_round(keypairs):
+    blocks, y, radii = _data(4, "linear")
+    params = _params("linear", len(y), radii, steps=2)
+    coord = GDCoordinator(params)
+    party = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    (request,) = party.handle(_wire(coord.round_messages()[0]))
+    bad = Out(type=request.type, body={**request.body, "t": 1}, payload=request.payload)
+    with pytest.raises(ProtocolError, match="round"):
+        coord.handle(0, _wire(bad))
+
+
+@pytest.mark.parametrize("model,radius", [("linear", 1.0), ("linear", 2.5), ("logistic", 1.0), ("logistic", 3.0)])
+def test_round_sensitivity_bounds_every_neighbouring_pair(model, radius):
+    """The per-round L2 sensitivity (2R + 4)/N linear, (R/4 + 1)/N logistic: replace one row (x, y) by (x', y') on
+    the l2 domain (||x|| <= 1; y in [-1, 1] linear, {0, 1} logistic), at any ||w|| <= R. Searched over rows and
+    iterates on the boundary (where the maximum lies: the per-row gradient is affine in y and x x^T w grows with
+    ||x||), including the aligned and opposite pairs; the bound must never be exceeded."""
+    rng = np.random.default_rng(7)
+    d, n = 4, 10
+    bound = round_sensitivity(model, radius, n) * n
+    labels = [-1.0, 1.0] if model == "linear" else [0.0, 1.0]
+
+    def g(x, yy, w):
+        return 2 * x * (x @ w - yy) if model == "linear" else x * (0.5 - yy) + 0.25 * x * (x @ w)
+
+    worst = 0.0
+    for _ in range(4000):
+        w = rng.normal(size=d)
+        w *= radius / np.linalg.norm(w)
+        x = rng.normal(size=d)
+        x /= np.linalg.norm(x)
+        cands = [-x, x, w / radius, -w / radius, rng.normal(size=d)]
+        xp = cands[rng.integers(len(cands))]
+        xp = xp / max(1.0, np.linalg.norm(xp))
+        for yy in labels:
+            for yp in labels:
+                worst = max(worst, float(np.linalg.norm(g(x, yy, w) - g(xp, yp, w))))
+    assert worst <= bound + 1e-12
+    assert worst > 0.5 * bound   # the search reaches the bound's order: it would catch a bound off by 2x
+
+
+def test_hostile_coordinator_sending_the_parties_different_iterates_is_refused(keypairs):
+    """Attacker: the coordinator sends A the iterate (a, 0) and B (0, b), each inside the ball, so that the round
+    would be computed at (a, b), outside it. Invariant: the responder answers (with anything computed from its data)
+    only a request made at its own w_t."""
+    blocks, y, radii = _data(6, "linear")
+    params = _params("linear", len(y), radii, steps=2)
+    a = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    b = GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(1))
+    w_a, w_b = np.zeros(5), np.zeros(5)
+    w_a[:3], w_b[3:] = 1 / np.sqrt(3), 1 / np.sqrt(2)
+    (req_a,) = a.handle(_wire(Out(type=GD_ROUND, body={"t": 0, "w": list(w_a)})))
+    b.handle(_wire(Out(type=GD_ROUND, body={"t": 0, "w": list(w_b)})))
+    with pytest.raises(ProtocolError, match="another iterate"):
+        b.handle(_wire(req_a))
+    assert not b.noise_log[-1].any()
+
+
+@pytest.mark.parametrize("model,bad", [("linear", 1.5), ("logistic", -1.0)])
+def test_labels_outside_the_domain_are_refused(keypairs, model, bad):
+    blocks, y, radii = _data(8, model)
+    params = _params(model, len(y), radii)
+    y = y.copy()
+    y[3] = bad
+    with pytest.raises(ConfigurationError, match="labels"):
+        GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(0))
+
+
+def test_coordinator_refuses_a_share_of_the_wrong_shape(keypairs):
+    blocks, y, radii = _data(9, "linear")
+    params = _params("linear", len(y), radii, steps=2)
+    coord = GDCoordinator(params)
+    party = GDParty(0, blocks[0], None, params, keypair=keypairs[0], rng=np.random.default_rng(0))
+    (request,) = party.handle(_wire(coord.round_messages()[0]))
+    coord.handle(0, _wire(request))
+    bad = Out(type="gd_share", body={"t": 0, "role": "encryptor"}, payload=[np.array([[1, 2, 3]], dtype=object)])
+    with pytest.raises(ProtocolError, match="agreed shape"):
+        coord.handle(0, _wire(bad))
