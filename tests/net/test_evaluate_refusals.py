@@ -82,3 +82,23 @@ def test_a_dp_evaluation_that_fails_after_scoring_is_aborted_in_the_ledger(tmp_p
     assert [r.state for r in runs] == ["aborted"] and "no scored test ID" in (runs[0].reason or ""), runs
     assert runs[0].epsilon == 1.0                          # the spend stays counted
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("clash", ["out is labels", "scores-out is out", "out is model"])
+def test_an_output_path_that_is_an_input_or_the_other_output_is_refused(tmp_path, clash) -> None:
+    """--force must not let the metrics overwrite the labels file or the model, nor the two outputs each other:
+    one line, exit 2, before anyone is contacted, every input file unchanged."""
+    _model(tmp_path / "model.json")
+    labels, model = tmp_path / "labels.csv", tmp_path / "model.json"
+    labels.write_text("id,score\nr1,0.5\nr2,-0.5\n")
+    before = {p: p.read_bytes() for p in (labels, model)}
+    out = {"out is labels": labels, "scores-out is out": tmp_path / "m.json", "out is model": model}[clash]
+    extra = ["--scores-out", str(out)] if clash == "scores-out is out" else []
+    done = subprocess.run([*VFL, "evaluate", "--model", str(model), "--labels", str(labels), "--out", str(out),
+                           *extra, "--force", "--allow-unsigned-model", "--bind", f"tcp://127.0.0.1:{free_port()}",
+                           "--timeout", GENEROUS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vfl: error")]
+    assert len(lines) == 1 and "same file" in lines[0], done.stderr
+    assert "listening" not in done.stdout, done.stdout
+    assert {p: p.read_bytes() for p in (labels, model)} == before

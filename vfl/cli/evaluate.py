@@ -85,6 +85,7 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     from vfl.secure.identity import load_pinned
 
     check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public, role="scoring hub")
+    _distinct_paths({"--model": model_path, "--labels": labels_path, "--out": out, "--scores-out": scores_out})
     for path in (out, scores_out):
         if path is not None:
             check_writable(path, force=force)
@@ -137,6 +138,20 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     else:
         _echo(f"metrics -> {out} (differentially private for the test rows: epsilon {dp_epsilon:g}, delta "
               f"{dp_delta:g}, charged to {charge[0].path}; AUC not released)")
+
+
+def _distinct_paths(paths: dict[str, str | None]) -> None:
+    """Refuse an output that is an input or the other output (--force would overwrite the labels or the model)."""
+    from pathlib import Path
+
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {option} name the same file {path}")
+        seen[key] = option
 
 
 def _reserve(model: Any, labels_path: str, n_rows: int, epsilon: float, delta: float, name: str | None,
