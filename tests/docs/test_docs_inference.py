@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from helpers.docs_tables import load_benchmark
 from helpers.docs_tables import same_to_shown_digits as _same
 from helpers.docs_tables import table_rows as _rows
@@ -85,3 +86,93 @@ def test_the_reading_of_the_table_follows_from_the_json() -> None:
         assert abs(main["coverage_mean"] - again["coverage_mean"]) <= 4 * max(se, 0.01), (main, again)
     logistic = [r["coverage_mean"] for r in doc["rows"] if r["model"] == "logistic"]
     assert "Six cells sit at 0.92–0.93" in text and sum(0.92 <= c < 0.935 for c in logistic) == 6
+
+
+# ---------------------------------------------------------------- the comparison with the analytic alternative
+COMPARE_JSON = ROOT / "docs" / "data" / "inference_compare.json"
+REAL_JSON = ROOT / "docs" / "data" / "inference_real.json"
+COMPARE_HEADING = "## Bootstrap against the analytic alternative"
+REAL_HEADING = "## Real data: garment and forest fires"
+TARGET = (0.93, 0.975)
+
+
+def _page_section(heading: str) -> str:
+    text = (ROOT / "docs" / "inference.md").read_text(encoding="utf-8")
+    assert heading in text
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def _inside(value: float) -> bool:
+    return TARGET[0] <= round(value, 3) <= TARGET[1]
+
+
+def compare_sentences(doc: dict) -> list[str]:
+    """The sentences of the comparison section, recomputed from its JSON."""
+    out = []
+    for key, what in (("rows", "main run"), ("confirm", "confirmation run")):
+        rows = doc[key]
+        boot = sum(_inside(r["coverage_mean"]) for r in rows)
+        ana = sum(_inside(r["analytic_coverage_mean"]) for r in rows)
+        narrow = sum(r["median_width_mean"] < r["analytic_median_width_mean"] for r in rows)
+        out.append(f"In the {what} the bootstrap's mean coverage is inside [0.93, 0.975] in {boot} of {len(rows)} "
+                   f"cells, the analytic interval's in {ana} of {len(rows)}; the bootstrap interval is the narrower "
+                   f"of the two in {narrow} of {len(rows)} cells.")
+    return out
+
+
+def test_the_comparison_table_is_the_committed_measurement() -> None:
+    bench = load_benchmark("inference_coverage")
+    doc = json.loads(COMPARE_JSON.read_text(encoding="utf-8"))
+    assert all(r["sets"] >= 500 for r in doc["rows"]) and all(r["sets"] >= 200 for r in doc["confirm"])
+    assert {(r["model"], r["n"], r["epsilon"]) for r in doc["rows"]} == {
+        (m, n, e) for m in ("linear", "logistic") for n in (1000, 10000) for e in (0.5, 1.0, 4.0)}
+    section = _page_section(COMPARE_HEADING)
+    assert bench.markdown(doc) in section
+    text = " ".join(section.split())
+    for sentence in compare_sentences(doc):
+        assert sentence in text, sentence
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    quoted = [("0.865 at ε = 0.5", by["logistic", 1000, 0.5]["coverage_mean"]),
+              ("0.927 at ε = 1", by["logistic", 1000, 1.0]["coverage_mean"]),
+              ("0.925 at ε = 4", by["logistic", 1000, 4.0]["coverage_mean"]),
+              ("N = 10⁴, ε = 0.5 (0.924)", by["logistic", 10000, 0.5]["coverage_mean"]),
+              ("(0.985)", by["linear", 1000, 4.0]["coverage_mean"]),
+              ("0.987 and", by["linear", 1000, 0.5]["analytic_coverage_mean"]),
+              ("and 0.989", by["linear", 1000, 1.0]["analytic_coverage_mean"]),
+              ("ε = 1: 0.982", by["logistic", 1000, 1.0]["analytic_coverage_mean"]),
+              ("(0.917,", by["logistic", 1000, 0.5]["analytic_coverage_mean"])]
+    for shown, value in quoted:
+        assert shown in text and f"{value:.3f}" in shown, (shown, value)
+    assert all(_inside(r["analytic_coverage_mean"]) for key in ("rows", "confirm") for r in doc[key]
+               if r["n"] * r["epsilon"] >= 4000)   # "From N·ε ≈ 4000 on, it is inside the target in every cell"
+    changed = json.loads(COMPARE_JSON.read_text(encoding="utf-8"))
+    changed["rows"][2]["analytic_coverage_mean"] += 0.01
+    assert bench.markdown(changed) not in section
+
+
+def test_the_real_data_table_is_the_committed_measurement() -> None:
+    bench = load_benchmark("inference_coverage")
+    doc = json.loads(REAL_JSON.read_text(encoding="utf-8"))
+    section = _page_section(REAL_HEADING)
+    assert bench.real_markdown(doc) in section
+    assert {r["model"] for r in doc["real"]} == {"garment", "forestfires"} and doc["real_confirm"]
+    text = " ".join(section.split())
+    worst = min(r["coverage_mean"] for r in doc["real"])
+    assert f"as low as {worst:.3f}" in text
+    changed = json.loads(REAL_JSON.read_text(encoding="utf-8"))
+    changed["real"][0]["coverage_mean"] += 0.01
+    assert bench.real_markdown(changed) not in section
+
+
+DATA_DIR = ROOT.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (DATA_DIR / "forestfires.csv").is_file(), reason="../shared/data absent")
+def test_the_real_data_cells_run(tmp_path: Path) -> None:
+    """A 3-resample smoke run of ``--real`` on ../shared/data writes both data sets' rows."""
+    bench = load_benchmark("inference_coverage")
+    out = tmp_path / "real.json"
+    bench.main(["--real", str(DATA_DIR), "--splits", "3", "--out", str(out)])
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert [r["model"] for r in doc["real"]] == ["garment", "garment", "forestfires", "forestfires"]
+    assert all(0.0 <= r["coverage_mean"] <= 1.0 and r["sets"] == 3 for r in doc["real"])

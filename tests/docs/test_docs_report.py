@@ -22,7 +22,7 @@ def _doc() -> dict:
 def test_page_table_is_the_committed_json() -> None:
     doc = _doc()
     assert load_benchmark("planner_check").markdown(doc) in PAGE.read_text(encoding="utf-8")
-    assert doc["splits"] >= 50 and doc["tolerance"] == 0.25
+    assert doc["splits"] * doc["tables"] >= 100 and doc["tables"] >= 5 and doc["tolerance"] == 0.25
     assert {r["n_train"] for r in doc["rows"]} == {1_000, 10_000, 100_000}
 
 
@@ -36,7 +36,8 @@ def test_the_run_line_and_the_target_verdicts_are_the_jsons() -> None:
     """The page states the run (splits, replicates, seconds, commit) and every verdict is recomputed from the numbers:
     +-25 % where the measurement resolves the cell (4 combined standard errors), else 2 combined standard errors."""
     doc, page = _doc(), PAGE.read_text(encoding="utf-8")
-    assert (f"({doc['splits']} splits per cell, {doc['planner_replicates']} planner replicates per ε; "
+    assert (f"({doc['tables']} tables × {doc['splits']} splits per cell, {doc['planner_replicates']} planner "
+            f"replicates per ε; "
             f"{doc['seconds']} s on 2 shared cores at commit {doc['vfl_commit']}.)") in page
     for r in doc["rows"]:
         diff, se = abs(r["predicted_r2_lost"] - r["measured_r2_lost"]), math.hypot(r["measured_se"], r["predicted_se"])

@@ -71,3 +71,15 @@ def test_the_10_6_configurations_table_is_the_committed_runs() -> None:
     assert steps[0]["run"] == next(r for r in doc["runs"] if r["n"] == 10**6)
     assert all(s["run"]["n"] == 10**6 for s in steps)
     assert bench.steps_markdown(steps) in section(DOC, "## Results")
+
+
+def test_the_issue_34_remeasure_sentence_is_the_last_10_6_run() -> None:
+    """docs/performance.md's sentence on the 10^6 re-measure (issue 34) quotes the last row of scale_1e6.json."""
+    r = json.loads(VARIANTS_JSON.read_text())["steps"][-1]["run"]
+    text = " ".join(section(DOC, "## Results").split())
+    assert f"run ending {r['date']}" in text
+    assert f"**{r['cpu_s_total']:.1f} CPU-s** over all processes, exact to {r['max_abs_diff_vs_lstsq']:.1e}" in text
+    rss, tree = r["peak_rss_mb"], r["peak_rss_tree_mb"]
+    assert (f"**{rss['coordinator']:.0f} / {rss['alice']:.0f} / {rss['bob']:.0f} MB** (party with its pool workers "
+            f"{tree['alice']:.0f} / {tree['bob']:.0f} MB)") in text
+    assert max(rss.values()) <= 1024

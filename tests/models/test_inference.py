@@ -14,7 +14,7 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.fm.objective import QuadraticObjective
 from vfl.fm.solver import solve_details
 from vfl.models.estimators import LinearRegression, LogisticRegression
-from vfl.models.inference import InferenceResult, batch_solve, noise_draws
+from vfl.models.inference import InferenceResult, analytic_intervals, batch_solve, noise_draws
 from vfl.privacy.mechanisms import make_mechanism
 
 D = 10
@@ -212,3 +212,41 @@ def test_model_file_inference_record_is_checked_and_optional() -> None:
     doc["inference"] = {**doc["inference"], "bse": [1.0]}     # one standard error for 11 names
     with pytest.raises(ConfigurationError, match="malformed model file"):
         FittedModel.from_dict(doc)
+
+
+def _analytic(est) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mech, floor, _, beta, _, _, _ = est._release_
+    return analytic_intervals(est.objective_, mech, lambda_floor=floor, to_original=est._original_units,
+                              beta_released=beta)
+
+
+def test_analytic_intervals_without_noise_are_the_ols_intervals() -> None:
+    """mechanism 'none': the delta-method standard errors are the classical OLS ones (sigma^2 = the in-sample MSE,
+    so up to the factor sqrt(N / (N - d - 1)))."""
+    X, y = _linear_data(4000, 21)
+    est = _quiet_fit(_linear(1.0, 22, release_beta=True, mechanism="none"), X, y)
+    centre, bse, _ = _analytic(est)
+    Z = np.column_stack([X, np.ones(len(X))])
+    b = np.linalg.lstsq(Z, y, rcond=None)[0]
+    se = np.sqrt(np.diag(np.linalg.inv(Z.T @ Z)) * np.sum((y - Z @ b) ** 2) / len(y))
+    np.testing.assert_allclose(centre, b, atol=1e-8)
+    np.testing.assert_allclose(bse, se, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_analytic_noise_term_matches_the_spread_over_noise_draws() -> None:
+    """Same data, 100 noise draws at N = 2 x 10^4, epsilon = 1: the analytic variance minus its sampling part (the
+    mechanism-'none' variance) matches the variance of the floor solve over the draws within 4 of its standard errors
+    (a variance estimate from K draws has relative sd sqrt(2 / (K - 1)))."""
+    X, y = _linear_data(20_000, 31)
+    sampling = _analytic(_quiet_fit(_linear(1.0, 0, release_beta=True, mechanism="none"), X, y))[1] ** 2
+    K, solves, predicted = 100, [], []
+    for s in range(K):
+        est = _linear(1.0, 500 + s, release_beta=True, regularization="floor")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            centre, bse, _ = _analytic(est.fit(X, y))   # the release only: no bootstrap
+        solves.append(centre)
+        predicted.append(bse**2 - sampling)
+    observed, expected = np.var(solves, axis=0, ddof=1), np.median(predicted, axis=0)
+    assert np.all(np.abs(observed / expected - 1.0) <= 4.0 * math.sqrt(2.0 / (K - 1))), observed / expected

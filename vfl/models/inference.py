@@ -56,7 +56,7 @@ from vfl.privacy.mechanisms import Mechanism, NoiseSpec, draw_noise, symmetric_n
 from vfl.rng import make_rng
 
 __all__ = ["InferenceResult", "InferenceMixin", "release_inference", "noise_draws", "batch_solve", "fit_measures",
-           "DEFAULT_BOOTSTRAP", "INFERENCE_SEED", "METHOD", "normal_cdf", "affine_map"]
+           "DEFAULT_BOOTSTRAP", "INFERENCE_SEED", "METHOD", "normal_cdf", "affine_map", "analytic_intervals"]
 
 DEFAULT_BOOTSTRAP = 300
 #: public seed of the bootstrap: the intervals are a deterministic function of the release (post-processing; the
@@ -482,3 +482,34 @@ def fit_measures(rel: _Release, w: np.ndarray, reps: _Replicates, *, alpha: floa
     for note in notes:
         warnings.warn(note, NoBetterThanBaselineWarning, stacklevel=4)
     return fit, notes
+
+
+# ------------------------------------------------------------------ the analytic, noise-aware alternative
+def analytic_intervals(objective: QuadraticObjective, mechanism: Mechanism, *, lambda_floor: float,
+                       to_original: Callable[[np.ndarray], np.ndarray], beta_released: bool, alpha: float = 0.05,
+                       n_draws: int = 2000, seed: int = INFERENCE_SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Noise-aware normal intervals by the delta method (the comparison of docs/inference.md; not what vfl shows).
+
+    The floor solve theta^ = -(1/2) R alpha^, R = (M^)_+^-1, linearised in the statistics' errors:
+    theta^ - theta ~ -(1/2) R (d_alpha + 2 d_M theta), so
+    Cov = (1/4) R [a^2 sigma^2 G / N + Cov(e_alpha + 2 E_M theta^)] R with G = (M^)_+ / m (a, m, sigma^2 as in the
+    bootstrap, module docstring steps 2-3) and the noise term's covariance from ``n_draws`` draws of the public noise
+    law -- the sampling variance plus the DP noise of both alpha and M (the sandwich of Sheffet 2017 and the
+    Gaussian approximation in Bernstein & Sheldon 2019). It ignores the floor's bias and the skew of 1/M at small
+    N epsilon. Returns (estimate, bse, conf_int) in original units, [coef..., intercept]."""
+    d = objective.alpha.size
+    s, Q = np.linalg.eigh((objective.M + objective.M.T) / 2.0)
+    R = (Q / np.maximum(s, lambda_floor if lambda_floor > 0 else _MIN_VAR)) @ Q.T
+    theta = -0.5 * R @ objective.alpha
+    rel = _Release(objective, mechanism, float(lambda_floor), "floor", bool(beta_released), None, 0.0)
+    sigma2, _ = residual_variance(rel, theta)
+    m, a = (1.0, 2.0) if mechanism.model == "linear" else (0.125, 1.0)
+    G = (Q * np.maximum(s, lambda_floor) / m) @ Q.T
+    e_alpha, e_m, _ = noise_draws(mechanism, n_draws, make_rng(int(seed)))
+    noise = e_alpha + 2.0 * e_m @ theta
+    inner = a * a * sigma2 * G / mechanism.n_samples + np.cov(noise, rowvar=False).reshape(d, d)
+    cov = 0.25 * R @ inner @ R
+    A, b = affine_map(to_original, d)
+    est, se = A @ theta + b, np.sqrt(np.maximum(np.diag(A @ cov @ A.T), 0.0))
+    z = _normal_quantile(1.0 - alpha / 2.0)
+    return est, se, np.column_stack([est - z * se, est + z * se])

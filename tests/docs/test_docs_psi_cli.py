@@ -1,0 +1,36 @@
+"""docs/psi.md's CLI measurement (issue 34) is benchmarks/psi_cli.py's rendering of docs/data/psi_cli.json.
+
+``nice -n 10 python benchmarks/psi_cli.py --ids ... --json docs/data/psi_cli.json`` wrote the JSON (each run records
+its own command).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.docs_tables import load_benchmark, section
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "psi.md"
+JSON = ROOT / "docs" / "data" / "psi_cli.json"
+HEADING = "## Through the CLI: CPU, wall and memory per process (issue 34)"
+
+
+def test_the_psi_cli_table_is_the_committed_runs() -> None:
+    bench, doc = load_benchmark("psi_cli"), json.loads(JSON.read_text())
+    text = section(DOC, HEADING)
+    assert bench.markdown(doc["runs"]) in text
+    assert {r["ids_per_party"] for r in doc["runs"]} >= {10**5, 10**6}
+    for r in doc["runs"]:
+        assert r["command"].split(" python ", 1)[1] in text, "every run's command is shown"
+        assert r["date"][:10] in text and r["code"] in text, "every run's date and tree are stated"
+        assert r["whole_run"] is None or r["at_alignment"]["wall_s"] <= r["whole_run"]["wall_s"]
+        assert all(v > 0 for v in r["at_alignment"]["peak_rss_mb"].values())
+
+
+def test_the_scaling_sentence_is_the_json() -> None:
+    """The per-ID slopes and the 10^7 extrapolation the docs quote are the JSON's two largest runs."""
+    bench, doc = load_benchmark("psi_cli"), json.loads(JSON.read_text())
+    text = " ".join(section(DOC, HEADING).split())
+    assert bench.scaling_text(doc["runs"]) in text
