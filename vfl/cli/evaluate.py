@@ -85,6 +85,7 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     from vfl.secure.identity import load_pinned
 
     check_bind(bind, curve=bool(curve_dir), allow_plaintext_public=allow_plaintext_public, role="scoring hub")
+    _distinct_paths({"--model": model_path, "--labels": labels_path, "--out": out, "--scores-out": scores_out})
     for path in (out, scores_out):
         if path is not None:
             check_writable(path, force=force)
@@ -96,8 +97,9 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
         from vfl.exceptions import DataValidationError
 
         raise DataValidationError(f"labels file {labels_path}: a logistic model's labels must be 0 or 1")
-    charge = None
-    if dp_epsilon is not None:   # refused by the budget before anyone is contacted; recorded before the release
+    charge, score_bounds = None, None
+    if dp_epsilon is not None:   # refused (bounds, budget) before anyone is contacted; recorded before the release
+        score_bounds = _private_bounds(model)
         charge = _reserve(model, labels_path, len(ids), dp_epsilon, dp_delta, name, ledger_path, budget,
                           dataset_name)
     elif ledger_path or budget or dataset_name or name:
@@ -114,10 +116,14 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
             charge[0].finish(charge[1], "aborted", str(exc) or type(exc).__name__)
         raise
     hub.close()
-    if charge is None or dp_epsilon is None:
+    if charge is None or dp_epsilon is None or score_bounds is None:
         record = evaluate_scores(model.model, labels, scores.value, scores.missing, bins=bins)
     else:
-        record = _private_record(model, labels, scores, dp_epsilon, dp_delta, bins)
+        try:
+            record = _private_record(model, labels, scores, dp_epsilon, dp_delta, bins, score_bounds)
+        except BaseException as exc:   # the spend stays counted; the run is marked aborted, not left reserved
+            charge[0].finish(charge[1], "aborted", str(exc) or type(exc).__name__)
+            raise
         record["privacy"]["ledger"] = str(charge[0].path)
         charge[0].finish(charge[1], "completed")
     if scores_out is not None:
@@ -132,6 +138,20 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     else:
         _echo(f"metrics -> {out} (differentially private for the test rows: epsilon {dp_epsilon:g}, delta "
               f"{dp_delta:g}, charged to {charge[0].path}; AUC not released)")
+
+
+def _distinct_paths(paths: dict[str, str | None]) -> None:
+    """Refuse an output that is an input or the other output (--force would overwrite the labels or the model)."""
+    from pathlib import Path
+
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {option} name the same file {path}")
+        seen[key] = option
 
 
 def _reserve(model: Any, labels_path: str, n_rows: int, epsilon: float, delta: float, name: str | None,
@@ -154,16 +174,27 @@ def _reserve(model: Any, labels_path: str, n_rows: int, epsilon: float, delta: f
     before, after = ledger.reserve(key, run_id, spend, budget=lifetime, coordinator="vfl evaluate",
                                    plan_digest=model_digest(model))
     _echo(f"[{owner}] privacy ledger {ledger.path}: this evaluation spends epsilon {epsilon:g} (delta {delta:g}); "
-          f"spent before {before.epsilon:.4g}, after {after.epsilon:.4g}")
+          f"spent before {before.epsilon:.4g}, after {after.epsilon:.4g} (composed at delta {after.delta:g})")
     return ledger, run_id
 
 
-def _private_record(model: Any, labels: Any, scores: Any, epsilon: float, delta: float, bins: int) -> dict:
-    from vfl.models.private_evaluation import private_metrics, score_range
-    from vfl.rng import secure_generator
+def _private_bounds(model: Any) -> tuple[float, float]:
+    """The public score range of a DP evaluation (and, linear, the label bounds checked): refused in one line
+    before the ledger is charged or any serving party is contacted."""
+    from vfl.models.private_evaluation import label_range, score_range
 
     bounds = model.column_bounds()
     low, high = score_range(model.coef_, model.intercept_, bounds[:, 0], bounds[:, 1])
+    if model.model == "linear":
+        label_range(model.label_bounds)
+    return low, high
+
+
+def _private_record(model: Any, labels: Any, scores: Any, epsilon: float, delta: float, bins: int,
+                    score_bounds: tuple[float, float]) -> dict:
+    from vfl.models.private_evaluation import private_metrics
+    from vfl.rng import secure_generator
+
     return private_metrics(model.model, labels, scores.value, scores.missing, epsilon=epsilon, delta=delta,
-                           score_bounds=(low, high), label_bounds=model.label_bounds, bins=bins,
+                           score_bounds=score_bounds, label_bounds=model.label_bounds, bins=bins,
                            rng=secure_generator())

@@ -35,7 +35,7 @@ from vfl.models.evaluation import DEFAULT_BINS, LOG_LOSS_CLIP, paired
 from vfl.privacy.calibration import calibrate_mu, validate_delta, validate_epsilon
 from vfl.secure.discrete_noise import discrete_gaussian_array
 
-__all__ = ["score_range", "private_metrics", "GRID_BITS", "SENSITIVITY"]
+__all__ = ["score_range", "label_range", "private_metrics", "GRID_BITS", "SENSITIVITY"]
 
 GRID_BITS = 30
 #: L2 sensitivity of the normalised sums (module docstring)
@@ -54,13 +54,20 @@ def score_range(coef: Any, intercept: float, lower: Any, upper: Any) -> tuple[fl
     return float(intercept + ends.min(axis=0).sum()), float(intercept + ends.max(axis=0).sum())
 
 
-def _linear_stats(y: np.ndarray, f: np.ndarray, frange: tuple[float, float], label_bounds: Any
-                  ) -> tuple[np.ndarray, dict[str, float]]:
+def label_range(label_bounds: Any) -> tuple[float, float]:
+    """The linear model's public label bounds ``(y_lo, y_hi)``, finite with ``y_lo < y_hi``; refused otherwise
+    (``vfl evaluate`` checks this before it charges the ledger or contacts anyone)."""
     if label_bounds is None or len(label_bounds) != 2:
         raise ConfigurationError("differentially private metrics of a linear model need its public label bounds")
     y_lo, y_hi = (float(v) for v in label_bounds)
     if not (math.isfinite(y_lo) and math.isfinite(y_hi) and y_lo < y_hi):
         raise ConfigurationError(f"the model's label bounds [{y_lo:g}, {y_hi:g}] are not a finite interval")
+    return y_lo, y_hi
+
+
+def _linear_stats(y: np.ndarray, f: np.ndarray, frange: tuple[float, float], label_bounds: Any
+                  ) -> tuple[np.ndarray, dict[str, float]]:
+    y_lo, y_hi = label_range(label_bounds)
     y = np.clip(y, y_lo, y_hi)
     f = np.clip(f, *frange)
     R = max(abs(y_lo - frange[1]), abs(y_hi - frange[0]))
