@@ -232,7 +232,7 @@ class Hub:
         now = time.monotonic()
         if now > self._deadline:  # members that heartbeat but never finish cannot hold the run open forever
             raise PartyFailure(f"the run did not finish within {self.max_run_seconds:g} s (--max-run-time); "
-                               f"{self.failure_note}")
+                               "run aborted, no model written")
         for m in self.members:
             if now - self.transport.last_seen.get(m.peer, now) > self.timeout:
                 self.lost = m.name
