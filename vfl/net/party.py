@@ -35,11 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import queue
-import sys
-import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,13 +49,12 @@ from vfl.exceptions import (
     DataBoundsWarning,
     DataValidationError,
     ProtocolError,
-    VFLError,
 )
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.model_check import check_release, check_result, default_model_path
 from vfl.net.modelio import FittedModel, atomic_write_text
-from vfl.net.runtime import Done, Member, run_reporting_failures, wire_reason
+from vfl.net.runtime import Done, Member, OrderedWorker, run_reporting_failures, wire_reason
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
 from vfl.privacy.budget_guard import BudgetGuard
@@ -333,9 +328,7 @@ class PartyNode(Member):
         self.log = log or (lambda s: None)
         self._phase: Any = None
         self._current: FMParty | BCDParty | None = None   # the run's FM or BCD session, once its PLAN came
-        self._results: queue.Queue = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment: AlignmentParty | None = None
         self.rows_before_alignment = data.n_rows
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
@@ -355,7 +348,7 @@ class PartyNode(Member):
             self.guard.finish("completed")
             return model
         finally:
-            self._stop.set()
+            self._work.stop()
             t.close()
             if self._phase is not None and hasattr(self._phase, "close"):
                 self._phase.close()   # the executor it opened (process pool or Dask client)
@@ -384,13 +377,7 @@ class PartyNode(Member):
 
     def outgoing(self) -> list[Message]:
         """What this party's worker thread finished (its first failure is raised here, on the main thread)."""
-        out = []
-        while not self._results.empty():
-            item = self._results.get()
-            if isinstance(item, BaseException):
-                raise item
-            out.append(item)
-        return out
+        return self._work.drain()
 
     def _handle(self, t: ClientTransport, msg: Message, session: FMParty | BCDParty | None) -> Any:
         kind = msg.type   # ABORT ends the run in Member.serve
@@ -497,9 +484,10 @@ class PartyNode(Member):
                              paillier=None if key is None else hashlib.sha256(key).hexdigest())
         return [self.roster.entry()]
 
-    def _seal(self, out: Any) -> Any:
-        """Sign a message to a co-party (relayed types) under the checked roster."""
-        return out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
+    def _seal(self, out: Any) -> Message:
+        """Sign a message to a co-party (relayed types) under the checked roster; the message to send."""
+        m = out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
+        return m if isinstance(m, Message) else message_of(m)
 
     def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
         """Row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: blinding and re-blinding run on
@@ -553,21 +541,4 @@ class PartyNode(Member):
 
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
-        prev = self._worker
-
-        def work() -> None:
-            if prev is not None:
-                prev.join()
-            if self._stop.is_set():
-                return
-            try:
-                for m in fn(*args):
-                    m = self._seal(m)
-                    self._results.put(m if isinstance(m, Message) else message_of(m))
-            except BaseException as exc:  # delivered to the main loop, which reports and raises
-                if not isinstance(exc, VFLError):
-                    traceback.print_exc(file=sys.stderr)
-                self._results.put(exc)
-
-        self._worker = threading.Thread(target=work, daemon=True, name=f"vfl-party-{self.data.name}")
-        self._worker.start()
+        self._work.submit(fn, *args)

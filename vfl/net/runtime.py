@@ -25,7 +25,11 @@ reported to the hub with a data-free reason (:func:`run_reporting_failures`).
 from __future__ import annotations
 
 import math
+import queue
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,7 +49,7 @@ from vfl.net.transport import ClientTransport, PeerUnreachable, ServerTransport
 from vfl.protocols.contracts import Out
 
 __all__ = ["HEARTBEAT_SECONDS", "MAX_REFUSED_PEERS", "SHAREABLE_ERRORS", "Hub", "Member", "Done", "Peer",
-           "wire_reason", "send_error", "run_reporting_failures"]
+           "OrderedWorker", "wire_reason", "send_error", "run_reporting_failures"]
 
 HEARTBEAT_SECONDS = 1.0
 MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
@@ -330,6 +334,53 @@ class Member:
             if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now
+
+
+class OrderedWorker:
+    """A member's work off its receive loop, so that the loop keeps sending heartbeats while a phase computes: one
+    task at a time, in the order submitted (each waits for the one before). ``prepare`` turns each item a task
+    returns into the :class:`Message` to send; the loop sends them (:meth:`drain`, a member's
+    :meth:`Member.outgoing`), and a task's failure is raised there, on the loop's thread."""
+
+    def __init__(self, name: str, prepare: Callable[[Any], Message]) -> None:
+        self.name, self.prepare = name, prepare
+        self._results: queue.Queue = queue.Queue()
+        self._last: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it."""
+        prev = self._last
+
+        def work() -> None:
+            if prev is not None:
+                prev.join()
+            if self._stop.is_set():
+                return
+            try:
+                for item in fn(*args):
+                    self._results.put(self.prepare(item))
+            except BaseException as exc:  # delivered to the main loop, which reports and raises
+                if not isinstance(exc, VFLError):
+                    traceback.print_exc(file=sys.stderr)
+                self._results.put(exc)
+
+        self._last = threading.Thread(target=work, daemon=True, name=self.name)
+        self._last.start()
+
+    def drain(self) -> list[Message]:
+        """The messages finished so far, in order; the first failure is raised instead."""
+        out = []
+        while not self._results.empty():
+            item = self._results.get()
+            if isinstance(item, BaseException):
+                raise item
+            out.append(item)
+        return out
+
+    def stop(self) -> None:
+        """Tasks not yet started never start (the run is over)."""
+        self._stop.set()
 
 
 def wire_reason(exc: BaseException, party: str) -> str:
