@@ -347,6 +347,7 @@ class OrderedWorker:
         self._results: queue.Queue = queue.Queue()
         self._last: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failure: BaseException | None = None
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it."""
@@ -369,11 +370,17 @@ class OrderedWorker:
         self._last.start()
 
     def drain(self) -> list[Message]:
-        """The messages finished so far, in order; the first failure is raised instead."""
+        """The messages finished so far, in order, up to a failure; the failure is raised once they are sent (on
+        the next call, or at once if none came before it)."""
+        if self._failure is not None:
+            raise self._failure
         out = []
         while not self._results.empty():
             item = self._results.get()
             if isinstance(item, BaseException):
+                if out:
+                    self._failure = item
+                    return out
                 raise item
             out.append(item)
         return out
