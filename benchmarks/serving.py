@@ -9,7 +9,7 @@ Measured through HTTP from this process (one client, sequential requests):
 * single-ID latency: ``--latency-requests`` POST /score of one random ID -> p50, p99 (ms);
 * batch throughput: POST /score of 10^3, 10^4, 10^5 IDs (best of 3) -> scores/s;
 * next to it, in the same invocation: `vfl predict` (a process, start-up included) on the joined table of all
-  ``--rows`` rows, and the in-process :func:`vfl.net.predict.predict_file` on the same file (rows/s).
+  ``--rows`` rows, and the in-process :func:`vfl.models.predict.predict_file` on the same file (rows/s).
 
 Prints one JSON document (and writes it to ``--out``). Targets on the 2-core machine: p99 <= 50 ms for one ID,
 >= 20,000 scores/s for a 10^5-ID batch.
@@ -71,7 +71,7 @@ def _signed_roster(identities: Path, run: str, cols: dict[str, list[str]]) -> di
 
 
 def _write_data(folder: Path, k: int, rows: int, rng: np.random.Generator):
-    from vfl.net.modelio import FittedModel, PartyColumns
+    from vfl.models.modelio import FittedModel, PartyColumns
 
     ids = [f"c{i:07d}" for i in range(rows)]
     cols = {n: [f"{n}_{j}" for j in range(3)] for n in NAMES[:k]}
@@ -176,8 +176,8 @@ def run(k: int, rows: int, n_latency: int, rng: np.random.Generator) -> dict:
         cli_s = time.perf_counter() - t0
         if out.returncode != 0:
             raise SystemExit(out.stderr)
-        from vfl.net.modelio import load_model
-        from vfl.net.predict import predict_file
+        from vfl.models.modelio import load_model
+        from vfl.models.predict import predict_file
 
         t0 = time.perf_counter()
         predict_file(load_model(folder / "model.json"), folder / "joined.csv", id_column="id", proba=True)

@@ -39,7 +39,7 @@ from vfl.data.synthetic_ica import make_joint_ica
 from vfl.exceptions import PrivacyLeakWarning, VFLError
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.models.ica_metrics import amari_index, match_mixing_matrix
-from vfl.net.modelio import atomic_write_text, plain_file_mode
+from vfl.models.modelio import atomic_write_text, plain_file_mode
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.ica_accounting import compare_accountants
 from vfl.progress import track

@@ -1,7 +1,7 @@
 """The tests' ``vfl party`` command lines state that their tables are aligned by position (issue 31).
 
 Without ``--id`` a party runs only if its operator states that every table holds the same people in the same row
-order (``--rows-aligned``; vfl.net.config.check_row_alignment). The tests' tables are made aligned, so their command
+order (``--rows-aligned``; vfl.data.config.check_row_alignment). The tests' tables are made aligned, so their command
 lines say so, unless they align by ``--id``, say it themselves or ask for ``--help``.
 """
 

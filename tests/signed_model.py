@@ -2,8 +2,8 @@
 
 ``signed(model, identity_dir)`` gives ``model`` the roster a training coordinator records (each party's signed
 registration and ROSTER_ENTRY, made by the real roster code) and every party's Ed25519 signature over the model
-file's digest (vfl.net.model_signing), with the test identities of ``identity_dir`` (tests/conftest.py). `vfl predict`
-and `vfl score` accept only such files (issue 29).
+file's digest (vfl.protocols.model_signing), with the test identities of ``identity_dir``
+(tests/conftest.py). `vfl predict` and `vfl score` accept only such files (issue 29).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from vfl.models.modelio import FittedModel
 from vfl.net.messages import decode, encode, message_of
-from vfl.net.modelio import FittedModel
 from vfl.protocols.roster import Roster, RosterCoordinator, sign_registration
 from vfl.secure.identity import load_identity, load_party_identity
 

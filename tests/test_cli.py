@@ -8,9 +8,9 @@ from aligned_rows import rows_aligned
 from signed_model import signed
 
 from vfl.cli import cli, main
+from vfl.data.config import load_bounds_file, load_party_config, read_party_csv, select_columns
 from vfl.exceptions import ConfigurationError, DataValidationError
-from vfl.net.config import load_bounds_file, load_party_config, read_party_csv, select_columns
-from vfl.net.modelio import FittedModel, PartyColumns, load_model
+from vfl.models.modelio import FittedModel, PartyColumns, load_model
 
 
 def _run(capsys, *argv):

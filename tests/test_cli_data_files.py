@@ -20,7 +20,7 @@ from aligned_rows import rows_aligned
 from signed_model import signed
 
 from vfl.cli import main
-from vfl.net.modelio import FittedModel, PartyColumns
+from vfl.models.modelio import FittedModel, PartyColumns
 
 NOWHERE = "tcp://127.0.0.1:1"   # nothing listens: every check below must fail before connecting
 
@@ -108,8 +108,8 @@ def test_declared_preprocessing_errors_are_one_line_before_connecting(tmp_path, 
 
 
 def test_a_site_bounds_file_with_preprocessing_is_refused_not_ignored(tmp_path):
+    from vfl.data.config import load_bounds_file
     from vfl.exceptions import ConfigurationError
-    from vfl.net.config import load_bounds_file
 
     path = tmp_path / "b.toml"
     path.write_text('[bounds]\nage = [0, 1]\n[impute]\nage = 0.5\n')

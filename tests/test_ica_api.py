@@ -12,7 +12,7 @@ from vfl.cli import main
 from vfl.data.synthetic_ica import make_joint_ica
 from vfl.exceptions import ConfigurationError, DataValidationError
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
-from vfl.net.ica_model import ICAModel, load_ica_model
+from vfl.models.ica_model import ICAModel, load_ica_model
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 

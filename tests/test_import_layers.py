@@ -2,13 +2,13 @@
 
 Layers, bottom to top (a subpackage is one layer):
 
-0. ``base``      – exceptions, seeding, data sets (``vfl.exceptions``, ``vfl.rng``, ``vfl.data``)
+0. ``base``      – exceptions, seeding, data sets, party configs (``vfl.exceptions``, ``vfl.rng``, ``vfl.data``)
 1. ``secure``    – cryptography (``vfl.secure``): Paillier products, discrete noise, secure aggregation, PSI
 2. ``fm``        – the FM objective, its domain, dissection and solver (``vfl.fm``)
 3. ``privacy``   – calibration, sensitivities, mechanisms, fixed-point release, accounting, audit (``vfl.privacy``)
 4. ``models``    – estimators, baselines, BCD, capeFM, CAPE ICA, plots (``vfl.models``, ``vfl.plots``)
 5. ``protocols`` – socket-free protocol phases (``vfl.protocols``): both sides of each protocol, message in/out
-6. ``net``       – wire format, transport, party configuration, model files and the roles (``vfl.net``)
+6. ``net``       – wire format, transport, the runtime and the roles (``vfl.net``)
 7. ``faces``     – what users call: ``vfl`` itself, ``vfl.api``, ``vfl.cli``, ``vfl.demo``
 
 A module may import modules of its own or a lower layer only. ZeroMQ is imported only by ``net`` and
@@ -35,6 +35,7 @@ TOP_LEVEL_LAYER = {
     "rng": "base",
     "progress": "base",
     "lazy": "base",
+    "process_memory": "base",
     "plots": "models",
     "__init__": "faces",
     "api": "faces",

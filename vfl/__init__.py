@@ -45,7 +45,7 @@ _LAZY = {
     "score": "vfl.api_scoring",   # federated scoring (issue 22)
     "Coordinator": "vfl.net.coordinator",
     "RunSettings": "vfl.net.coordinator",
-    "FittedModel": "vfl.net.modelio",
+    "FittedModel": "vfl.models.modelio",
     "load_model": "vfl.api_scoring",   # checks the parties' signatures (issue 29)
     "LocalData": "vfl.net.party",
     "PartyNode": "vfl.net.party",

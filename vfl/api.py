@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError, PartyFailure
+from vfl.models.modelio import FittedModel
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
-from vfl.net.modelio import FittedModel
 from vfl.net.party import LocalData, PartyNode, check_declared_bounds
 from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
@@ -245,7 +245,7 @@ def fit_ica_sites(sites: dict[str, Any], n_components: int, epsilon: float = 1.0
     against the aggregator plus ``n_colluders`` sites. ``random_state`` (an int, experiments only) seeds every
     site: the model then equals :func:`vfl.models.cape_ica.fit_cape_ica` with the same seed on the sites in name
     order, bit for bit. ``insecure_test_noise="none"`` disables the noise (tests only). Returns the
-    :class:`~vfl.net.ica_model.ICAModel` (written atomically to ``out`` if given).
+    :class:`~vfl.models.ica_model.ICAModel` (written atomically to ``out`` if given).
     """
     from vfl.models.cape_ica import CapeICAConfig
     from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings

@@ -16,10 +16,10 @@ import numpy as np
 
 from vfl.api import Party, _run_on_loopback
 from vfl.exceptions import ConfigurationError, DataValidationError, PrivacyLeakWarning
-from vfl.net.model_signing import check_signed
-from vfl.net.modelio import FittedModel
-from vfl.net.modelio import load_model as read_model_file
+from vfl.models.modelio import FittedModel
+from vfl.models.modelio import load_model as read_model_file
 from vfl.net.scoring import DEFAULT_MAX_QUERY_IDS, Scores, ScoringHubNode, ScoringPartyNode, scoring_block
+from vfl.protocols.model_signing import check_signed
 from vfl.secure.identity import write_identities
 from vfl.secure.psi import normalise_ids
 
@@ -47,12 +47,12 @@ def _party_rows(model: FittedModel, party: Party) -> tuple[list[str], np.ndarray
 def load_model(path: str | Path, *, allow_unsigned_model: bool = False,
                identity_dir: str | Path | None = None) -> FittedModel:
     """``vfl.load_model``: read a model file and check that every party of its training roster signed it (issue 29;
-    :func:`vfl.net.model_signing.verify_model_signatures`), under the keys the roster records or, with
+    :func:`vfl.protocols.model_signing.verify_model_signatures`), under the keys the roster records or, with
     ``identity_dir``, under the parties' keys pinned there. ``allow_unsigned_model``: a file with no signature at
     all (written before models were signed; an ``--insecure-no-identity``, (DP-)BCD or capeFM run) is returned with
     a :class:`PrivacyLeakWarning`. Any other failure raises :class:`IdentityError`. To read a file without any check
-    (inspection only): :func:`vfl.net.modelio.load_model`."""
-    from vfl.net.model_signing import load_signed_model
+    (inspection only): :func:`vfl.models.modelio.load_model`."""
+    from vfl.protocols.model_signing import load_signed_model
     from vfl.secure.identity import load_pinned
 
     return load_signed_model(path, allow_unsigned=allow_unsigned_model,
@@ -69,7 +69,7 @@ def score(parties: Sequence[Party], model: FittedModel | str | Path, ids: Sequen
     The hub computes ``sum_k c_k . clip(x_k) + b`` from pairwise-masked partial scores (docs/serving.md).
     All parties are this process with throwaway identities, so the check a `vfl serve` party makes of the model's
     signed training roster is skipped here (its columns are checked); serve a deployed model with `vfl serve`.
-    The model must carry the signature of every party of its roster (:mod:`vfl.net.model_signing`, under the keys
+    The model must carry the signature of every party of its roster (:mod:`vfl.protocols.model_signing`, under the keys
     the roster records); ``allow_unsigned_model``: a model with no signature at all is used anyway, with a warning.
     """
     m = model if isinstance(model, FittedModel) else read_model_file(model)

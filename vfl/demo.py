@@ -168,7 +168,7 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
         wall = time.perf_counter() - start
         if any(codes):
             raise PartyFailure(f"demo failed: exit codes coordinator={codes[0]}, alice={codes[1]}, bob={codes[2]}")
-        from vfl.net.modelio import load_model
+        from vfl.models.modelio import load_model
 
         model = load_model(out)
         _compare(model, paths, echo)
@@ -181,7 +181,7 @@ def run_demo(*, rows: int = 1000, mechanism: str = "gaussian-fm", epsilon: float
 
 
 def _compare(model, paths: dict[str, Path], echo: Callable[[str], None]) -> None:  # noqa: ANN001
-    from vfl.net.config import read_party_csv
+    from vfl.data.config import read_party_csv
 
     a = read_party_csv(paths["alice"], "age,income,tenure", label="score")
     b = read_party_csv(paths["bob"], "visits,spend")

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vfl.data.config import load_dataset_table
 from vfl.data.datasets import public_bounds
 from vfl.fm.domain import resolve_bounds, to_unit_interval
-from vfl.net.config import load_dataset_table
 from vfl.net.party import LocalData
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -37,7 +37,7 @@ def _id_digest(ids):
 
 
 def test_chunked_csv_equals_the_values_written(table):
-    from vfl.net.config import read_party_csv
+    from vfl.data.config import read_party_csv
 
     path, X, y = table
     t = TableFile(path, ["a", "b", "c"], label="y", id_column="id", chunk_rows=5)

@@ -196,7 +196,7 @@ def test_z_and_p_values_agree() -> None:
 
 def test_model_file_inference_record_is_checked_and_optional() -> None:
     from vfl.exceptions import ConfigurationError
-    from vfl.net.modelio import FittedModel, PartyColumns
+    from vfl.models.modelio import FittedModel, PartyColumns
 
     X, y = _linear_data(1000, 41)
     est = _quiet_fit(_linear(1.0, 42), X, y)

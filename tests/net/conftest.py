@@ -25,7 +25,7 @@ def with_identity(args: tuple[str, ...] | list[str], identity_dir: Path | None) 
         args += ["--identity-dir", str(identity_dir)]
     if "--config" in args:
         return args   # a config states its own alignment (rows_aligned = true, id, or a built-in data set)
-    return rows_aligned(args)   # the tests' tables are aligned by position (vfl.net.config.check_row_alignment)
+    return rows_aligned(args)   # the tests' tables are aligned by position (vfl.data.config.check_row_alignment)
 
 
 class Procs:

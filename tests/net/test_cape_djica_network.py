@@ -29,9 +29,9 @@ from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.models.cape_djica import infomax_update
 from vfl.models.cape_ica import CapeICAConfig, fit_cape_ica
 from vfl.models.ica_metrics import amari_index
+from vfl.models.ica_model import load_ica_model
 from vfl.net.cape_ica_aggregator import CapeICANetAggregator, CapeICASettings
 from vfl.net.cape_ica_site import ICASiteData, ica_site_node
-from vfl.net.ica_model import load_ica_model
 from vfl.net.messages import MIN_MESSAGE_BYTES, Message, MessageType
 from vfl.protocols.cape_aggregation import CapeMessage
 from vfl.protocols.cape_djica_rounds import CapeICASite

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vfl.demo import free_port
-from vfl.net.modelio import load_model
+from vfl.models.modelio import load_model
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
 

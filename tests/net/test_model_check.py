@@ -18,8 +18,8 @@ import pytest
 from vfl.api import _run_on_loopback
 from vfl.exceptions import VFLError
 from vfl.net.coordinator import Coordinator
-from vfl.net.model_signing import verify_model_signatures
 from vfl.net.party import LocalData, PartyNode
+from vfl.protocols.model_signing import verify_model_signatures
 from vfl.protocols.policy import PartyPolicy
 from vfl.protocols.settings import RunSettings
 

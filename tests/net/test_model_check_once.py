@@ -17,11 +17,11 @@ import pytest
 
 from tests.net.test_model_check import TamperingCoordinator, _fit
 from vfl.exceptions import VFLError
+from vfl.models.modelio import FittedModel
 from vfl.net.coordinator import Coordinator, fm_model
-from vfl.net.model_signing import verify_model_signatures
-from vfl.net.modelio import FittedModel
 from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator
+from vfl.protocols.model_signing import verify_model_signatures
 from vfl.secure.identity import load_pinned
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
@@ -133,7 +133,7 @@ def test_a_model_file_with_a_duplicate_key_is_refused(tmp_path):
     """Python's json keeps the last of duplicate keys, which the signatures cover; a reader that keeps the first (many
     do) would see the other value. A file writer could thus put a second ``w`` before the signed one."""
     from vfl.exceptions import ConfigurationError
-    from vfl.net.modelio import PartyColumns, load_model
+    from vfl.models.modelio import PartyColumns, load_model
 
     m = FittedModel("linear", "gaussian-fm", [PartyColumns("alice", ["a0"], [[-1.0, 1.0]], 1.0, True)], [0.5])
     text = m.to_json()

@@ -1,4 +1,4 @@
-"""vfl.net.modelio: coefficients back in original units, predict/score, JSON round trip, atomic writes."""
+"""vfl.models.modelio: coefficients back in original units, predict/score, JSON round trip, atomic writes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vfl.exceptions import ConfigurationError, DataValidationError
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, load_model
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text, load_model
 
 
 def _model(rng, model="linear"):
@@ -104,7 +104,7 @@ def test_model_files_are_versioned_with_label_keyed_coefficients_and_preprocessi
     from datetime import datetime
 
     import vfl
-    from vfl.net.modelio import SCHEMA_VERSION
+    from vfl.models.modelio import SCHEMA_VERSION
 
     record = {"inputs": ["c"], "categories": {"c": ["u", "v"]}, "impute": {}}
     parties = [PartyColumns("a", ["a0"], [[0, 10]], 0.5, True, intercept=True),
@@ -167,7 +167,7 @@ def test_a_malformed_preprocessing_record_is_refused(tmp_path, rng):
 
 
 def test_ica_model_files_share_the_header(tmp_path):
-    from vfl.net.ica_model import ICAModel, load_ica_model
+    from vfl.models.ica_model import ICAModel, load_ica_model
 
     K = 2
     m = ICAModel({"n_components": K}, 3, np.eye(3, K), np.ones(K), np.eye(K, 3), 1.0, np.eye(K), np.zeros(K), 4, 0,

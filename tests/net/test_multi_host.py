@@ -299,8 +299,8 @@ def test_the_deployment_guide_runs_across_hosts(lab, procs, tmp_path):
     assert [w.split(":")[1] for w in workers] == [f"//{lab.addr['worker-carol']}"] and tasks > 0, probe.stdout
 
     # the client's answer: the model applied to the joined table, for every ID all three parties hold
-    from vfl.net.modelio import load_model
-    from vfl.net.predict import read_rows
+    from vfl.models.modelio import load_model
+    from vfl.models.predict import read_rows
 
     model = load_model(folders["coordinator"] / "model.json")
     answer = json.loads(outputs[-1][2])

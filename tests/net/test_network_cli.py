@@ -92,7 +92,7 @@ def _one_error_line(err: str) -> str:
 def _prepared(data):
     """Joined prepared data as the parties compute it without intercept (linf domain, no row scaling): the pure
     scaling x / max(|lo|, |hi|) of each column and of the label (issue 13: no hidden intercept)."""
-    from vfl.net.config import load_bounds_file, read_party_csv
+    from vfl.data.config import load_bounds_file, read_party_csv
 
     b = load_bounds_file(data["bounds"])
     a = read_party_csv(data["alice"], "age,income,tenure", label="score")
@@ -333,7 +333,7 @@ def test_curve_run_and_unauthorised_party(procs, data, tmp_path):
 
 
 def test_model_file_is_written_atomically(tmp_path):
-    from vfl.net.modelio import atomic_write_text
+    from vfl.models.modelio import atomic_write_text
 
     target = tmp_path / "m.json"
     atomic_write_text(target, "{}")

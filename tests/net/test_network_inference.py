@@ -15,7 +15,7 @@ import pytest
 
 from vfl.api import Party, fit
 from vfl.models.estimators import LinearRegression, LogisticRegression
-from vfl.net.modelio import load_model
+from vfl.models.modelio import load_model
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 FAST = {"key_bits": 1024, "allow_insecure_keys": True, "timeout": 30}

@@ -153,9 +153,9 @@ def test_a_party_gone_after_the_release_does_not_turn_a_written_model_into_a_fai
     """Regression: the model file was written first and a failed RESULT send then raised ProtocolError, so the
     CLI reported a failed run (exit 4) while the model file existed."""
     from vfl.exceptions import ProtocolError
+    from vfl.models.modelio import FittedModel, PartyColumns
     from vfl.net.coordinator import Registration
     from vfl.net.messages import MessageType
-    from vfl.net.modelio import FittedModel, PartyColumns
 
     settings = RunSettings(n_parties=2, model="linear", mechanism="none", epsilon=None, delta=None,
                            key_bits=1024, allow_insecure_keys=True, timeout=5)

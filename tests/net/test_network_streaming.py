@@ -67,7 +67,7 @@ def test_long_chunked_run_with_a_short_timeout_is_least_squares(tmp_path, run_pr
     outs = [p.communicate(timeout=500 if n_rows <= 1500 else 1100) for p in run_procs]
     assert run_procs[0].returncode == 0, outs[0][1]
     assert all(p.returncode == 0 for p in run_procs), [o[1][-2000:] for o in outs]
-    from vfl.net.config import load_bounds_file, read_party_csv
+    from vfl.data.config import load_bounds_file, read_party_csv
 
     b = load_bounds_file(data["bounds"])
     a = read_party_csv(data["alice"], "age,income,tenure", label="score")

@@ -1,4 +1,4 @@
-"""vfl.net.process_memory: the role processes' glibc arena cap (issue 8, bounded memory at 10^6 rows)."""
+"""vfl.process_memory: the role processes' glibc arena cap (issue 8, bounded memory at 10^6 rows)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vfl.net.process_memory import limit_malloc_arenas
+from vfl.process_memory import limit_malloc_arenas
 
 
 def test_an_explicit_environment_setting_wins(monkeypatch):
@@ -25,7 +25,7 @@ def test_count_must_be_positive():
 _HEAPS = """
 import ctypes, os, sys, tempfile, threading
 os.environ.pop("MALLOC_ARENA_MAX", None)
-from vfl.net.process_memory import limit_malloc_arenas
+from vfl.process_memory import limit_malloc_arenas
 capped = limit_malloc_arenas(2) if sys.argv[1] == "cap" else None
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

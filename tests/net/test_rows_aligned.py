@@ -10,8 +10,8 @@ import sys
 import pytest
 import zmq
 
+from vfl.data.config import PartyConfig, check_row_alignment, load_party_config
 from vfl.exceptions import ConfigurationError
-from vfl.net.config import PartyConfig, check_row_alignment, load_party_config
 
 VFL = [sys.executable, "-m", "vfl.cli"]
 

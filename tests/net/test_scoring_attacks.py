@@ -22,7 +22,7 @@ import pytest
 
 from tests.net.conftest import VFL  # noqa: F401  (the same interpreter and PYTHONPATH as every network test)
 from tests.net.test_scoring_network import _free_endpoint, _model, _serve, _write
-from vfl.net.predict import read_rows
+from vfl.models.predict import read_rows
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit; good runs end in seconds
 

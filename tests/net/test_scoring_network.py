@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.net.conftest import VFL  # noqa: F401  (the same interpreter and PYTHONPATH as every network test)
-from vfl.net.modelio import FittedModel, PartyColumns
-from vfl.net.predict import format_value, read_rows
+from vfl.models.modelio import FittedModel, PartyColumns
+from vfl.models.predict import format_value, read_rows
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit; good runs end in seconds
 
@@ -454,7 +454,7 @@ def test_a_model_trained_by_a_real_run_serves(procs, tmp_path, identity_dir):
     parties serve it with `vfl serve` (each checks its own entry, signed by its own key) and the scores equal the
     model applied in process to the clipped joined rows."""
     from vfl.demo import free_port, make_demo_data
-    from vfl.net.modelio import load_model
+    from vfl.models.modelio import load_model
 
     data = make_demo_data(tmp_path / "data", 120, seed=4)
     url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "model.json"

@@ -2,7 +2,7 @@
 signs only a model it re-derived from the release of a run it took part in and completed.
 
 Invariant: ``vfl serve`` and ``vfl predict`` accept only a model file whose digest carries a valid signature of every
-party of its roster (vfl.net.model_signing); a party gives that signature only at the end of a completed FM run,
+party of its roster (vfl.protocols.model_signing); a party gives that signature only at the end of a completed FM run,
 after re-deriving the coefficients from the run's signed release (vfl.net.model_check). Attackers: a hostile
 coordinator (no party key) that collects the roster entries of a run it aborts and writes a model of its choosing;
 anyone who edits a model file after an honest run (unit-vector coefficients turn scoring into a column reader), swaps
@@ -26,9 +26,9 @@ import pytest
 from fake_coordinator import FakeCoordinator
 
 from vfl.demo import free_port, make_demo_data
+from vfl.models.modelio import FittedModel, PartyColumns, load_model
 from vfl.net.messages import MessageType
-from vfl.net.model_signing import verify_model_signatures
-from vfl.net.modelio import FittedModel, PartyColumns, load_model
+from vfl.protocols.model_signing import verify_model_signatures
 from vfl.protocols.roster import plan_digest
 from vfl.secure.identity import load_pinned, write_identities
 

@@ -13,7 +13,7 @@ def start_up_seconds() -> float:
     """Wall seconds a fresh interpreter needs right now to import what a ``vfl party`` imports: on a loaded machine
     more. Tests whose short window must cover another process's start derive the window from it (issue 21)."""
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import vfl.cli, vfl.net.party, vfl.net.config, vfl.protocols.fm_release"],
+    subprocess.run([sys.executable, "-c", "import vfl.cli, vfl.net.party, vfl.data.config, vfl.protocols.fm_release"],
                    check=True, timeout=600)
     return time.monotonic() - t0
 

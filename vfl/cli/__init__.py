@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
-    from vfl.net.process_memory import limit_malloc_arenas
+    from vfl.process_memory import limit_malloc_arenas
 
     limit_malloc_arenas()   # before any thread: freed frame memory is reused, not kept per thread (issue 8)
     warnings.showwarning = _show_warning

@@ -66,7 +66,7 @@ def run_site(*, connect: str, name: str, data: str, features: str, label: str, b
              policy: SitePolicy | None = None, ledger: Any = None, budget: Any = None,
              dataset_name: str | None = None, identity_dir: str | None = None,
              insecure_no_identity: bool = False) -> None:
-    from vfl.net.config import load_bounds_file, read_party_csv
+    from vfl.data.config import load_bounds_file, read_party_csv
     from vfl.net.site import SiteData, SiteNode
     from vfl.net.transport import load_client_keys
 

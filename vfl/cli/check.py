@@ -71,9 +71,9 @@ def _member_checks(checks, role, config, name, connect, curve_dir, identity_dir,
                    label, id_column, bounds, ledger_path, timeout, model_path) -> None:
     from pathlib import Path
 
+    from vfl.data.config import PartyConfig, load_party_config
     from vfl.exceptions import ConfigurationError
     from vfl.net import preflight as pf
-    from vfl.net.config import PartyConfig, load_party_config
 
     cfg = load_party_config(config) if config else PartyConfig()
     cfg.name, cfg.connect = name or cfg.name, connect or cfg.connect

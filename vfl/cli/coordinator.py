@@ -178,7 +178,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                         max_message_bytes=max_message_bytes)
     model_ = coord.run()
     if quiet:
-        from vfl.net.modelio import report_text
+        from vfl.models.modelio import report_text
 
         echo(report_text(model_))
     echo(f"model written to {out} (run {coord.run_id[:8]}; {len(model_.coef_)} coefficients; trained on "

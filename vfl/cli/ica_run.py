@@ -66,8 +66,8 @@ def run_djica_aggregator(*, sites: int, components: int, epsilon: float, delta: 
 
 def read_site_columns(path: str, columns: str | None) -> tuple[np.ndarray, list[str]]:
     """A site's CSV/Parquet table (one row per time point, one column per dimension) as the D x N_s matrix."""
+    from vfl.data.config import read_party_csv
     from vfl.data.tables import table_columns
-    from vfl.net.config import read_party_csv
 
     names = columns if columns else ",".join(table_columns(path))
     table = read_party_csv(path, names)

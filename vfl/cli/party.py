@@ -96,7 +96,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
     its privacy budget (--ledger, --budget; docs/privacy.md) is refused when it arrives; an accepted plan's spend is
     reserved once the roster verifies, before anything data-dependent is sent.
     """
-    from vfl.net.config import PartyConfig, check_row_alignment, load_party_config
+    from vfl.data.config import PartyConfig, check_row_alignment, load_party_config
     from vfl.net.party import PartyNode
     from vfl.net.transport import load_client_keys
     from vfl.protocols.policy import PartyPolicy

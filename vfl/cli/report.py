@@ -30,7 +30,7 @@ def _plan_bounds(bounds: str | None, party_columns: list[int]) -> tuple[list | N
     whose file has one entry more than its columns."""
     if bounds is None:
         return None, None, None, 0
-    from vfl.net.config import load_bounds_file
+    from vfl.data.config import load_bounds_file
 
     files = [b for b in bounds.split(",") if b.strip()]
     if len(files) != len(party_columns):
@@ -116,8 +116,8 @@ def report(model_path: str, ledger_paths: tuple[str, ...], html_out: str | None,
     """A released model in words: coefficients with intervals and p-values, fit measures, the privacy guarantee in
     plain words and, with --ledger, the budget spent."""
     from vfl.data.files import check_writable
+    from vfl.models.modelio import atomic_write_text
     from vfl.models.report import report_html, report_text
-    from vfl.net.modelio import atomic_write_text
     from vfl.privacy.ledger import Ledger
 
     if html_out:

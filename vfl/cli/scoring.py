@@ -76,9 +76,9 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
     if ids_path is None or out is None:
         raise click.UsageError("give --ids and --out (a batch), or --http HOST:PORT (the online service)")
     from vfl.data.files import check_writable
-    from vfl.net.model_signing import load_signed_model
     from vfl.net.scoring import ScoringHubNode, read_query_file, write_scores
     from vfl.net.transport import load_server_keys
+    from vfl.protocols.model_signing import load_signed_model
     from vfl.protocols.scoring import check_query
 
     check_writable(out, force=force)
@@ -112,11 +112,11 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
                 address: str, quiet: bool, allow_plaintext_public: bool, limits: Any,
                 allow_unsigned_model: bool = False, identity_dir: str | None = None) -> None:
     from vfl.exceptions import ConfigurationError
-    from vfl.net.model_signing import load_signed_model
     from vfl.net.notices import is_loopback
     from vfl.net.scoring import ScoringHubNode
     from vfl.net.scoring_http import ScoringService, parse_http_address
     from vfl.net.transport import load_server_keys
+    from vfl.protocols.model_signing import load_signed_model
 
     host, port = parse_http_address(address)
     if not (allow_plaintext_public or is_loopback(f"tcp://{host}:{port}")):
@@ -162,7 +162,7 @@ def serve(model_path: str, connect: str, name: str, data: str, id_column: str, f
           curve_dir: str | None, identity_dir: str | None, insecure_no_identity: bool, allow_unsigned_model: bool,
           timeout: float, max_query_ids: int) -> None:
     """Serve this party's block of a model to a scoring hub (`vfl score`) until it ends the session."""
-    from vfl.net.modelio import load_model
+    from vfl.models.modelio import load_model
     from vfl.net.scoring import ScoringPartyNode, load_serving_table
     from vfl.net.transport import load_client_keys
 

@@ -42,9 +42,9 @@ def predict(model_path: str, data: str, out: str | None, proba: bool, force: boo
             output_column: str | None, out_of_bounds: str, allow_unsigned_model: bool, identity_dir: str | None
             ) -> None:
     """Predict with a released model on a joined table of raw rows (a model every party of its roster signed)."""
-    from vfl.net.model_signing import load_signed_model
-    from vfl.net.modelio import atomic_write_text
-    from vfl.net.predict import predict_file
+    from vfl.models.modelio import atomic_write_text
+    from vfl.models.predict import predict_file
+    from vfl.protocols.model_signing import load_signed_model
     from vfl.secure.identity import load_pinned
 
     if out:

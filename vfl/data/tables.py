@@ -3,7 +3,7 @@
 :class:`TableFile` validates the whole file once, chunk by chunk (selected columns numeric and finite, label and
 row-ID columns present, row-ID digest, per-column min/max), then serves the selected columns as row sources
 (:mod:`vfl.data.rows`) that re-read the file in chunks: memory stays bounded by the chunk size whatever the
-number of rows. The errors are those of :func:`vfl.net.config.read_party_csv` (one line, file, column and data
+number of rows. The errors are those of :func:`vfl.data.config.read_party_csv` (one line, file, column and data
 row named). Column *selection* (names, ranges, indices) is resolved by the caller from :func:`table_columns`.
 """
 

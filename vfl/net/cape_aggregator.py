@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, ProtocolError, VFLError
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.runtime import Hub
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note

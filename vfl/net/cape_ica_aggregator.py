@@ -11,7 +11,7 @@ multi-round session of :mod:`vfl.protocols.cape_djica_rounds`:
 3. runs the session: one CAPE round of the second-moment matrices, the released subspace, one shares-only CAPE
    round (the zero-sum shares of all J rounds), then J infomax rounds (state out, noisy updates in); the
    aggregator learns the sums of the noise shares and the noisy releases only;
-4. writes the model JSON atomically (:class:`~vfl.net.ica_model.ICAModel`) and sends RESULT.
+4. writes the model JSON atomically (:class:`~vfl.models.ica_model.ICAModel`) and sends RESULT.
 
 Dropouts: as capeFM, a clean abort - a site silent for ``timeout`` seconds, unreachable, or reporting ERROR ends
 the run: every site gets ABORT, :class:`~vfl.exceptions.PartyFailure` names the site (CLI exit code 3), no model
@@ -26,8 +26,8 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.models.cape_ica import CapeICAConfig
+from vfl.models.ica_model import ICAModel
 from vfl.net.cape_aggregator import CapeAggregator, SiteRegistration
-from vfl.net.ica_model import ICAModel
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes
 from vfl.protocols.cape_djica_rounds import ICA_NOISE_MODES, CapeICAAggregator, CapeICAPlan, check_message_sizes
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
 from vfl.models.cape_pca import validate_site_columns
-from vfl.net.ica_model import ICAModel
+from vfl.models.ica_model import ICAModel
 from vfl.net.messages import MAX_ICA_DIMS, MAX_MESSAGE_BYTES, Message, validate_name
 from vfl.net.site import SiteNode
 from vfl.net.transport import CurveClientKeys

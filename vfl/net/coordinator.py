@@ -37,6 +37,7 @@ from vfl.exceptions import (
 )
 from vfl.models.bcd import FORMAL_DP_REASON
 from vfl.models.inference import release_inference
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.messages import (
     MAX_MESSAGE_BYTES,
     Message,
@@ -44,7 +45,6 @@ from vfl.net.messages import (
     check_max_message_bytes,
     pack_payloads,
 )
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text, model_document_digest, report_text
 from vfl.net.runtime import Hub
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.protocols.alignment import AlignmentCoordinator

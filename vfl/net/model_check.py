@@ -19,7 +19,7 @@ product magnitudes), assembles and solves with the same deterministic code (:met
 eigenvalue floor is selected from the release with a public seed) and builds the model file. The coefficients must
 agree to :data:`W_RTOL`, the inference record to :data:`DERIVED_RTOL` and everything else in the document exactly,
 else the party refuses (ERROR, the run fails, no model is written). Only then does it sign
-:func:`vfl.net.modelio.model_document_digest` of the document (MODEL_SIGNATURE). The coordinator writes all
+:func:`vfl.models.modelio.model_document_digest` of the document (MODEL_SIGNATURE). The coordinator writes all
 signatures into the file and sends it (RESULT); each party checks the signatures and stores the file
 (``--model-out``, :func:`default_model_path`).
 
@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ProtocolError, VFLError
+from vfl.models.modelio import FittedModel, model_document_digest
 from vfl.net.coordinator import ALIGNMENT_NOTE, IDENTITY_NOTE, RECORDED, fm_model
 from vfl.net.messages import Message, MessageType, unpack_payloads
-from vfl.net.model_signing import verify_model_signatures
-from vfl.net.modelio import FittedModel, model_document_digest
 from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator
+from vfl.protocols.model_signing import verify_model_signatures
 from vfl.protocols.roster import Roster, plan_digest
 from vfl.protocols.settings import BCD_MECHANISMS, RunSettings
 from vfl.secure.identity import SigningIdentity, canonical_json

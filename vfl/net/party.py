@@ -51,9 +51,9 @@ from vfl.exceptions import (
     ProtocolError,
 )
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
+from vfl.models.modelio import FittedModel, atomic_write_text
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.model_check import check_release, check_result, default_model_path
-from vfl.net.modelio import FittedModel, atomic_write_text
 from vfl.net.runtime import Done, Member, OrderedWorker, run_reporting_failures, wire_reason
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
@@ -91,7 +91,7 @@ class LocalData:
     label_bounds: tuple[float, float] | None
     #: normalised row IDs (vfl.secure.psi.normalise_ids), or None: rows are aligned by position
     ids: list[str] | None
-    #: optional FM view of the same features (raw units and bounds; see vfl.net.config.LocalTable.fm_columns)
+    #: optional FM view of the same features (raw units and bounds; see vfl.data.config.LocalTable.fm_columns)
     fm_view: tuple[np.ndarray, ColumnBounds] | None = None
     #: public: the label column's name (label owner; recorded in the model file) and the declared preprocessing
     #: that made ``feature_names`` from raw columns (vfl.data.preprocessing record; recorded for `vfl predict`)

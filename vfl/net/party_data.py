@@ -16,7 +16,7 @@ def load_party_data(cfg: Any, config: str | None) -> Any:
     ``--config`` file), checked before connecting; shared by ``vfl party`` and ``vfl check``."""
     from dataclasses import replace
 
-    from vfl.net.config import load_dataset_table, open_party_table, party_declarations, read_party_csv
+    from vfl.data.config import load_dataset_table, open_party_table, party_declarations, read_party_csv
     from vfl.net.party import LocalData
 
     feature_spec: list[str] | str = cfg.features if len(cfg.features) != 1 else cfg.features[0]

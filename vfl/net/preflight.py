@@ -150,10 +150,11 @@ def ledger_opens(path: Path, party: str) -> str:
 
 def served_model(model_path: str, name: str, identity_dir: str | None) -> str:
     """What `vfl serve` checks before connecting: this party's block of the model and that every party of its roster
-    signed the file, under the keys this party pins (its own included; :func:`vfl.net.model_signing.check_signed`)."""
-    from vfl.net.model_signing import check_signed
-    from vfl.net.modelio import load_model
+    signed the file, under the keys this party pins (its own included;
+    :func:`vfl.protocols.model_signing.check_signed`)."""
+    from vfl.models.modelio import load_model
     from vfl.net.scoring import scoring_block
+    from vfl.protocols.model_signing import check_signed
     from vfl.secure.identity import load_party_identity
 
     model = load_model(model_path)
@@ -167,7 +168,7 @@ def served_model(model_path: str, name: str, identity_dir: str | None) -> str:
 
 
 def serving_table(model_path: str, name: str, data: str, id_column: str, features: str | None) -> str:
-    from vfl.net.modelio import load_model
+    from vfl.models.modelio import load_model
     from vfl.net.scoring import load_serving_table
 
     if not id_column:

@@ -31,13 +31,13 @@ from vfl.exceptions import (
     ProtocolError,
     VFLError,
 )
+from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
+from vfl.models.predict import format_value, output_column
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
-from vfl.net.model_signing import check_signed
-from vfl.net.modelio import FittedModel, PartyColumns, atomic_write_text
-from vfl.net.predict import format_value, output_column
 from vfl.net.runtime import Done, Hub, Member, Peer, run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, ServerTransport
 from vfl.protocols.contracts import Out
+from vfl.protocols.model_signing import check_signed
 from vfl.protocols.roster import check_self_signed, sign_registration
 from vfl.protocols.scoring import (
     SCORE_PRECISION_BITS,
@@ -96,8 +96,8 @@ def load_serving_table(model: FittedModel, name: str, data: str | Path, id_colum
                        features: str | Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
     """A serving party's (normalised IDs, rows of its block's features) from its CSV/Parquet table, through the
     preprocessing the model records for it. ``features`` (its raw columns, if given) must be the model's."""
+    from vfl.data.config import read_party_csv
     from vfl.data.preprocessing import Preprocessing
-    from vfl.net.config import read_party_csv
 
     p, _ = _party(model, name)
     pp, inputs = (Preprocessing.from_record(p.preprocessing, p.features) if p.preprocessing is not None
@@ -322,7 +322,7 @@ class ScoringPartyNode(Member):
 
     def _check_roster(self, allow_unsigned: bool) -> None:
         """Before anything is sent: every party of the model's roster signed the model file's digest, under the key
-        this party pins for it, this party's own signature included (:func:`vfl.net.model_signing.check_signed`:
+        this party pins for it, this party's own signature included (:func:`vfl.protocols.model_signing.check_signed`:
         issue 29, a party signs only a model it re-derived from a run it completed). Refused with one line
         (IdentityError) unless the file carries no signature at all and ``allow_unsigned``
         (``--allow-unsigned-model``), which warns loudly instead."""

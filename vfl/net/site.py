@@ -29,9 +29,9 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
+from vfl.models.modelio import FittedModel
 from vfl.net.cape_wire import TYPE_TO_KIND, from_wire, to_wire
 from vfl.net.messages import Message, MessageType, validate_name
-from vfl.net.modelio import FittedModel
 from vfl.net.runtime import Done, Member, run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.budget_guard import BudgetGuard

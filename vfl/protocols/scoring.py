@@ -1,6 +1,6 @@
 """Federated scoring of a released model, both sides, socket-free (issues 22 and 29; docs/serving.md).
 
-A released vertical model is affine in the raw columns, ``z(x) = sum_k c_k . x_k + b`` (:mod:`vfl.net.modelio`:
+A released vertical model is affine in the raw columns, ``z(x) = sum_k c_k . x_k + b`` (:mod:`vfl.models.modelio`:
 each party's coefficient block ``c_k`` in original units, the label map of a linear model folded in, and one public
 intercept ``b``). Party k holds only its columns ``x_k``, so a prediction for ID ``i`` is computed together:
 

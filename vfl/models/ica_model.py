@@ -1,7 +1,7 @@
 """The released capePCA + capeDJICA model as JSON (``vfl djica-aggregator --out``; issue 11).
 
 Fields: the header every vfl model file starts with (``format`` :data:`ICA_MODEL_FORMAT`, ``schema_version``
-:data:`ICA_SCHEMA_VERSION`, ``vfl_version``, ``created`` in UTC; :class:`vfl.net.modelio.JsonModel`; version 1 files,
+:data:`ICA_SCHEMA_VERSION`, ``vfl_version``, ``created`` in UTC; :class:`vfl.models.modelio.JsonModel`; version 1 files,
 ``"format": "vfl-cape-djica-1"``, are still read), ``config`` (the public pipeline parameters), ``n_dims`` D,
 ``components`` V_K (D x K) and ``eigenvalues`` lambda_K of the capePCA release, ``whitening`` M (K x D) and the
 public ``radius`` rho, ``unmixing`` W (K x K) and ``bias`` b of capeDJICA, ``n_rounds``, ``n_restarts``,
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
-from vfl.net.modelio import JsonModel, schema_version_of
+from vfl.models.modelio import JsonModel, schema_version_of
 
 __all__ = ["ICA_MODEL_FORMAT", "ICA_SCHEMA_VERSION", "RESULT_FRAMES", "ICAModel", "load_ica_model"]
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from vfl.data.preprocessing import Preprocessing
 from vfl.exceptions import ConfigurationError, DataValidationError
-from vfl.net.modelio import FittedModel
+from vfl.models.modelio import FittedModel
 
 __all__ = ["OUT_OF_BOUNDS_MODES", "Predictions", "model_inputs", "read_rows", "check_bounds", "predict_file",
            "format_value"]
@@ -49,7 +49,7 @@ def read_rows(model: FittedModel, path: str | Path, id_column: str | None = None
               ) -> tuple[np.ndarray, list[str] | None]:
     """The model's prepared columns of every row of ``path`` (raw columns by name, preprocessing applied) and the
     ``id_column`` cells (None without one)."""
-    from vfl.net.config import read_party_csv
+    from vfl.data.config import read_party_csv
 
     inputs, pp = model_inputs(model)
     table = read_party_csv(path, inputs, id_column=id_column, preprocessing=pp if pp else None)

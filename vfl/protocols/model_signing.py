@@ -1,7 +1,7 @@
 """Signed models: a model is servable only if every party of its training roster signed its digest (issue 29).
 
 A model file records the run's signed roster (:mod:`vfl.protocols.roster`) and, since this change, ``signatures``:
-for each party of the roster an Ed25519 signature (RFC 8032) over :func:`vfl.net.modelio.model_document_digest`,
+for each party of the roster an Ed25519 signature (RFC 8032) over :func:`vfl.models.modelio.model_document_digest`,
 the sha256 of the whole file without its signatures. A party gives that signature only at the end of a run it took
 part in and completed, after re-deriving the coefficients from the run's release (:mod:`vfl.net.model_check`). So
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vfl.exceptions import IdentityError, PrivacyLeakWarning
-from vfl.net.modelio import FittedModel, load_model
+from vfl.models.modelio import FittedModel, load_model
 from vfl.protocols.roster import entry_digest, registration_digest
 from vfl.secure.identity import PinnedKeys, verify_signature
 
@@ -117,7 +117,7 @@ def verify_model_signatures(model: FittedModel, *, pinned: PinnedKeys | None = N
 
 def load_signed_model(path: str | Path, *, allow_unsigned: bool = False, pinned: PinnedKeys | None = None,
                       own: tuple[str, str] | None = None, log: Callable[[str], Any] | None = None) -> FittedModel:
-    """:func:`vfl.net.modelio.load_model`, then :func:`verify_model_signatures`. ``allow_unsigned``: a file with no
+    """:func:`vfl.models.modelio.load_model`, then :func:`verify_model_signatures`. ``allow_unsigned``: a file with no
     signatures at all is returned with a loud warning (:class:`PrivacyLeakWarning` and ``log``); any other failure
     raises :class:`IdentityError` naming the file."""
     model = load_model(path)
