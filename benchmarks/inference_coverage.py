@@ -28,7 +28,7 @@ Known models (x ~ U(-1, 1)^10, declared bounds (-1, 1)):
 
 Data set s of a cell uses data seed ``seed + s`` and noise seed ``seed + s + 10^6`` (``--seed`` differs between the
 main run and the confirmation run on disjoint seeds). Writes JSON and prints the Markdown table docs/inference.md
-quotes (checked by tests/test_docs_inference.py).
+quotes (checked by tests/docs/test_docs_inference.py).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ alpha shares 0.2 and 0.7, same draws. The decomposition (``--quick`` too) separa
 same draws: Taylor bias (nonprivate - taylor), noise on alpha only and on M only (floor lambda_0), both, and the
 floor (gfm - gfm_before). Writes JSON
 (every median, the target of issue 24 with pass/miss) and prints the Markdown tables that
-docs/benchmarks_logistic.md quotes (checked by tests/test_docs_logistic.py).
+docs/benchmarks_logistic.md quotes (checked by tests/docs/test_docs_logistic.py).
 """
 
 from __future__ import annotations

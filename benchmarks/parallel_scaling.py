@@ -244,7 +244,7 @@ def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: in
 
 def markdown(report: dict[str, Any]) -> str:
     """The two tables of docs/secure_products.md, "Parallel workers" (checked against the JSON by
-    tests/test_docs_parallel.py)."""
+    tests/docs/test_docs_parallel.py)."""
     lines = ["| machine | |", "|---|---:|",
              f"| 1-minute load at the start / end of the run | {report['load_1min_start']:.2f} / "
              f"{report['load_1min_end']:.2f} |", "",

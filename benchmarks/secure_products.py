@@ -13,6 +13,10 @@ serialisation, validation, re-randomisation, decryption; ``floor_us``), at the f
 (``--large``: also 10^5 x 10 x 10), every run checked exact against numpy's integer product; the same products with
 the pure-Python inner loops (``VFL_PURE_PYTHON``'s fallback), run alternately with the C ones; plus, side by side,
 per-ciphertext gcd validation against the batched one and the former 40-bit slot slack against the 8-bit guard.
+Issue 34: the floor's multi-exponentiation term is the best known method counted exactly on the run's exponents
+(``vfl.secure.multiexp_counts``: bucket windows and the sorted-exponent method, per column), every method's count
+per row and column is reported beside Pippenger's asymptotic ``H / lg H``, and the sorted-exponent method is run
+against the bucket method in the Python loops on 10^4 rows (CPU, alternating, identical products).
 
 Shapes: forest fires (n=517, 13 x 14) and n=10,000 (10 x 10), 2048-bit keys. For each run it prints
 the wall time, the speed-up over naive, and the ratio to the *big-number floor*: the counted
@@ -29,6 +33,7 @@ import json
 import math
 import os
 import resource
+import secrets
 import statistics
 import sys
 import time
@@ -50,10 +55,27 @@ from vfl.secure import (
     generate_keypair,
     native,
 )
-from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products, inner_product_error_bound, to_fixed_point_ints
+from vfl.secure.encoding import (
+    DEFAULT_PRECISION_BITS,
+    decode_products,
+    encode_offset,
+    inner_product_error_bound,
+    to_fixed_point_ints,
+)
 from vfl.secure.executors import encrypt_rows_task
-from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter, best_table_window, mpz, multiexp_cost, powmod
+from vfl.secure.fastmath import (
+    SHORT_EXPONENT_BITS,
+    Encrypter,
+    _multiexp_python,
+    best_bucket_window,
+    best_table_window,
+    mpz,
+    multiexp_cost,
+    persistent_bucket_window,
+    powmod,
+)
 from vfl.secure.keys import ciphertext_byte_length, ciphertexts_from_bytes, ciphertexts_to_bytes, validate_ciphertext
+from vfl.secure.multiexp_counts import multi_output_counts, multiexp_sorted
 from vfl.secure.packing import DEFAULT_GUARD_BITS
 from vfl.secure.products import RERANDOMISATION, EncryptedChunk, ProductStreamHeader, combine_packed_shares
 
@@ -238,7 +260,8 @@ def cheapest_mulmod(u: dict[str, float], modulus: str) -> float:
     return min(v for k, v in u.items() if k in (f"mulmod_{modulus}", f"mulmod_{modulus}_gmp_c", f"montmul_{modulus}_c"))
 
 
-def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, float]) -> dict[str, float]:
+def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, float],
+             multiexp_mults: float | None = None) -> dict[str, float]:
     """The Paillier floor of one product (µs) from unit costs: what the protocol needs with every known technique.
 
     Multiplications are priced at the cheapest measured implementation (:func:`cheapest_mulmod`).
@@ -246,14 +269,16 @@ def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, 
     ``best_table_window`` picks for ``n G`` encryptions) and two mulmods modulo n^2 (CRT recombination, ``(1 + mn)
     rho``); serialisation and batched validation. Responder: Pippenger buckets kept over all ``n`` rows
     (``multiexp_cost(n, b)`` mulmods per column and group), a re-randomiser and a ``g^M`` mulmod per response
-    ciphertext. Key holder: one CRT decryption per response ciphertext.
+    ciphertext. Key holder: one CRT decryption per response ciphertext. ``multiexp_mults`` (issue 34): the
+    multi-exponentiations' multiplications counted exactly for the best known method on the run's exponents
+    (:func:`best_multiexp_counts`); without it the bucket bound ``multiexp_cost`` per column and group.
     """
     cts, resp = n * groups, d_resp * groups
     mul_n2, mul_p2 = cheapest_mulmod(u, "n2"), cheapest_mulmod(u, "p2")
     window = best_table_window(cts, SHORT_EXPONENT_BITS) or 8
     enc = cts * (2 * math.ceil(SHORT_EXPONENT_BITS / window) * mul_p2 + 2 * mul_n2)
     io = cts * (u["serialise"] + u["validate_batched"]) + resp * 2 * u["serialise"]
-    mexp = resp * multiexp_cost(n, exponent_bits) * mul_n2
+    mexp = (resp * multiexp_cost(n, exponent_bits) if multiexp_mults is None else multiexp_mults) * mul_n2
     tail = resp * (u["rerandomise"] + mul_n2 + u["decrypt"])
     return {"encrypt": enc, "io": io, "multiexp": mexp, "respond_tail": tail, "total": enc + io + mexp + tail}
 
@@ -324,7 +349,9 @@ def floor_report(keypair: tuple, shapes: list[tuple[str, int, int, int]], repeat
         both = shape_runs(A, B, keypair, repeats, kinds)
         runs = both[kinds[0]]
         lay = runs[0]["layout"]
-        fl = floor_us(n, runs[0]["groups"], d_b, lay.exponent_bits, u)
+        counts = best_multiexp_counts(B, n, d_b, runs[0]["groups"], lay.exponent_bits, ciphertext_byte_length(pk))
+        fl = floor_us(n, runs[0]["groups"], d_b, lay.exponent_bits, u,
+                      multiexp_mults=counts["best"] * n * d_b * runs[0]["groups"])
         cpu = statistics.median(r["cpu_s"] for r in runs)
         py_cpu = statistics.median(r["cpu_s"] for r in both["python"])
         out["shapes"].append({"shape": name, "n": n, "d_enc": d_a, "d_resp": d_b, "groups": runs[0]["groups"],
@@ -336,7 +363,8 @@ def floor_report(keypair: tuple, shapes: list[tuple[str, int, int, int]], repeat
                               "floor_us_per_row": round(fl["total"] / n, 1),
                               "floor_parts_us_per_row": {k: round(v / n, 1) for k, v in fl.items()},
                               "ratio": round(cpu * 1e6 / fl["total"], 2),
-                              "exact": all(r["exact"] for kind in kinds for r in both[kind])})
+                              "exact": all(r["exact"] for kind in kinds for r in both[kind]),
+                              "multiexp_per_row_col": counts})
     A, B = rng.uniform(-1, 1, (517, 20)), rng.uniform(-1, 1, (517, 10))
     for guard in (40, DEFAULT_GUARD_BITS):   # the former kappa = 40 slack against the guard band, same invocation
         runs = [vfl_cpu_run(A, B, keypair, guard_bits=guard) for _ in range(repeats)]
@@ -346,7 +374,49 @@ def floor_report(keypair: tuple, shapes: list[tuple[str, int, int, int]], repeat
                              "vfl_us_per_row": round(statistics.median(r["cpu_s"] for r in runs) * 1e6 / 517, 1),
                              "exact": all(r["exact"] for r in runs)})
     out["buckets"] = bucket_comparison(keypair, repeats)
+    out["multiexp_sorted"] = sorted_multiexp_comparison(keypair, repeats)
     return out
+
+
+def best_multiexp_counts(B: np.ndarray, n: int, d_b: int, groups: int, exponent_bits: int,
+                         width: int) -> dict[str, float]:
+    """Multiplications per row and responder column of each multi-exponentiation method, counted exactly on the
+    responder's encoded exponents (``vfl.secure.multiexp_counts``): the bucket bound the floor used before issue 34,
+    vfl's buckets kept across chunks (its window), the best window, the sorted-exponent method, the best per column
+    (what the floor now prices) and Pippenger's asymptotic ``H / lg H``."""
+    E = np.asarray(encode_offset(B, P, 1.0)[0], dtype=np.int64)
+    window = persistent_bucket_window(n, exponent_bits, d_b * groups, width)
+    return {k: round(v, 4) for k, v in multi_output_counts(E, window).items()}
+
+
+def sorted_multiexp_comparison(keypair: tuple, repeats: int, n: int = 10_000, columns: int = 2) -> dict:
+    """The sorted-exponent multi-exponentiation against the bucket method, both in the Python loops, on ``n``
+    random units modulo n^2 (a ciphertext is one; the cost does not depend on which) and the exponents of
+    ``columns`` encoded columns: CPU seconds (alternating, median of ``repeats``), multiplications, and whether the
+    products are identical."""
+    pk, _ = keypair
+    rng = np.random.default_rng(34)
+    n2 = mpz(pk.nsquare)
+    bases = [mpz(secrets.randbelow(int(n2) - 2) + 2) for _ in range(n)]   # units modulo n^2, as ciphertexts are
+    E = np.asarray(encode_offset(rng.uniform(-1, 1, (n, columns)), P, 1.0)[0], dtype=np.int64)
+    exps = [[int(x) for x in E[:, k]] for k in range(columns)]
+    bits = int(E.max()).bit_length()
+    window = best_bucket_window(n, bits)
+    runs: dict[str, list[float]] = {"buckets": [], "sorted": []}
+    values: dict[str, list] = {}
+    for _ in range(repeats):
+        for name in runs:
+            t0 = cpu_seconds()
+            if name == "buckets":
+                res = [_multiexp_python(bases, e, n2, window, bits) for e in exps]
+            else:
+                res = [multiexp_sorted(bases, e, n2) for e in exps]
+            runs[name].append(cpu_seconds() - t0)
+            values[name] = res
+    per = n * columns
+    return {"shape": f"{n} x {columns}", "exact": [v for v, _ in values["buckets"]] == [v for v, _ in values["sorted"]],
+            **{f"{k}_us_per_row_col": round(statistics.median(v) * 1e6 / per, 2) for k, v in runs.items()},
+            **{f"{k}_mults_per_row_col": round(sum(m for _, m in values[k]) / per, 4) for k in runs}}
 
 
 def bucket_comparison(keypair: tuple, repeats: int) -> dict:
@@ -400,7 +470,7 @@ FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n², Python (gmpy2)",
 
 
 def markdown_floor(rep: dict) -> str:
-    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/test_docs_numbers.py)."""
+    """The three tables of docs/secure_products.md's floor section, from the JSON (tests/docs/test_docs_numbers.py)."""
     u = rep["units_us"]
     lines = ["| unit operation | CPU µs |", "|---|---:|"]
     lines += [f"| {label} | {u[key]:.2f} |" for key, label in FLOOR_UNIT_LABELS.items() if key in u]
@@ -431,6 +501,29 @@ def markdown_floor(rep: dict) -> str:
     return "\n".join(lines)
 
 
+MULTIEXP_METHODS = {"kept_buckets": "vfl's buckets kept across chunks", "best_window": "buckets, best window",
+                    "sorted": "sorted exponents (running products + gap buckets)", "best": "best of these (the floor)",
+                    "bound_model": "bucket bound ceil(b/c)(n + 2^(c+1)) (floor before issue 34)",
+                    "pippenger_asymptotic": "Pippenger's H / lg H without lower-order terms"}
+
+
+def markdown_multiexp(rep: dict) -> str:
+    """The two tables of docs/secure_products.md's multi-output section, from the floor JSON (issue 34)."""
+    shapes = rep["shapes"]
+    lines = ["| multiplications per row and column | " + " | ".join(r["shape"] for r in shapes) + " |",
+             "|---|" + "---:|" * len(shapes)]
+    lines += [f"| {label} | " + " | ".join(f"{r['multiexp_per_row_col'][key]:.2f}" for r in shapes) + " |"
+              for key, label in MULTIEXP_METHODS.items()]
+    m = rep["multiexp_sorted"]
+    lines += ["", "| Python loops, one product per column | buckets | sorted exponents | buckets / sorted |",
+              "|---|---:|---:|---:|",
+              *(f"| {m['shape']}: {label} per row and column | {m[f'buckets_{key}_per_row_col']:.2f} | "
+                f"{m[f'sorted_{key}_per_row_col']:.2f} | "
+                f"{m[f'buckets_{key}_per_row_col'] / m[f'sorted_{key}_per_row_col']:.2f} |"
+                for key, label in (("mults", "multiplications"), ("us", "CPU µs")))]
+    return "\n".join(lines)
+
+
 def floor_main(args: argparse.Namespace) -> int:
     keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
     shapes = [("forest 517 x 13 x 14", 517, 13, 14), ("10^4 x 10 x 10", 10_000, 10, 10)]
@@ -446,9 +539,10 @@ def floor_main(args: argparse.Namespace) -> int:
           f"CPU = getrusage(self + children), median of {args.repeats}")
     print_floor_report(rep)
     print(markdown_floor(rep))
+    print(markdown_multiexp(rep))
     if args.out:
         Path(args.out).write_text(json.dumps(rep, indent=1) + "\n", encoding="utf-8")
-    return 0 if all(r["exact"] for r in rep["shapes"] + rep["guard"] + [rep["buckets"]]) else 1
+    return 0 if all(r["exact"] for r in rep["shapes"] + rep["guard"] + [rep["buckets"], rep["multiexp_sorted"]]) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

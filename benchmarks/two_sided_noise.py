@@ -23,7 +23,7 @@ block (paired comparison: the first draw is shared). Release, projection and sol
 in floating point (vfl.privacy.mechanisms block noise, the default public eigenvalue floor of the calibrated noise,
 ``fallback="ridge"`` where every eigenvalue is floored; the networked release's exact fixed-point rounding and
 discrete noise change nothing at this scale). Writes JSON and prints the Markdown table docs/privacy.md quotes
-(checked by tests/test_docs_two_sided_noise.py).
+(checked by tests/docs/test_docs_two_sided_noise.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ n / 0.8 rows per cell, split 80/20 at random). Epsilon 0.5, 1, 2, 4, 8.
 
 Monte Carlo error of the adaptive-vs-floor and the risk-vs-equal comparisons: the standard error of the difference
 of the two medians, by a bootstrap over the splits (paired). Writes JSON (every median, the targets of issue 24 with
-pass/miss) and prints the Markdown tables docs/benchmarks_utility.md quotes (checked by tests/test_docs_utility.py).
+pass/miss) and prints the Markdown tables docs/benchmarks_utility.md quotes (checked by
+tests/docs/test_docs_utility.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ intercept, delta = 1e-5) with the releases of issue 33, every vfl one fitted in-
 
 Per cell: median test R^2 over the splits, and the excess test MSE over OLS of ``auto`` divided by that of the best
 peer (the peer with the smallest median excess), with an 80 % bootstrap interval over the splits (paired). Writes JSON
-and prints the tables docs/benchmarks_utility.md quotes (tests/test_docs_utility_gd.py checks them).
+and prints the tables docs/benchmarks_utility.md quotes (tests/docs/test_docs_utility_gd.py checks them).
 """
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ DOCS_TITLES = {"forestfires": "Forest fires", "garment": "Garment"}
 
 def docs_section(results: dict) -> str:
     """The section of docs/benchmarks_real_data.md for one data set, made from its results.json only (so the page
-    is regenerated from the committed JSON and tests/test_docs_real_data.py checks it)."""
+    is regenerated from the committed JSON and tests/docs/test_docs_real_data.py checks it)."""
     lines = [f"## {DOCS_TITLES[results['dataset']]} (OLS R^2 without intercept {results['ols_r2']:.4f}, with "
              f"intercept {results['ols_intercept_r2']:.4f}; 5-round BCD {results['bcd5_r2']:.4f}; paper: "
              f"~{results['paper_centralized_r2']})", "",

@@ -69,7 +69,7 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl party --config parties/forestfires/alice.toml --identity-dir certs": (
         "block", "test_the_shipped_party_config_starts_with_its_documented_bounds"),
     "vfl predict --id person_id": ("skip", "a fragment (--model and --data omitted) in the text",
-                                   "test_cli_data_files.py::test_predict_applies_the_recorded_preprocessing_and_"
+                                   "cli/test_cli_data_files.py::test_predict_applies_the_recorded_preprocessing_and_"
                                    "passes_ids_through"),
     "vfl keys --out certs --names alice,bob": DEPLOY,
     "vfl coordinator --parties 2 --model linear --mechanism gaussian-fm --epsilon 1 --delta 1e-5 --bind "

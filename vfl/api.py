@@ -76,7 +76,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
         allow_insecure_keys: bool = False, timeout: float = 120.0, precision_bits: int | None = None,
         lambda_floor: float | None = None, regularization: str | None = None, gamma: float = 1.2, rounds: int = 5,
         tol: float | None = None, max_run_seconds: float | None = 86400.0, fit_intercept: bool = True,
-        randomness: str = "short-exponent", min_rows: int = 1, out: str | None = None,
+        randomness: str = "short-exponent", min_rows: int = 1, release_beta: bool = False, out: str | None = None,
         progress: bool = False, verbose: bool = False, bind: str = "tcp://127.0.0.1:0",
         **mechanism_options: Any) -> FittedModel:
     """Train over the real networked protocol on loopback; returns the released :class:`FittedModel`.
@@ -91,7 +91,10 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     ``domain="l2"``). (DP-)BCD: ``rounds`` is the maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by
     the rule of :func:`vfl.models.bcd.run_bcd`.
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
-    (after the row alignment when the parties give ``ids``) below which the run stops.
+    (after the row alignment when the parties give ``ids``) below which the run stops. ``release_beta`` (linear
+    FM): the label owner also releases beta = (1/N) y'y with calibrated noise, as :class:`vfl.LinearRegression`
+    does with ``release_beta=True`` (same epsilon, one more block sharing it), so the inference record carries R^2
+    and MSE; ``calibration="paper"`` releases it anyway.
     """
     if not parties:
         raise ConfigurationError("fit needs at least one Party")
@@ -100,7 +103,8 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
                            timeout=timeout, mechanism_options=dict(mechanism_options), lambda_floor=lambda_floor,
                            regularization=regularization,
                            gamma=gamma, rounds=rounds, tol=tol, max_run_seconds=max_run_seconds,
-                           fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows)
+                           fit_intercept=fit_intercept, randomness=randomness, min_rows=min_rows,
+                           release_beta=release_beta)
     settings.validate()
     fm = mechanism not in BCD_MECHANISMS
     datas = [p.local_data(use_bounds=fm) for p in parties]

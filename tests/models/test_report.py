@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from browser import load_page
+from helpers.browser import load_page
 
 from vfl.cli import main
 from vfl.exceptions import ConfigurationError

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aligned_rows import rows_aligned
+from helpers.aligned_rows import rows_aligned
 
 #: the console entry point as a child process (same interpreter, PYTHONPATH inherited)
 VFL = [sys.executable, "-m", "vfl.cli"]

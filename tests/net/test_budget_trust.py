@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_coordinator import FakeCoordinator
+from helpers.fake_coordinator import FakeCoordinator
 
 from vfl.demo import free_port, make_demo_data
 from vfl.net.messages import MessageType

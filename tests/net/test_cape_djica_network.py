@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cape_identities import site_identities
+from helpers.cape_identities import site_identities
 
 from vfl.cli import main
 from vfl.data.synthetic_ica import make_joint_ica

@@ -19,8 +19,8 @@ import threading
 
 import numpy as np
 import pytest
-from cape_identities import site_identities
-from fake_coordinator import FakeCoordinator
+from helpers.cape_identities import site_identities
+from helpers.fake_coordinator import FakeCoordinator
 
 from vfl.exceptions import IdentityError, PrivacyLeakWarning, ProtocolError
 from vfl.models.cape_ica import CapeICAConfig

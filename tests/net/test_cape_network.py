@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import numpy as np
 import pytest
-from cape_identities import site_identities
+from helpers.cape_identities import site_identities
 
 import vfl
 from vfl.demo import free_port

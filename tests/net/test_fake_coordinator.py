@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from fake_coordinator import FakeCoordinator, echo_response_wire
+from helpers.fake_coordinator import FakeCoordinator, echo_response_wire
 
 from vfl.net.messages import MessageType
 from vfl.net.party import LocalData, PartyNode

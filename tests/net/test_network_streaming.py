@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from waiting import read_until, start_up_seconds
+from helpers.waiting import read_until, start_up_seconds
 
 from vfl.demo import free_port, make_demo_data
 from vfl.fm.domain import ColumnBounds, to_unit_interval

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from aligned_rows import rows_aligned
+from helpers.aligned_rows import rows_aligned
 
 import vfl
 from vfl.demo import free_port, make_demo_data

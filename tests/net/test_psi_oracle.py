@@ -1,6 +1,6 @@
 """The PSI membership oracle (issue 20, item 5): a hostile coordinator posing as a PSI party, real `vfl party`.
 
-On 9ac3130 the fake coordinator (tests/net/fake_coordinator.py, :func:`fake_coordinator.psi_probe`) sent a real
+On 9ac3130 the fake coordinator (tests/helpers/fake_coordinator.py, :func:`fake_coordinator.psi_probe`) sent a real
 `vfl party --id` process 100 000 guessed IDs blinded under its own key as "party 1's list"; the party re-blinded all
 of them and the prober learned the membership of every guess (40/40 of the party's IDs among them). Now the party
 re-blinds only a list from a member of the signed ring, of exactly the ID count its origin signed at registration,
@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from fake_coordinator import FakeCoordinator, psi_probe
+from helpers.fake_coordinator import FakeCoordinator, psi_probe
 
 from vfl.net.messages import MessageType
 from vfl.protocols.roster import sign_registration

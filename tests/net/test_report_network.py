@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from browser import load_page
+from helpers.browser import load_page
 
 from vfl.demo import free_port, make_demo_data
 

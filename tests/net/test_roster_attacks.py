@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 import pytest
-from fake_coordinator import FakeCoordinator, echo_response_wire
+from helpers.fake_coordinator import FakeCoordinator, echo_response_wire
 
 from vfl.data.rows import ArrayRows
 from vfl.net.messages import MessageType
@@ -327,3 +327,30 @@ def test_a_party_with_identities_refuses_a_co_party_without(identity_dir):
         result, errors = _real_run([identity_dir, None], [False, True])
     assert isinstance(result, BaseException) and "alice" in str(result)
     assert "party 'bob' registered without its pinned identity" in str(errors["alice"]), errors
+
+
+def test_a_coordinator_asking_only_the_label_owner_to_release_yty_is_refused(fake, identity_dir):
+    """Issue 31: ``release_beta`` travels in the PLAN's params, so it is inside the plan digest every party signs
+    in its roster entry. A coordinator that tells alice (the label owner) to release y'y -- so that her blocks are
+    calibrated over three blocks -- while bob's plan has no beta (two blocks) gives them different plans: bob
+    refuses at the roster, with alice's genuinely signed entry for her plan, before sending anything
+    data-dependent. (The check is the roster's plan digest; this guards that the new field stays inside it.)"""
+    party = PartyThread(fake.endpoint, identity_dir)
+    party.start()
+    peer, _ = fake.register()
+    fake.plan(peer, index=1, parties=_narrow_alice(), mechanism="gaussian-fm", params=PARAMS, n_samples=N,
+              label_owner=0)
+
+    def alice_was_told_to_release_beta(entries: list[dict]) -> None:
+        alice = entries[0]
+        her_plan = {**fake.plans[peer], "index": 0, "params": {**PARAMS, "release_beta": True}}
+        alice["plan"] = plan_digest(her_plan).hex()
+        digest = entry_digest(fake.run_id, plan_digest(her_plan), alice["registration"], alice["paillier"],
+                              alice["nonce"])
+        alice["auth"] = load_identity(identity_dir, "alice").sign(digest)   # alice honestly signs what she got
+
+    assert fake.roster(peer, identity_dir, cheat=alice_was_told_to_release_beta) is not None
+    error = fake.wait_for(MessageType.ERROR, timeout=30)
+    party.join(30)
+    assert error is not None and "was sent a different plan than this party" in error[1].body["reason"], error
+    assert _sent_only_before_roster(fake) == []

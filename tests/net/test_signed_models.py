@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import pytest
-from fake_coordinator import FakeCoordinator
+from helpers.fake_coordinator import FakeCoordinator
 
 from vfl.demo import free_port, make_demo_data
 from vfl.models.modelio import FittedModel, PartyColumns, load_model
@@ -236,7 +236,7 @@ def test_a_roster_of_invented_keys_is_refused_under_pinned_keys(runs, tmp_path):
     """A coordinator that invents both parties' keys can sign a file consistently; `vfl predict` without pins checks
     only that consistency and accepts it (the residual docs/serving.md states), `vfl predict --identity-dir` with the
     parties' pinned keys and `vfl serve` refuse it."""
-    from signed_model import signed
+    from helpers.signed_model import signed
 
     root, data, ids, trained = runs
     invented = tmp_path / "invented"

@@ -80,3 +80,13 @@ def test_party_count_is_bounded():
     many["parties"] = many["parties"] + [{"name": f"g{i}", "n_features": 1} for i in range(1000)]
     with pytest.raises(ConfigurationError, match="lists 1002 parties"):
         check_plan(many, PartyPolicy(), name="bob", n_rows=100)
+
+
+def test_the_plan_line_says_when_the_label_owner_releases_yty():
+    """Issue 31: every party's operator sees that the plan releases beta = (1/N) y'y (``release_beta``)."""
+    plan = _plan()
+    plan["params"]["release_beta"] = True
+    assert describe_plan(check_plan(plan, PartyPolicy(), name="bob", n_rows=100)).endswith(
+        "2048-bit keys, the label owner also releases y'y (noised)")
+    plan["model"] = "logistic"   # no beta in a logistic plan: nothing to say
+    assert "y'y" not in describe_plan(check_plan(plan, PartyPolicy(), name="bob", n_rows=100))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamed_product import streamed_product
+from helpers.streamed_product import streamed_product
 
 from vfl.secure import generate_keypair
 from vfl.secure.encoding import to_fixed_point_ints

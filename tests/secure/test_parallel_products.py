@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from streamed_product import streamed_product
+from helpers.streamed_product import streamed_product
 
 from vfl.secure import ProductEncryptor, ProductResponder, generate_keypair
 from vfl.secure.encoding import encode_offset_chunk, to_fixed_point_ints

@@ -10,7 +10,7 @@ import secrets
 
 import numpy as np
 import pytest
-from streamed_product import streamed_product
+from helpers.streamed_product import streamed_product
 
 from vfl.data.rows import ArrayRows, MappedRows
 from vfl.exceptions import DataValidationError, EncodingOverflowError, ProtocolError

@@ -38,7 +38,7 @@ from vfl.secure.native import IMPLEMENTATION as INNER_LOOPS
 
 __all__ = ["cli", "main", "exit_code_for", "COMMANDS"]
 
-#: command name -> (module, attribute, one-line summary shown by ``vfl --help``); tests/test_cli_package.py checks
+#: command name -> (module, attribute, one-line summary shown by ``vfl --help``); tests/cli/test_cli_package.py checks
 #: every summary against the command's own docstring, so the two cannot drift apart.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "aggregator": ("vfl.cli.cape", "aggregator",
@@ -54,6 +54,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                                                              "capePCA release, J CAPE rounds (docs/capedjica.md)."),
     "djica-site": ("vfl.cli.cape", "djica_site", "Run one capeDJICA site: its time points, the capePCA release and "
                                                  "the CAPE rounds (docs/capedjica.md)."),
+    "evaluate": ("vfl.cli.evaluate", "evaluate", "The label owner's held-out evaluation: score the test IDs through "
+                                                 "the scoring protocol, compute the metrics."),
     "keys": ("vfl.cli.tools", "keys", "Write CURVE certificates (zmq.auth) for the coordinator and each party, and "
                                       "each party's Ed25519 signing identity (NAME.sign.secret, secret, mode 0600; "
                                       "NAME.sign.pub, public)."),

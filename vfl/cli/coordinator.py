@@ -27,7 +27,7 @@ MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint
 #: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
 VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
                          "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split",
-                         "regularization")
+                         "regularization", "release_beta")
 
 
 def _budget_split(value: str) -> str | float:
@@ -114,6 +114,11 @@ def _budget_split(value: str) -> str | float:
 @click.option("--min-rows", type=click.IntRange(min=1), default=1, show_default=True,
               help="Public minimum number of rows N (with --id: of row IDs common to all parties) below which the "
                    "run stops without a model.")
+@click.option("--release-beta", is_flag=True,
+              help="Linear FM: the label owner also releases the constant beta = (1/N) y'y with calibrated noise "
+                   "(same total epsilon; the budget is split over one more block, so alpha and M get more noise), "
+                   "so the model file carries R^2 and MSE with intervals and tighter coefficient intervals. "
+                   "On by itself with --calibration paper.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the privacy report and the result line.")
 @hub_options(members="parties (or cape-fm sites)", member="party or site")
 @click.pass_context
@@ -125,7 +130,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 rounds: int, tol: float | None,
                 abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
-                fit_intercept: bool, min_rows: int, quiet: bool, force: bool, allow_plaintext_public: bool) -> None:
+                fit_intercept: bool, min_rows: int, release_beta: bool, quiet: bool, force: bool,
+                allow_plaintext_public: bool) -> None:
     """Run the coordinator: wait for K parties (or S cape-fm sites), drive the protocol, write the model."""
     from vfl.net.coordinator import Coordinator, RunSettings
     from vfl.net.notices import check_bind
@@ -171,7 +177,7 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                            key_bits=key_bits, allow_insecure_keys=insecure_test_keys, precision_bits=precision_bits,
                            timeout=timeout, mechanism_options=options, gamma=gamma, rounds=rounds, tol=tol,
                            max_run_seconds=max_run_time, fit_intercept=fit_intercept, randomness=randomness,
-                           min_rows=min_rows, regularization=regularization)
+                           min_rows=min_rows, regularization=regularization, release_beta=release_beta)
     curve = load_server_keys(curve_dir) if curve_dir else None
     log = (lambda s: None) if quiet else echo
     coord = Coordinator(settings, bind, curve=curve, out=out, log=log, random_state=seed,

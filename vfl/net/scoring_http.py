@@ -239,15 +239,15 @@ class ScoringService:
                     doc["error"] = service.problem
                 self._reply(200 if hub.ready else 503, doc)
 
-            def do_POST(self) -> None:  # noqa: N802
-                if not self._admit("POST"):
-                    return
-                try:   # before a byte of the body is read
+            def _read_ids(self) -> list | None:
+                """The query's ID list, or None when answered already (411/400/413): the length is checked before
+                a byte of the body is read, the values are counted before they are parsed."""
+                try:
                     length = body_length(self.headers, MAX_BODY_BYTES)
                 except HTTPRefusal as exc:
                     self.close_connection = True
                     self._reply(exc.status, {"error": exc.reason})
-                    return
+                    return None
                 raw = self.rfile.read(length)
                 self.request_read()
                 # before parsing: every JSON value but the first is preceded by ',', '[' or '{', so their count (in
@@ -256,7 +256,7 @@ class ScoringService:
                 if sum(raw.count(c) for c in (b",", b"[", b"{")) > service.hub.plan.max_ids + 8:
                     self._reply(413, {"error": f"the body holds more values than this hub's --max-query-ids "
                                                f"({service.hub.plan.max_ids}) allows"})
-                    return
+                    return None
                 try:
                     doc = json.loads(raw.decode("utf-8"))
                     ids = doc["ids"]
@@ -264,6 +264,14 @@ class ScoringService:
                         raise TypeError
                 except (ValueError, KeyError, TypeError):
                     self._reply(400, {"error": 'the body must be JSON {"ids": [...]}'})
+                    return None
+                return ids
+
+            def do_POST(self) -> None:  # noqa: N802
+                if not self._admit("POST"):
+                    return
+                ids = self._read_ids()
+                if ids is None:
                     return
                 req = _Request(ids)
                 service.requests.put(req)

@@ -135,11 +135,13 @@ class FMParams:
     domain: str
     mechanism_options: dict
     randomness: str = "short-exponent"
+    release_beta: bool = False   # the label owner releases beta = (1/N) y'y (a block of the plan; linear only)
 
     def to_params(self) -> dict:
         return {"epsilon": self.epsilon, "delta": self.delta, "precision_bits": self.precision_bits,
                 "key_bits": self.key_bits, "allow_insecure_keys": self.allow_insecure_keys, "domain": self.domain,
-                "mechanism_options": self.mechanism_options, "randomness": self.randomness}
+                "mechanism_options": self.mechanism_options, "randomness": self.randomness,
+                "release_beta": self.release_beta}
 
     @classmethod
     def from_params(cls, params: dict) -> FMParams:
@@ -148,9 +150,10 @@ class FMParams:
                       precision_bits=int(params["precision_bits"]), key_bits=int(params["key_bits"]),
                       allow_insecure_keys=bool(params.get("allow_insecure_keys", False)),
                       domain=str(params["domain"]), mechanism_options=dict(params.get("mechanism_options") or {}),
-                      randomness=str(params.get("randomness", "short-exponent")))
-            if out.randomness not in RANDOMNESS_MODES:
-                raise ValueError(f"unknown randomness {out.randomness!r}")
+                      randomness=str(params.get("randomness", "short-exponent")),
+                      release_beta=params.get("release_beta", False))
+            if out.randomness not in RANDOMNESS_MODES or not isinstance(out.release_beta, bool):
+                raise ValueError(f"unknown randomness {out.randomness!r} or release_beta {out.release_beta!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed plan: {exc}") from None
         return out
@@ -218,7 +221,8 @@ class FMCoordinator:
         # FM runs: the label owner carries the public constant column (spec pitfall 4); it counts in its radius
         self.intercept_party = self.label_owner if s.fit_intercept else None
         counts = [len(r.features) + (1 if i == self.intercept_party else 0) for i, r in enumerate(regs)]
-        self.plan = DissectionPlan(counts, self.label_owner, model=s.model)  # type: ignore[arg-type]  # validated
+        self.plan = DissectionPlan(counts, self.label_owner, model=s.model,  # type: ignore[arg-type]  # validated
+                                   release_beta=s.beta_released)
         opts = {k: v for k, v in s.mechanism_options.items() if k != "domain"}
         self.mech = make_mechanism(s.mechanism, plan=self.plan, n_samples=self.n, epsilon=s.epsilon, delta=s.delta,
                                    domain=s.domain, party_names=[r.name for r in regs], noise_sharing="two-sided",
@@ -228,7 +232,8 @@ class FMCoordinator:
             fixed_point_shrink(self.plan.n_features, self.precision_bits)   # refuses a grid too coarse for d now
         self.params = FMParams(epsilon=s.epsilon, delta=s.delta, precision_bits=self.precision_bits,
                                key_bits=s.key_bits, allow_insecure_keys=s.allow_insecure_keys,
-                               domain=self.mech.domain, mechanism_options=opts, randomness=s.randomness)
+                               domain=self.mech.domain, mechanism_options=opts, randomness=s.randomness,
+                               release_beta=self.plan.release_beta)
         self.values: dict[str, np.ndarray] = {}
         self.shares: dict[str, dict[int, np.ndarray]] = {b.name: {} for b in self.plan.cross_blocks()}
         self.ready: dict[int, ReadyBody] = {}
@@ -337,9 +342,10 @@ class FMCoordinator:
         if block.cross or block.noised_by != i or block.name in self.values:
             raise ProtocolError(f"party {name} sent block {block.name} it does not own")
         arr = msg.array()
-        if arr.shape != block.shape:
-            raise ProtocolError(f"block {block.name} from {name} has shape {arr.shape}, expected {block.shape}")
-        self.values[block.name] = arr.astype(float)
+        expected = block.shape or (1,)   # the scalar beta travels as one entry
+        if arr.shape != expected:
+            raise ProtocolError(f"block {block.name} from {name} has shape {arr.shape}, expected {expected}")
+        self.values[block.name] = arr.astype(float).reshape(block.shape)
 
     def _collect_share(self, block: Block, i: int, msg: Incoming) -> None:
         got = self.shares[block.name] if block.cross else None
@@ -471,7 +477,7 @@ class FMParty:
             raise ProtocolError("the plan does not describe this party")
         self.names = plan.names
         self.plan = DissectionPlan([q.n_features for q in plan.parties], plan.label_owner,
-                                   model=plan.model)  # type: ignore[arg-type]   # DissectionPlan checks it
+                                   model=plan.model, release_beta=p.release_beta)  # type: ignore[arg-type]  # checked
         self.mech = make_mechanism(plan.mechanism, plan=self.plan, n_samples=self.n, epsilon=p.epsilon,
                                    delta=p.delta, domain=p.domain, party_names=self.names, seeded=seeded,
                                    noise_sharing="two-sided", **p.mechanism_options)

@@ -109,6 +109,8 @@ class PlanSummary:
     index: int = 0
     #: the party whose column count includes the public intercept column (None: no intercept)
     intercept_party: str | None = None
+    #: the label owner also releases beta = (1/N) y'y (linear FM, ``release_beta`` in the params)
+    releases_yty: bool = False
 
 
 def _number(params: dict, key: str) -> float | None:
@@ -177,7 +179,8 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     if not isinstance(index, int) or not 0 <= index < len(described) or described[index][0] != name:
         raise ConfigurationError("the plan does not describe this party")
     return PlanSummary(mechanism, str(body.get("model")), eps, true_epsilon, delta, described,
-                       key_bits if isinstance(key_bits, int) else None, index, intercept_party)
+                       key_bits if isinstance(key_bits, int) else None, index, intercept_party,
+                       params.get("release_beta") is True and body.get("model") == "linear")
 
 
 def describe_plan(summary: PlanSummary) -> str:
@@ -194,7 +197,8 @@ def describe_plan(summary: PlanSummary) -> str:
     if summary.delta is not None and summary.mechanism not in UNPROTECTED_MECHANISMS:
         privacy += f", delta {summary.delta:g}"
     keys = f", {summary.key_bits}-bit keys" if summary.key_bits else ""
-    return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}"
+    yty = ", the label owner also releases y'y (noised)" if summary.releases_yty else ""
+    return f"plan: {summary.mechanism} ({privacy}), {summary.model} model, parties {who}{keys}{yty}"
 
 
 @dataclass(frozen=True)

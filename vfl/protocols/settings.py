@@ -60,6 +60,7 @@ class RunSettings:
     fit_intercept: bool = True
     randomness: str = "short-exponent"   # Paillier encryption randomness (vfl.secure.fastmath); or "standard"
     min_rows: int = 1                    # public minimum N (after the row alignment, if any); fewer stops the run
+    release_beta: bool = False           # linear FM: the label owner also releases beta = (1/N) y'y (noised)
 
     def validate(self) -> None:
         """Check every public parameter before anyone registers (so a typo never wastes the parties' time).
@@ -98,6 +99,11 @@ class RunSettings:
             if self.delta is None or not 0 < self.delta < 1:
                 raise ConfigurationError(f"mechanism {self.mechanism} needs 0 < --delta < 1")
             validate_delta(self.delta)
+        if not isinstance(self.release_beta, bool):
+            raise ConfigurationError(f"release_beta must be true or false, got {self.release_beta!r}")
+        if self.release_beta and (self.mechanism in BCD_MECHANISMS or self.model != "linear"):
+            raise ConfigurationError("--release-beta releases the linear FM objective's constant (1/N) y'y; it does "
+                                     f"not apply to a {self.model} {self.mechanism} run")
         if self.mechanism in BCD_MECHANISMS:
             self._validate_bcd()
             return
@@ -134,6 +140,13 @@ class RunSettings:
             raise ConfigurationError(f"abort_rule must be one of {', '.join(ABORT_RULES)}")
         if self.mechanism_options.get("noise_calibration", "half-normal") not in NOISE_CALIBRATIONS:
             raise ConfigurationError(f"noise_calibration must be one of {', '.join(NOISE_CALIBRATIONS)}")
+
+    @property
+    def beta_released(self) -> bool:
+        """Whether the plan releases beta = (1/N) y'y: asked for (``release_beta``), or ``calibration="paper"``
+        Gaussian FM on a linear model, which releases it as the in-process estimators do (Tasnim et al. Alg. 3)."""
+        paper = self.mechanism == "gaussian-fm" and self.mechanism_options.get("calibration") == "paper"
+        return self.model == "linear" and self.mechanism not in BCD_MECHANISMS and (self.release_beta or paper)
 
     @property
     def domain(self) -> str:

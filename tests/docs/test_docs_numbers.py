@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
-from docs_tables import same_to_shown_digits as _same
-from docs_tables import section as _section
-from docs_tables import table_rows as _table_rows
+from helpers.docs_tables import same_to_shown_digits as _same
+from helpers.docs_tables import section as _section
+from helpers.docs_tables import table_rows as _table_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRUST_JSON = ROOT / "docs" / "data" / "trust_cost.json"
 TRUST_SECTION = "## Cost of the trust measures (issue 20)"
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "logistic_utility.json"
 PAGE = ROOT / "docs" / "benchmarks_logistic.md"
 SECTION = "### Logistic regression: the eigenvalue floor selected from the release"

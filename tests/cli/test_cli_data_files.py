@@ -16,8 +16,8 @@ import json
 
 import numpy as np
 import pytest
-from aligned_rows import rows_aligned
-from signed_model import signed
+from helpers.aligned_rows import rows_aligned
+from helpers.signed_model import signed
 
 from vfl.cli import main
 from vfl.models.modelio import FittedModel, PartyColumns

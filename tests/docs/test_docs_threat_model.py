@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("threat_model.md", "psi.md", "secure_products.md", "serving.md")
 LEGEND = re.compile(r"\*\*([A-Z]{2})\*\* = `(tests/[\w/]+\.py)`")
 REF = re.compile(r"(?P<file>tests/[\w/]+\.py)(?:::(?P<fname>\w+))?"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aligned_rows import rows_aligned
-from signed_model import signed
+from helpers.aligned_rows import rows_aligned
+from helpers.signed_model import signed
 
 from vfl.cli import cli, main
 from vfl.data.config import load_bounds_file, load_party_config, read_party_csv, select_columns
@@ -150,7 +150,7 @@ def test_party_config_and_bounds_files(tmp_path):
 def test_shipped_party_configs_parse():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "parties"
+    root = Path(__file__).resolve().parents[2] / "parties"
     configs = sorted(root.glob("*/*.toml"))
     assert configs
     for path in configs:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.docs_tables import same_to_shown_digits, section, table_rows
+from helpers.docs_tables import same_to_shown_digits, section, table_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "serving.md"
 DATA = ROOT / "docs" / "data" / "serving.json"
 COMMAND = ("python benchmarks/serving.py --rows 100000 --parties 2 3 --latency-requests 300 --out\n"

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from aligned_rows import rows_aligned
+from helpers.aligned_rows import rows_aligned
 
 from vfl.cli import main
 from vfl.exceptions import ConfigurationError, PartyFailure

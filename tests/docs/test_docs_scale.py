@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from docs_tables import load_benchmark, section
+from helpers.docs_tables import load_benchmark, section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "performance.md"
 SCALE_JSON = ROOT / "docs" / "data" / "scale.json"
 STEPS_JSON = ROOT / "docs" / "data" / "scale_steps.json"

@@ -8,9 +8,9 @@ import json
 import math
 from pathlib import Path
 
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "planner_check.json"
 PAGE = ROOT / "docs" / "report.md"
 

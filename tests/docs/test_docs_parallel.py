@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from docs_tables import load_benchmark, section
+from helpers.docs_tables import load_benchmark, section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "parallel_scaling.json"
 HEADING = "## Parallel workers (issue 25)"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "benchmarks_synthetic.md"
 JSON = ROOT / "docs" / "data" / "privacy_utility.json"
 HEADING = "## All numbers (results.md of the run)"

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "audit.json"
 PAGE = ROOT / "docs" / "audit.md"
 SCRIPT = ROOT / "benchmarks" / "privacy_audit.py"

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docs_tables import load_benchmark
-from docs_tables import same_to_shown_digits as _same
-from docs_tables import table_rows as _tables
+from helpers.docs_tables import load_benchmark
+from helpers.docs_tables import same_to_shown_digits as _same
+from helpers.docs_tables import table_rows as _tables
 
 from vfl.protocols.fm_release import NOISE_TAIL_STDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "threat_model.md"
 AMP = ROOT / "docs" / "data" / "amplification_attack.json"
 PROOFS = ROOT / "docs" / "data" / "range_proofs.json"

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
 from vfl.privacy.release_choice import CLIP_THRESHOLD, GRADIENT_THRESHOLD, NOISE_THRESHOLD, choose_release
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"rule": ROOT / "docs" / "data" / "utility_gd.json",
         "confirm": ROOT / "docs" / "data" / "utility_gd_confirm.json"}
 PAGE = ROOT / "docs" / "benchmarks_utility.md"

@@ -11,11 +11,11 @@ import json
 import math
 from pathlib import Path
 
-from docs_tables import load_benchmark
-from docs_tables import same_to_shown_digits as _same
-from docs_tables import table_rows as _rows
+from helpers.docs_tables import load_benchmark
+from helpers.docs_tables import same_to_shown_digits as _same
+from helpers.docs_tables import table_rows as _rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "inference_coverage.json"
 HEADING = "## Coverage, measured"
 

@@ -15,7 +15,7 @@ import pytest
 import vfl.exceptions as vexc
 from vfl.cli import COMMANDS, cli, exit_code_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_tables import same_to_shown_digits as _same
-from docs_tables import table_rows as _rows
+from helpers.docs_tables import same_to_shown_digits as _same
+from helpers.docs_tables import table_rows as _rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "two_sided_noise.json"
 DATA_DIR = ROOT.parent / "shared" / "data"
 HEADING = "## Noise shared by both parties of a cross block"

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "utility.json"
 PAGE = ROOT / "docs" / "benchmarks_utility.md"
 
