@@ -170,13 +170,13 @@ def test_a_party_gone_after_the_release_does_not_turn_a_written_model_into_a_fai
     coord._collect_signatures = lambda r, m: None  # type: ignore[method-assign]   # (tests/net/test_model_check.py)
     delivered: list[bytes] = []
 
-    def send(peer: bytes, msg) -> None:  # noqa: ANN001
+    def send(member: Registration, msg) -> None:  # noqa: ANN001
         assert msg.type is MessageType.RESULT
-        if peer == b"A":
+        if member.peer == b"A":
             raise ProtocolError("cannot reach peer: Host unreachable")
-        delivered.append(peer)
+        delivered.append(member.peer)
 
-    coord._send = send  # type: ignore[method-assign]
+    coord.send = send  # type: ignore[method-assign]
     assert coord.run() is model
     assert out.exists() and delivered == [b"B"]
     assert any("could not deliver the model to party a" in line for line in logs)

@@ -405,3 +405,40 @@ def test_a_burst_over_the_rate_limit_is_answered_429(http_service):
     allowed = 10 + 5 * elapsed + 1
     assert codes.count(200) <= allowed and codes.count(429) >= 60 - allowed, (codes, elapsed)
     assert all(r is not None and int(r) >= 1 for c, r in zip(codes, retry, strict=True) if c == 429)
+
+
+@pytest.mark.slow   # real processes, ~10 s
+def test_a_stranger_cannot_end_the_scoring_hubs_registration_with_an_error(procs, tmp_path, identity_dir):
+    """Invariant: only a registered serving party can end a scoring session by reporting ERROR (the shared hub
+    runtime, vfl.net.runtime.Hub). Attacker: anyone who reaches the hub's port, with no key and no registration,
+    registers under a name the model does not hold (refused: the ABORT tells it the run id) and then sends ERROR
+    while the hub waits for its parties. On main the hub stopped ("party mallory failed", exit 3) and scored
+    nothing; now the message is rejected as wire input, the real parties register and the query is scored."""
+    from vfl.net.messages import Message, MessageType
+    from vfl.net.transport import ClientTransport
+
+    names = ["alice", "bob"]
+    _model("linear", names, identity_dir=identity_dir).to_json(tmp_path / "model.json")
+    _write(tmp_path, names)
+    endpoint = _free_endpoint()
+    hub = procs.start("score", "--model", str(tmp_path / "model.json"), "--bind", endpoint, "--ids",
+                      str(tmp_path / "query.csv"), "--out", str(tmp_path / "scores.csv"), "--timeout", "120")
+    procs.wait_for_line(hub, "listening on")
+    stranger = ClientTransport(endpoint, name="mallory")
+    try:
+        stranger.send(Message(MessageType.REGISTER, {"name": "mallory", "n_rows": 1, "features": ["a1"],
+                                                     "label_owner": False, "row_ids": True, "role": "scorer"}))
+        deadline = time.monotonic() + 120
+        refusal = None
+        while refusal is None and time.monotonic() < deadline:
+            refusal = stranger.recv(0.5)
+        assert refusal is not None and refusal.type is MessageType.ABORT and stranger.run_id
+        stranger.send(Message(MessageType.ERROR, {"reason": "stop the service", "error": "PartyFailure"}))
+        assert "error from an unregistered peer" in procs.wait_for_line(hub, "rejected wire input")
+    finally:
+        stranger.close()
+    parties = [_serve(procs, tmp_path, identity_dir, endpoint, n) for n in names]
+    code, out, err = procs.finish(hub)
+    assert code == 0 and "scored" in out, err
+    assert (tmp_path / "scores.csv").exists()
+    assert all(c == 0 for c, _, _ in _finish_all(procs, parties))

@@ -154,3 +154,29 @@ def test_reminder_and_rate_limit_timing():
         limited("kind", f"at {t:g}", lines.append)
     assert lines == ["at 0", "at 11 (2 more like it in the last 11 s not shown)", "at 30 (1 more like it in the last "
                                                                                  "19 s not shown)"]
+
+
+@pytest.mark.slow   # ~10 s; .ci/run runs it in its own step
+def test_a_serving_party_says_what_it_waits_for(procs, tmp_path, identity_dir):
+    """The serving party (`vfl serve`) runs on the shared member loop (vfl.net.runtime.Member): "still waiting for
+    the scoring hub at ..." lines while nothing answers, and the likely cause when it gives up (on main it waited in
+    silence and said only "no message from the scoring hub ... (is it running at ...?)")."""
+    from tests.net.test_scoring_network import _model, _write
+
+    _model("linear", ["alice", "bob"], identity_dir=identity_dir).to_json(tmp_path / "model.json")
+    _write(tmp_path, ["alice", "bob"])
+    dead = f"tcp://127.0.0.1:{free_port()}"
+
+    def serve(timeout: str):
+        return procs.start("serve", "--model", str(tmp_path / "model.json"), "--connect", dead, "--name", "alice",
+                           "--data", str(tmp_path / "alice.csv"), "--id", "pid", "--identity-dir",
+                           str(identity_dir), "--timeout", timeout)
+
+    lonely, quick = serve(LONG), serve("1")
+    code, _, err = procs.finish(quick)
+    assert code == 3 and _one_line(err) == (f"vfl: error: no answer from the scoring hub at {dead} within 1 s: "
+                                           f"nothing accepts connections at {dead}: is the scoring hub running, on "
+                                           "that host, with the port of its --bind?")
+    line = procs.wait_for_line(lonely, "still waiting")
+    assert f"[alice] still waiting for the scoring hub at {dead} (nothing accepts connections there yet; 1" in line
+    assert f"giving up after {LONG} s)" in line

@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError, VFLError
+from vfl.exceptions import ConfigurationError, ProtocolError, VFLError
 from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.net.message_specs import CAPE_ROUND_TYPES
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes, encode, message_of
-from vfl.net.notices import Reminder, abort_body
-from vfl.net.site_link import SiteLink, SiteRegistration
+from vfl.net.runtime import Hub
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.privacy.cape_accounting import colluders_note
 from vfl.protocols.cape_aggregation import CapeFMAggregator, CapeMessage
@@ -49,23 +48,37 @@ SITE_IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-id
                       "experiments only)")
 
 
+@dataclass
+class SiteRegistration:
+    peer: bytes
+    name: str
+    n_rows: int
+    features: list[str]
+    bounds: list[list[float]]
+    label_bounds: list[float] | None
+    seeded: bool = False
+
+
 def _symmetric(pair: list[float]) -> list[float]:
     """[-m, m], m = max(|lo|, |hi|): the bounds of the pure-scaling map of runs without intercept (issue 13)."""
     m = max(abs(float(pair[0])), abs(float(pair[1])))
     return [-m, m]
 
 
-class CapeAggregator(SiteLink):
+class CapeAggregator(Hub):
     """Binds at construction (``endpoint`` is known before sites start); ``run()`` does the rest.
 
     Subclasses for other CAPE statistics (:class:`vfl.net.cape_ica_aggregator.CapeICANetAggregator`) reuse the
     registration loop, the liveness checks and the message loop (:meth:`_drive`) and override
-    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_message`. Sending, heartbeats and liveness are
-    :class:`vfl.net.site_link.SiteLink`'s.
+    :meth:`_parse_registration`, :meth:`_run` and :meth:`_result_message`. Registration, sending, heartbeats,
+    liveness, the identity rule, refusals and abort are :class:`vfl.net.runtime.Hub`'s.
     """
 
     label = "capeFM"
     site_role = "site"
+    member_word = "site"
+    members_word = "sites"
+    hub_word = "aggregator"
 
     def __init__(self, settings: CapeSettings, bind: str = "tcp://127.0.0.1:5555", *,
                  curve: CurveServerKeys | None = None, out: str | None = None,
@@ -73,26 +86,35 @@ class CapeAggregator(SiteLink):
                  on_receive: Callable[[Message], None] | None = None, seeded: bool = False) -> None:
         settings.validate()
         check_max_message_bytes(max_message_bytes)
-        super().__init__()
         self.max_message_bytes = max_message_bytes
         self.settings = settings
         self.out = out
-        self.log = log or (lambda s: None)
+        log = log or (lambda s: None)
         self.on_receive = on_receive
         self.seeded = seeded
         self.run_id = secrets.token_hex(16)
-        self.transport = ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
-                                         on_reject=self.log)   # refused peers and wire input, rate-limited
+        self.init_hub(ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
+                                      on_reject=log),   # refused peers and wire input, rate-limited
+                      timeout=settings.timeout, max_run_seconds=settings.max_run_seconds, log=log)
+        #: CAPE has no dropout recovery (docs/capefm.md): a lost site ends the run
+        self.failure_note = f"{self.label} has no dropout recovery: run aborted, no model written"
         self.endpoint = self.transport.endpoint
         #: sites that registered without a signing identity (--insecure-no-identity), noted in the report
         self.unsigned: list[str] = []
         self.result: FittedModel | None = None
 
+    @property
+    def sites(self) -> list[SiteRegistration]:
+        """The registered sites (the runtime's members), sorted by name once registration is complete."""
+        return self.members
+
+    def observe(self, member: SiteRegistration, msg: Message) -> None:
+        if self.on_receive is not None:   # the audit hook: every message of a registered site
+            self.on_receive(msg)
+
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
-        s = self.settings
-        if s.max_run_seconds is not None:
-            self._deadline = time.monotonic() + s.max_run_seconds
+        self.start_clock()
         try:
             model = self._run()
             text = model.to_json()
@@ -102,11 +124,11 @@ class CapeAggregator(SiteLink):
                 atomic_write_text(self.out, text + "\n")
             self.result = model
         except BaseException as exc:
-            self._broadcast(Message(MessageType.ABORT, abort_body(exc, "aggregator")))
+            self.abort(exc)
             self.transport.close()
             raise
         try:
-            self._broadcast(result)
+            self.broadcast(result)
         finally:
             self.transport.close()
         return model
@@ -118,46 +140,23 @@ class CapeAggregator(SiteLink):
 
     def _register_all(self) -> None:
         S = self.settings.n_sites
-        wait = self.settings.registration_timeout or self.settings.timeout
-        deadline = time.monotonic() + wait
         self.log(f"{self.label} aggregator listening on {self.endpoint}; waiting for {S} sites "
                  f"(run {self.run_id[:8]})")
-        reminder = Reminder()   # "still waiting ..." lines instead of a silent window (issue 21)
-        while len(self.sites) < S:
-            if reminder.due():
-                self.log(f"  still waiting for {S - len(self.sites)} of {S} sites (joined: "
-                         f"{', '.join(r.name for r in self.sites) or 'none'}; {reminder.elapsed():.0f} s, giving up "
-                         f"after {wait:g} s)")
-            if time.monotonic() > deadline:
-                have = ", ".join(r.name for r in self.sites) or "none"
-                raise PartyFailure(f"only {len(self.sites)} of {S} sites registered within "
-                                   f"{wait:g} s (registered: {have}); run aborted")
-            self._tick()
-            got = self.transport.recv(0.2)
-            if got is None:
-                continue
-            peer, msg = got
-            known = next((r for r in self.sites if r.peer == peer), None)
-            if known is not None:
-                if msg.type is MessageType.ERROR:
-                    raise PartyFailure(f"site {known.name} failed: {msg.body['reason']}")
-                continue
-            if msg.type is not MessageType.REGISTER:
-                self.transport._reject(f"{msg.type.value} from an unregistered peer")
-                continue
-            try:
-                check_self_signed(msg.body)   # a signed REGISTER is self-consistent (only the sites pin keys)
-                reg = self._parse_registration(peer, msg)
-            except VFLError as exc:
-                self._refuse(peer, str(exc))
-                raise
-            self.sites.append(reg)
-            if "identity" not in msg.body:
-                self.unsigned.append(reg.name)
-            self.transport.bind_peer(peer, reg.name)  # later messages from this peer must carry this name
-            self._send_to(reg, Message(MessageType.WELCOME, {"run": self.run_id}))
-            self.log(f"  registered site {reg.name}: {reg.n_rows} {'columns' if self.site_role != 'site' else 'rows'}")
-        self.sites.sort(key=lambda r: r.name)
+        self.register_until(S, self.settings.registration_timeout or self.settings.timeout)
+        self.members.sort(key=lambda r: r.name)
+
+    def admit(self, peer: bytes, msg: Message) -> None:
+        """A REGISTER the run cannot take is refused and ends the run (the sites are a fixed set)."""
+        try:
+            check_self_signed(msg.body)   # a signed REGISTER is self-consistent (only the sites pin keys)
+            reg = self._parse_registration(peer, msg)
+        except VFLError as exc:
+            self.refuse(peer, str(exc), ConfigurationError(str(exc)))
+            raise
+        if "identity" not in msg.body:
+            self.unsigned.append(reg.name)
+        self.welcome(reg)   # later messages from this peer must carry this name
+        self.log(f"  registered site {reg.name}: {reg.n_rows} {'columns' if self.site_role != 'site' else 'rows'}")
 
     def _send_plans(self, plan_messages: list[Any], **extra: Any) -> None:
         """CAPE_PLAN to every site: its index, the site names in index order (each site checks them against its
@@ -166,7 +165,7 @@ class CapeAggregator(SiteLink):
         for i, (r, m) in enumerate(zip(self.sites, plan_messages, strict=True)):
             body = dict(m.body)
             body.pop("index")
-            self._send_to(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body, "sites": names, **extra}))
+            self.send(r, Message(MessageType.CAPE_PLAN, {"index": i, "plan": body, "sites": names, **extra}))
 
     def _note_identities(self, report: dict[str, Any]) -> None:
         """The report names the sites that ran without identities (their Diffie-Hellman values were unsigned)."""
@@ -218,31 +217,14 @@ class CapeAggregator(SiteLink):
         back until ``agg.done``; liveness, sender checks, ERROR and the audit hook as for every CAPE run."""
         index_of = {r.peer: i for i, r in enumerate(self.sites)}
         while not agg.done:
-            self._tick()
-            got = self.transport.recv(0.2)
+            got = self.receive()
             if got is None:
                 continue
-            peer, msg = got
-            i = index_of.get(peer)
-            if i is None:
-                if msg.type is MessageType.REGISTER:
-                    self._refuse(peer, f"the run already has its {self.settings.n_sites} sites (is one of them "
-                                       "started twice?)", run_goes_on=True)
-                continue
-            reg = self.sites[i]
-            if msg.sender != reg.name:
-                self.transport._reject(f"peer registered as {reg.name} claims to be {msg.sender}")
-                continue
-            if self.on_receive is not None:
-                self.on_receive(msg)
-            if msg.type is MessageType.ERROR:
-                raise PartyFailure(f"site {reg.name} failed: {msg.body['reason']}")
-            if msg.type is MessageType.HEARTBEAT:
-                continue
+            reg, msg = got
             if msg.type not in CAPE_ROUND_TYPES:
                 raise ProtocolError(f"unexpected {msg.type.value} from site {reg.name}")
-            for out in agg.handle(CapeMessage.received(msg, i)):
-                self._send_to(self.sites[out.site], message_of(out))
+            for out in agg.handle(CapeMessage.received(msg, index_of[reg.peer])):
+                self.send(self.sites[out.site], message_of(out))
 
     def _run(self) -> FittedModel:
         s = self.settings

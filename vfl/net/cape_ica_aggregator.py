@@ -25,9 +25,8 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.models.ica_model import ICAModel
-from vfl.net.cape_aggregator import CapeAggregator
+from vfl.net.cape_aggregator import CapeAggregator, SiteRegistration
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, check_max_message_bytes
-from vfl.net.site_link import SiteRegistration
 from vfl.protocols.cape_djica_rounds import CapeICAAggregator, CapeICAPlan, check_message_sizes
 from vfl.protocols.settings import CapeICASettings
 

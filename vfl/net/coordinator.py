@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-import time
 import warnings
 from collections.abc import Callable
 
@@ -33,7 +32,6 @@ from vfl.exceptions import (
     ConfigurationError,
     DataValidationError,
     NoBetterThanBaselineWarning,
-    PartyFailure,
     ProtocolError,
     VFLError,
 )
@@ -45,15 +43,13 @@ from vfl.net.messages import (
     Message,
     MessageType,
     check_max_message_bytes,
-    message_of,
     pack_payloads,
 )
-from vfl.net.notices import Reminder
-from vfl.net.party_link import PartyLink
+from vfl.net.runtime import Hub
 from vfl.net.transport import CurveServerKeys, ServerTransport
 from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
-from vfl.protocols.contracts import Out, RegisterBody, Registration
+from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
 from vfl.protocols.roster import RosterCoordinator, check_self_signed
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
@@ -98,10 +94,11 @@ class ReleaseRecorder:
                        [json.dumps(model_doc, allow_nan=False).encode(), packed])
 
 
-class Coordinator(PartyLink):
+class Coordinator(Hub):
     """Binds at construction (so ``endpoint`` is known before parties start); ``run()`` does the rest.
 
-    Sending, heartbeats, liveness and refusals are :class:`vfl.net.party_link.PartyLink`'s."""
+    Registration, sending, heartbeats, liveness, the identity rule, refusals and abort are
+    :class:`vfl.net.runtime.Hub`'s; this class decides what a registration must declare and runs the phases."""
 
     def __init__(self, settings: RunSettings, bind: str = "tcp://127.0.0.1:5555", *,
                  curve: CurveServerKeys | None = None, out: str | None = None,
@@ -117,9 +114,10 @@ class Coordinator(PartyLink):
         self.run_id = secrets.token_hex(16)
         self.max_message_bytes = max_message_bytes
         log = log or (lambda s: None)
-        super().__init__(settings, ServerTransport(bind, run_id=self.run_id, curve=curve,
-                                                   max_message_bytes=max_message_bytes, on_reject=log, audit=audit),
-                         log)
+        self.settings = settings
+        self.init_hub(ServerTransport(bind, run_id=self.run_id, curve=curve, max_message_bytes=max_message_bytes,
+                                      on_reject=log, audit=audit),
+                      timeout=settings.timeout, max_run_seconds=settings.max_run_seconds, log=log)
         self.endpoint = self.transport.endpoint
         self.result: FittedModel | None = None
         self.aligned_rows: int | None = None
@@ -132,11 +130,19 @@ class Coordinator(PartyLink):
         #: the FM release's messages as received: sent back to every party for its model check (issue 29)
         self.release = ReleaseRecorder()
 
+    @property
+    def parties(self) -> list[Registration]:
+        """The registered parties (the runtime's members), in the run's order once registration is complete."""
+        return self.members
+
+    @parties.setter
+    def parties(self, value: list[Registration]) -> None:
+        self.members = value
+
     # ------------------------------------------------------------------ public
     def run(self) -> FittedModel:
         """Drive the whole run; returns the released model or raises (after aborting every party)."""
-        if self.settings.max_run_seconds is not None:
-            self._deadline = time.monotonic() + self.settings.max_run_seconds
+        self.start_clock()
         try:
             regs = self._register_all()
             self._align(regs)
@@ -153,7 +159,7 @@ class Coordinator(PartyLink):
                 atomic_write_text(self.out, text + "\n")
             self.result = model
         except BaseException as exc:
-            self._abort(exc)
+            self.abort(exc)
             self.transport.close()
             raise
         # the model is released (file written): a party that vanished now misses its copy but cannot undo the
@@ -161,7 +167,7 @@ class Coordinator(PartyLink):
         try:
             for r in regs:
                 try:
-                    self._send(r.peer, Message(MessageType.RESULT, {"model": model.to_dict()}))
+                    self.send(r, Message(MessageType.RESULT, {"model": model.to_dict()}))
                 except VFLError as exc:
                     self.log(f"could not deliver the model to party {r.name}: {exc}")
         finally:
@@ -171,67 +177,42 @@ class Coordinator(PartyLink):
     # ------------------------------------------------------------------ registration
     def _register_all(self) -> list[Registration]:
         k = self.settings.n_parties
-        deadline = time.monotonic() + self.settings.timeout
         self.log(f"coordinator listening on {self.endpoint}; waiting for {k} parties (run {self.run_id[:8]})")
-        reminder = Reminder()   # "still waiting ..." lines instead of a silent window (issue 21)
-        while len(self.parties) < k:
-            if reminder.due():
-                self.log(self._waiting_line(reminder.elapsed()))
-            if time.monotonic() > deadline:
-                have = ", ".join(r.name for r in self.parties) or "none"
-                text = (f"only {len(self.parties)} of {k} parties registered within {self.settings.timeout:g} s "
-                        f"(registered: {have}); run aborted")
-                if self.refused:  # report what was refused, with the class of the first refusal (exit code)
-                    first = next(iter(self.refused.values()))
-                    reasons = "; ".join(dict.fromkeys(str(e) for e in self.refused.values()))
-                    raise type(first)(f"{text}; refused registration(s): {reasons[:1500]}")
-                raise PartyFailure(text)
-            self.heartbeat()
-            self.check_liveness()
-            got = self.transport.recv(0.2)
-            if got is None:
-                continue
-            peer, msg = got
-            known = next((r for r in self.parties if r.peer == peer), None)
-            if known is not None:
-                if msg.type is MessageType.ERROR:
-                    raise PartyFailure(f"party {known.name} failed: {msg.body['reason']}")
-                continue
-            if msg.type is not MessageType.REGISTER:
-                self.transport._reject(f"{msg.type.value} from an unregistered peer")
-                continue
-            if peer in self.refused:
-                continue
-            try:
-                reg = self._parse_registration(peer, msg)
-                self._check_registration(reg)
-            except VFLError as exc:  # a stray REGISTER (a name already taken, a bad signature) is refused; the run
-                self._refuse(peer, str(exc), exc, run_goes_on=True)     # goes on (issue 14)
-                continue
-            conflict = registration_conflict(self.parties, reg)
-            if conflict is not None:   # a party this run cannot take: it would wait out the window for nothing
-                self._refuse(peer, str(conflict), conflict)
-                raise type(conflict)(f"{conflict}; run aborted at once (party {reg.name} was refused and this run "
-                                     "cannot complete without it), no model written")
-            self.parties.append(reg)
-            self.register_bodies[reg.name] = dict(msg.body)
-            self.transport.bind_peer(peer, reg.name)
-            self._send(peer, Message(MessageType.WELCOME, {"run": self.run_id}))
-            self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
-                     + (", label owner" if reg.label_owner else ""))
+        self.register_until(k, self.settings.timeout)
         self.parties = complete_and_ordered(self.parties)
         return self.parties
+
+    def registration_timeout(self, n: int, wait: float) -> VFLError:
+        exc = super().registration_timeout(n, wait)
+        if not self.refused:
+            return exc
+        first = next(iter(self.refused.values()))   # what was refused, with the class of the first refusal (exit code)
+        reasons = "; ".join(dict.fromkeys(str(e) for e in self.refused.values()))
+        return type(first)(f"{exc}; refused registration(s): {reasons[:1500]}")
+
+    def admit(self, peer: bytes, msg: Message) -> None:
+        """A REGISTER: refused if its name is taken or it is malformed (the run goes on, issue 14); a party this run
+        cannot take (:func:`registration_conflict`) ends the run at once."""
+        try:
+            reg = self._parse_registration(peer, msg)
+            self._check_registration(reg)
+        except VFLError as exc:  # a stray REGISTER (a name already taken, a bad signature) is refused; the run
+            self.refuse(peer, str(exc), exc, run_goes_on=True)     # goes on (issue 14)
+            return
+        conflict = registration_conflict(self.parties, reg)
+        if conflict is not None:   # a party this run cannot take: it would wait out the window for nothing
+            self.refuse(peer, str(conflict), conflict)
+            raise type(conflict)(f"{conflict}; run aborted at once (party {reg.name} was refused and this run "
+                                 "cannot complete without it), no model written")
+        self.register_bodies[reg.name] = dict(msg.body)
+        self.welcome(reg)
+        self.log(f"  registered {reg.name}: {reg.n_rows} rows, {len(reg.features)} features"
+                 + (", label owner" if reg.label_owner else ""))
 
     def _parse_registration(self, peer: bytes, msg: Message) -> Registration:
         reg = Registration.of(peer, RegisterBody.from_body(msg.body, msg.sender))
         check_self_signed(msg.body)
         return reg
-
-    def _waiting_line(self, waited: float) -> str:
-        k, have = self.settings.n_parties, [r.name for r in self.parties]
-        refused = f"; {len(self.refused)} registration(s) refused" if self.refused else ""
-        return (f"  still waiting for {k - len(have)} of {k} parties (joined: {', '.join(have) or 'none'}{refused}; "
-                f"{waited:.0f} s, giving up after {self.settings.timeout:g} s)")
 
     def _check_registration(self, reg: Registration) -> None:
         """A REGISTER whose name is taken already: refused, the run goes on (its holder is here; issue 14)."""
@@ -266,11 +247,6 @@ class Coordinator(PartyLink):
             model.privacy_report.setdefault("notes", []).append(IDENTITY_NOTE.format(names=", ".join(self.unsigned)))
 
     # ------------------------------------------------------------------ phases
-    def _send_out(self, regs: list[Registration], out: list[Out]) -> None:
-        """Send what a protocol phase produced, each message to the party it names."""
-        for o in out:
-            self._send(regs[o.to].peer, message_of(o))  # type: ignore[index]
-
     def _run_fm(self, regs: list[Registration]) -> FittedModel:
         """The FM release (:mod:`vfl.protocols.fm_release`): plan, relay and collect until done, assemble."""
         s = self.settings
@@ -290,7 +266,7 @@ class Coordinator(PartyLink):
         if isinstance(phase, FMCoordinator):  # parties size their ciphertext frames below this socket's limit
             for out in plans:
                 out.body["params"]["max_message_bytes"] = self.max_message_bytes
-        self._send_out(regs, plans)
+        self.send_out(plans, regs)
         index_of = {r.peer: i for i, r in enumerate(regs)}
         if not isinstance(phase, AlignmentCoordinator):
             self._run_roster(regs, [o.body for o in plans])
@@ -298,7 +274,7 @@ class Coordinator(PartyLink):
             got = self.receive()
             if got is not None:
                 reg, msg = got
-                self._send_out(regs, phase.handle(index_of[reg.peer], msg))
+                self.send_out(phase.handle(index_of[reg.peer], msg), regs)
                 if isinstance(phase, FMCoordinator):
                     self.release.record(reg.name, msg)   # accepted: part of the release the parties check
 
@@ -311,7 +287,7 @@ class Coordinator(PartyLink):
         digest = model_document_digest(doc)
         check = self.release.check_message(doc, self.settings)
         for r in regs:
-            self._send(r.peer, check)
+            self.send(r, check)
         self.log(f"model check: the release and the model sent to {len(regs)} parties; waiting for their signatures")
         got: dict[str, str | None] = {}
         while len(got) < len(regs):
@@ -342,7 +318,7 @@ class Coordinator(PartyLink):
             got = self.receive()
             if got is not None:
                 reg, msg = got
-                self._send_out(regs, roster.handle(index_of[reg.peer], msg))
+                self.send_out(roster.handle(index_of[reg.peer], msg), regs)
         self.unsigned = roster.unsigned
         self.roster_record = roster.record()   # written into the model file: its serving parties check it
         self.log("roster: " + (IDENTITY_NOTE.format(names=", ".join(self.unsigned)) if self.unsigned

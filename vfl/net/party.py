@@ -35,11 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import queue
-import sys
-import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,16 +48,13 @@ from vfl.exceptions import (
     ConfigurationError,
     DataBoundsWarning,
     DataValidationError,
-    PartyFailure,
-    PrivacyParameterError,
     ProtocolError,
-    VFLError,
 )
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.models.modelio import FittedModel, atomic_write_text
 from vfl.net.messages import Message, MessageType, message_of, validate_name
 from vfl.net.model_check import check_release, check_result, default_model_path
-from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
+from vfl.net.runtime import Done, Member, OrderedWorker, run_reporting_failures, wire_reason
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
 from vfl.privacy.budget_guard import BudgetGuard
@@ -84,26 +77,6 @@ __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNIN
 INSECURE_NO_IDENTITY_WARNING = (
     "party {name} runs WITHOUT identities (--insecure-no-identity): it cannot tell its co-parties from a hostile "
     "coordinator, which could substitute keys, invent parties and forge responses; loopback experiments only")
-
-HEARTBEAT_SECONDS = 1.0
-#: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
-#: these are sent to the coordinator verbatim (which forwards the reason to every other party in its ABORT)
-SHAREABLE_ERRORS = (ConfigurationError, ProtocolError, PrivacyParameterError)
-
-
-def wire_reason(exc: BaseException, party: str) -> str:
-    """The reason a failing party reports in its ERROR message.
-
-    Local error messages may quote the party's data (``value 93.2 in age (row 17) lies outside its declared
-    bounds``, ``found labels [2.0]``): such a message must not travel to the coordinator and, through its ABORT,
-    to the other parties (spec pitfall 7: nothing data-dependent leaves un-noised). Only the error class and the
-    party name go out, except for the classes in :data:`SHAREABLE_ERRORS`.
-    """
-    if isinstance(exc, SHAREABLE_ERRORS):
-        return str(exc)[:2000] or type(exc).__name__
-    return (f"{type(exc).__name__} at party {party} (details withheld: the message may describe that party's "
-            "data; see its own output)")
-
 
 @dataclass
 class LocalData:
@@ -300,38 +273,7 @@ def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: 
     return f"privacy of this plan, as this party sees it: {text}{why}"
 
 
-def send_error(t: ClientTransport, exc: BaseException, name: str) -> None:
-    """Tell the hub (coordinator or aggregator) that this member failed, with a data-free reason; best effort."""
-    try:
-        t.send(Message(MessageType.ERROR, {"reason": wire_reason(exc, name), "error": type(exc).__name__[:64]}),
-               timeout=1.0)
-    except Exception:  # the hub may be gone already
-        pass
-
-
-def run_reporting_failures(t: ClientTransport, name: str, role: str, session: Callable[[], FittedModel]
-                           ) -> FittedModel:
-    """Run a member's (party's or site's) session; on failure report it to the hub, then re-raise.
-
-    A :class:`PartyFailure` came from the hub's side (abort, silence) and is not echoed back; an unexpected bug is
-    reported too; Ctrl-C or SIGTERM (vfl.cli) is reported as an interruption naming the member, so the hub aborts
-    the run at once instead of waiting for its silence timeout.
-    """
-    try:
-        return session()
-    except VFLError as exc:
-        if not isinstance(exc, PartyFailure):
-            send_error(t, exc, name)
-        raise
-    except Exception as exc:
-        send_error(t, exc, name)
-        raise
-    except KeyboardInterrupt:
-        send_error(t, ConfigurationError(f"{role} {name} was interrupted (SIGINT/SIGTERM)"), name)
-        raise
-
-
-class PartyNode:
+class PartyNode(Member):
     """One party of a run: ``PartyNode(...).run()`` returns the released model or raises.
 
     Raises :class:`PartyFailure` when the coordinator aborts or goes silent for ``timeout`` seconds,
@@ -385,9 +327,8 @@ class PartyNode:
         self.rng, self.seeded = make_rng(random_state), random_state is not None
         self.log = log or (lambda s: None)
         self._phase: Any = None
-        self._results: queue.Queue = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._current: FMParty | BCDParty | None = None   # the run's FM or BCD session, once its PLAN came
+        self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment: AlignmentParty | None = None
         self.rows_before_alignment = data.n_rows
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
@@ -407,7 +348,7 @@ class PartyNode:
             self.guard.finish("completed")
             return model
         finally:
-            self._stop.set()
+            self._work.stop()
             t.close()
             if self._phase is not None and hasattr(self._phase, "close"):
                 self._phase.close()   # the executor it opened (process pool or Dask client)
@@ -419,41 +360,27 @@ class PartyNode:
                             label=d.label_name if d.y is not None else None, preprocessing=d.preprocessing).to_body()
         return body if self.identity is None else sign_registration(self.identity, body)
 
-    def _run(self, t: ClientTransport) -> FittedModel:
+    def register_body(self) -> dict:
         self.registration = self._register_body()   # signed; what the roster entry carries (before any alignment)
-        t.send(Message(MessageType.REGISTER, self.registration))
-        last_sent = time.monotonic()
-        session: FMParty | BCDParty | None = None
-        reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
-        while True:
-            msg = t.recv(0.2)
-            now = time.monotonic()
-            if msg is None:
-                if now - t.last_seen > self.timeout:
-                    raise PartyFailure(silence_reason(t, self.timeout))
-                if reminder.due():
-                    self.log(waiting_line(self.data.name, t, now - t.last_seen, self.timeout))
-            else:
-                reminder.reset()
-                result = self._handle(t, msg, session)
-                if isinstance(result, FittedModel):
-                    return result
-                if isinstance(result, (FMParty, BCDParty)):
-                    session = result
-            while not self._results.empty():
-                item = self._results.get()
-                if isinstance(item, BaseException):
-                    raise item
-                t.send(item)
-                last_sent = time.monotonic()
-            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
-                t.send(Message(MessageType.HEARTBEAT))
-                last_sent = now
+        return self.registration
+
+    def _run(self, t: ClientTransport) -> FittedModel:
+        return self.serve(t)   # vfl.net.runtime.Member: silence, reminders, ABORT, heartbeats
+
+    def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
+        result = self._handle(t, msg, self._current)
+        if isinstance(result, FittedModel):
+            return Done(result)
+        if isinstance(result, (FMParty, BCDParty)):
+            self._current = result
+        return []
+
+    def outgoing(self) -> list[Message]:
+        """What this party's worker thread finished (its first failure is raised here, on the main thread)."""
+        return self._work.drain()
 
     def _handle(self, t: ClientTransport, msg: Message, session: FMParty | BCDParty | None) -> Any:
-        kind = msg.type
-        if kind is MessageType.ABORT:
-            raise PartyFailure(abort_text(msg.body))
+        kind = msg.type   # ABORT ends the run in Member.serve
         if kind is MessageType.WELCOME:
             self.log(f"[{self.data.name}] registered with the coordinator (run {t.run_id[:8]}); waiting for the plan")
             return None
@@ -557,9 +484,10 @@ class PartyNode:
                              paillier=None if key is None else hashlib.sha256(key).hexdigest())
         return [self.roster.entry()]
 
-    def _seal(self, out: Any) -> Any:
-        """Sign a message to a co-party (relayed types) under the checked roster."""
-        return out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
+    def _seal(self, out: Any) -> Message:
+        """Sign a message to a co-party (relayed types) under the checked roster; the message to send."""
+        m = out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
+        return m if isinstance(m, Message) else message_of(m)
 
     def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
         """Row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: blinding and re-blinding run on
@@ -613,21 +541,4 @@ class PartyNode:
 
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
-        prev = self._worker
-
-        def work() -> None:
-            if prev is not None:
-                prev.join()
-            if self._stop.is_set():
-                return
-            try:
-                for m in fn(*args):
-                    m = self._seal(m)
-                    self._results.put(m if isinstance(m, Message) else message_of(m))
-            except BaseException as exc:  # delivered to the main loop, which reports and raises
-                if not isinstance(exc, VFLError):
-                    traceback.print_exc(file=sys.stderr)
-                self._results.put(exc)
-
-        self._worker = threading.Thread(target=work, daemon=True, name=f"vfl-party-{self.data.name}")
-        self._worker.start()
+        self._work.submit(fn, *args)

@@ -34,8 +34,8 @@ from vfl.exceptions import (
 from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.models.predict import format_value, output_column
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
-from vfl.net.party import HEARTBEAT_SECONDS, send_error
-from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, PeerUnreachable, ServerTransport
+from vfl.net.runtime import Done, Hub, Member, Peer, run_reporting_failures
+from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, ServerTransport
 from vfl.protocols.contracts import Out
 from vfl.protocols.model_signing import check_signed
 from vfl.protocols.roster import check_self_signed, sign_registration
@@ -133,8 +133,15 @@ class Scores:
         return cls(result.ids, z, None, result.missing)
 
 
-class ScoringHubNode:
-    """The requester: binds, waits for every serving party of ``model``, agrees the session, then :meth:`score`."""
+class ScoringHubNode(Hub):
+    """The requester: binds, waits for every serving party of ``model``, agrees the session, then :meth:`score`.
+
+    Registration, heartbeats, liveness, the identity rule and refusals are :class:`vfl.net.runtime.Hub`'s; a party
+    that cannot be sent a heartbeat ends the session at once (the service drops it and waits for it to rejoin)."""
+
+    failure_note = "nothing scored"
+    hub_word = "scoring hub"
+    heartbeat_failure_ends_run = True
 
     def __init__(self, model: FittedModel, bind: str, *, curve: CurveServerKeys | None = None,
                  timeout: float = 120.0, max_query_ids: int = DEFAULT_MAX_QUERY_IDS,
@@ -144,17 +151,14 @@ class ScoringHubNode:
             raise ConfigurationError(f"--max-query-ids must lie in [1, 10000000], got {max_query_ids}")
         if not timeout > 0:
             raise ConfigurationError(f"--timeout must be positive, got {timeout}")
-        self.model, self.timeout, self.log = model, float(timeout), log or (lambda s: None)
+        self.model = model
         self.names = serving_parties(model)
         self.plan = ScorePlan(secrets.token_hex(16), model_digest(model), tuple(self.names), max_query_ids)
         self.phase = ScoringHub(self.plan)
-        self.transport = ServerTransport(bind, run_id=secrets.token_hex(16), curve=curve, audit=audit,
-                                         max_message_bytes=max_message_bytes, on_reject=self.log)
+        log = log or (lambda s: None)
+        self.init_hub(ServerTransport(bind, run_id=secrets.token_hex(16), curve=curve, audit=audit,
+                                      max_message_bytes=max_message_bytes, on_reject=log), timeout=timeout, log=log)
         self.endpoint = self.transport.endpoint
-        self.peers: dict[str, bytes] = {}
-        self._last_heartbeat = 0.0
-        #: the party whose failure ended the last session (the service drops it and waits for it to rejoin)
-        self.lost: str | None = None
         self.plan_sent = False
         self.sessions = 0
 
@@ -162,16 +166,7 @@ class ScoringHubNode:
     def start(self) -> None:
         """Registration of every serving party, the plan, the relayed signed keys; returns when all are ready."""
         self.log(f"scoring hub listening on {self.endpoint}; waiting for {', '.join(self.names)}")
-        deadline = time.monotonic() + self.timeout
-        while len(self.peers) < len(self.names):
-            if time.monotonic() > deadline:
-                missing = [n for n in self.names if n not in self.peers]
-                raise PartyFailure(f"serving part{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} did not "
-                                   f"register within {self.timeout:g} s; nothing scored")
-            self._heartbeat()
-            got = self.transport.recv(0.2)
-            if got is not None:
-                self._register(*got)
+        self.register_until(len(self.names), self.timeout)
         self.new_session()
         deadline = time.monotonic() + self.timeout
         while not self.phase.ready:
@@ -191,7 +186,7 @@ class ScoringHubNode:
 
     def drop(self, name: str) -> None:
         """Forget a failed party (its session is over for everyone): it may register again and rejoin."""
-        self.peers.pop(name, None)
+        self.members = [m for m in self.members if m.name != name]
         self.plan_sent = False
         self.phase = ScoringHub(self.plan)
 
@@ -200,19 +195,30 @@ class ScoringHubNode:
         return self.plan_sent and self.phase.ready
 
     def waiting_for(self) -> list[str]:
-        return [n for n in self.names if n not in self.peers]
+        joined = {m.name for m in self.members}
+        return [n for n in self.names if n not in joined]
 
-    def _register(self, peer: bytes, msg: Message) -> None:
-        if msg.type is MessageType.ERROR:
-            raise PartyFailure(f"party {msg.sender} failed: {msg.body['reason']}")
-        if msg.type is not MessageType.REGISTER or peer in self.peers.values():
-            return
+    # ------------------------------------------------------------------ runtime hooks
+    def waiting_line(self, n: int, waited: float, wait: float) -> str | None:
+        return None   # the hub's operator started the parties; "waiting for ..." was said at the start
+
+    def registration_timeout(self, n: int, wait: float) -> VFLError:
+        missing = self.waiting_for()
+        return PartyFailure(f"serving part{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} did not "
+                            f"register within {wait:g} s; nothing scored")
+
+    def late_register(self, peer: bytes, msg: Message) -> None:
+        """A party that failed and was dropped may register again (a rejoin); anyone else is refused."""
+        if peer not in self.refused:
+            self.admit(peer, msg)
+
+    def admit(self, peer: bytes, msg: Message) -> None:
         body = msg.body
         name = str(body["name"])
         try:
             if name != msg.sender or body.get("role") != SCORER_ROLE:
                 raise ProtocolError(f"registration of {name!r} is not a scoring registration")
-            if name not in self.names or name in self.peers:
+            if name not in self.names or name not in self.waiting_for():
                 raise ConfigurationError(f"party {name!r} is not an unregistered serving party of this model "
                                          f"({', '.join(self.names)})")
             block = scoring_block(self.model, name)
@@ -220,16 +226,9 @@ class ScoringHubNode:
                 raise ConfigurationError(f"party {name} registered features that are not its block of the model")
             check_self_signed(body)
         except VFLError as exc:
-            self.log(f"  refused a registration: {exc}")
-            try:
-                self.transport.send(peer, Message(MessageType.ABORT, {"reason": str(exc)[:2000],
-                                                                      "error": type(exc).__name__}))
-            except VFLError:
-                pass
+            self.refuse(peer, str(exc), exc)
             return
-        self.peers[name] = peer
-        self.transport.bind_peer(peer, name)
-        self._send(name, Message(MessageType.WELCOME, {"run": self.transport.run_id}))
+        self.welcome(Peer(peer, name))
         self.log(f"  registered {name}: {body['n_rows']} IDs")
 
     def score(self, ids: Sequence[Any]) -> Scores:
@@ -254,63 +253,35 @@ class ScoringHubNode:
 
     def close(self, reason: str | None = None) -> None:
         """SCORE_DONE (or ABORT with ``reason``) to every party still connected, then close the socket."""
-        for name in list(self.peers):
+        for member in list(self.members):
             msg = (Message(MessageType.SCORE_DONE, {"queries": self.phase.round}) if reason is None else
                    Message(MessageType.ABORT, {"reason": reason[:2000], "error": "PartyFailure"}))
             try:
-                self._send(name, msg)
+                self.send(member, msg)
             except VFLError:
                 pass
         self.transport.close()
 
     # ------------------------------------------------------------------ wire
     def _step(self, wait: float = 0.2) -> None:
-        self._heartbeat()
-        now = time.monotonic()
-        for name, peer in self.peers.items():
-            if now - self.transport.last_seen.get(peer, now) > self.timeout:
-                self.lost = name
-                raise PartyFailure(f"party {name} sent nothing for {self.timeout:g} s (crashed, killed or "
-                                   "disconnected); nothing scored")
-        got = self.transport.recv(wait)
-        if got is None:
-            return
-        peer, msg = got
-        name = next((n for n, p in self.peers.items() if p == peer), None)
-        if name is None:
-            if msg.type is MessageType.REGISTER:   # a stray or late registration: refused, the session goes on
-                self._register(peer, msg)
-            return
-        if msg.type is MessageType.ERROR:
-            self.lost = name
-            raise PartyFailure(f"party {name} failed: {msg.body['reason']}")
-        if msg.type is MessageType.HEARTBEAT:
-            return
-        self._send_out(self.phase.handle(self.names.index(name), msg))
-
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now - self._last_heartbeat >= HEARTBEAT_SECONDS:
-            self._last_heartbeat = now
-            for name in list(self.peers):
-                self._send(name, Message(MessageType.HEARTBEAT))
+        got = self.receive(wait)   # heartbeats, liveness, identity rule, ERROR, late REGISTERs: vfl.net.runtime
+        if got is not None:
+            member, msg = got
+            self._send_out(self.phase.handle(self.names.index(member.name), msg))
 
     def _send_out(self, outs: list[Out]) -> None:
+        named = {m.name: m for m in self.members}
         for o in outs:
-            self._send(self.names[o.to], message_of(o))  # type: ignore[index]
-
-    def _send(self, name: str, msg: Message) -> None:
-        try:
-            self.transport.send(self.peers[name], msg)
-        except PeerUnreachable:
-            self.lost = name
-            raise PartyFailure(f"party {name} is unreachable (stopped, killed or disconnected); nothing scored"
-                               ) from None
+            self.send(named[self.names[o.to]], message_of(o))  # type: ignore[index]
 
 
-class ScoringPartyNode:
+class ScoringPartyNode(Member):
     """A serving party: registers, checks the plan against its own model file, agrees keys, answers queries until
-    the hub sends SCORE_DONE. ``ids``/``X``: its normalised IDs and rows of its block's features."""
+    the hub sends SCORE_DONE. ``ids``/``X``: its normalised IDs and rows of its block's features.
+
+    Registration, silence and "still waiting" lines, ABORT and heartbeats are :class:`vfl.net.runtime.Member`'s."""
+
+    hub_word = "scoring hub"
 
     def __init__(self, model: FittedModel, name: str, ids: Sequence[str], X: np.ndarray, connect: str, *,
                  curve: CurveClientKeys | None = None, identity_dir: str | Path | None = None,
@@ -372,48 +343,27 @@ class ScoringPartyNode:
 
     def run(self) -> int:
         """Serve until SCORE_DONE; the number of queries answered. Failures are reported to the hub, then raised."""
-        t = ClientTransport(self.connect, name=self.name, curve=self.curve)
+        t = ClientTransport(self.connect, name=self.name, curve=self.curve, hub=self.hub_word)
         try:
-            return self._run(t)
-        except VFLError as exc:
-            if not isinstance(exc, PartyFailure):
-                send_error(t, exc, self.name)
-            raise
-        except Exception as exc:
-            send_error(t, exc, self.name)
-            raise
+            return run_reporting_failures(t, self.name, "serving party", lambda: self.serve(t))
         finally:
             t.close()
 
-    def _register_body(self) -> dict:
+    def register_body(self) -> dict:
         body = {"name": self.name, "n_rows": len(self.ids), "features": list(self.block.features),
                 "label_owner": False, "row_ids": True, "role": SCORER_ROLE}
         return body if self.identity is None else sign_registration(self.identity, body)
 
-    def _run(self, t: ClientTransport) -> int:
-        t.send(Message(MessageType.REGISTER, self._register_body()))
-        last_sent = time.monotonic()
-        while True:
-            msg = t.recv(0.2)
-            now = time.monotonic()
-            if msg is None:
-                if now - t.last_seen > self.timeout:
-                    raise PartyFailure(f"no message from the scoring hub for {self.timeout:g} s "
-                                       f"(is it running at {self.connect}?)")
-            else:
-                if msg.type is MessageType.SCORE_DONE:
-                    return self.answered + (0 if self.session is None else self.session.answered)
-                for out in self._handle(msg):
-                    t.send(message_of(out))
-                    last_sent = time.monotonic()
-            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
-                t.send(Message(MessageType.HEARTBEAT))
-                last_sent = now
+    def aborted(self, body: dict) -> PartyFailure:
+        return PartyFailure(f"the scoring hub ended the session: {body['reason']}")
+
+    def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
+        if msg.type is MessageType.SCORE_DONE:
+            return Done(self.answered + (0 if self.session is None else self.session.answered))
+        return [message_of(out) for out in self._handle(msg)]
 
     def _handle(self, msg: Message) -> list[Out]:
-        kind = msg.type
-        if kind is MessageType.ABORT:
-            raise PartyFailure(f"the scoring hub ended the session: {msg.body['reason']}")
+        kind = msg.type   # ABORT ends the session in Member.serve
         if kind in (MessageType.HEARTBEAT, MessageType.WELCOME):
             return []
         if kind is MessageType.SCORE_PLAN:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,13 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, DataValidationError, PartyFailure, ProtocolError
+from vfl.exceptions import ConfigurationError, DataValidationError, ProtocolError
 from vfl.fm.domain import ColumnBounds, prepare_labels, resolve_bounds, to_unit_interval
 from vfl.models.modelio import FittedModel
 from vfl.net.message_specs import CAPE_ROUND_TYPES
 from vfl.net.messages import Message, MessageType, message_of, validate_name
-from vfl.net.notices import Reminder, abort_text, silence_reason, waiting_line
-from vfl.net.party import run_reporting_failures
+from vfl.net.runtime import Done, Member, run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.budget_guard import BudgetGuard
 from vfl.privacy.ledger import Budget, DatasetKey, Ledger, Spend, dataset_key
@@ -47,7 +45,6 @@ from vfl.secure.identity import member_identity, require_identity_choice
 
 __all__ = ["SiteData", "SiteNode", "capefm_session", "INSECURE_SITE_WARNING"]
 
-HEARTBEAT_SECONDS = 1.0
 #: what a site run without identities says (loudly); the aggregator's report records it
 INSECURE_SITE_WARNING = (
     "site {name} runs WITHOUT identities (--insecure-no-identity): it cannot tell its co-sites' Diffie-Hellman "
@@ -167,7 +164,7 @@ def require_site_identity(name: str, identity_dir: str | Path | None, insecure_n
     require_identity_choice(f"site {name}", identity_dir, insecure_no_identity)
 
 
-class SiteNode:
+class SiteNode(Member):
     """One site of a CAPE run: ``SiteNode(data, connect).run()`` returns the released model or raises.
 
     ``data`` is only used through ``data.name`` and ``data.register_body()`` (and handed to the session factory),
@@ -188,6 +185,8 @@ class SiteNode:
     sites (:mod:`vfl.protocols.cape_keys`); required unless ``insecure_no_identity`` (loopback experiments; warns).
     """
 
+    hub_word = "aggregator"
+
     def __init__(self, data: SiteData, connect: str, *, curve: CurveClientKeys | None = None, timeout: float = 120.0,
                  random_state: RandomState = None, noise: str = "full", policy: SitePolicy | None = None,
                  session_factory: SessionFactory | None = None, log: Callable[[str], None] | None = None,
@@ -207,6 +206,8 @@ class SiteNode:
         self.log = log or (lambda s: None)
         self.result_parser = result_parser or (lambda m: FittedModel.from_dict(m.body["model"]))
         self.index: int | None = None
+        self._session: Any = None
+        self._plan: dict[str, Any] = {}
         #: this site's reservations in its privacy ledger (the same helper as a vertical party's, vfl.net.party);
         #: the dataset key comes from ``data.ledger_key(dataset_name)``
         key = data.ledger_key(dataset_name) if ledger is not None else DatasetKey("", dataset_name)
@@ -245,16 +246,15 @@ class SiteNode:
         digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
         self.guard.reserve(run, self._plan_spend(session), coordinator=aggregator, plan_digest=digest)
 
-    def _send(self, t: ClientTransport, session: Any, plan: dict[str, Any], messages: list[CapeMessage]
-              ) -> float | None:
-        """Send ``messages``, reserving the plan's spend first if one of them is the site's first data-dependent
-        message (any kind but its Diffie-Hellman key)."""
+    def _outgoing(self, t: ClientTransport, messages: list[CapeMessage]) -> list[Message]:
+        """``messages`` on the wire, reserving the plan's spend first if one of them is the site's first
+        data-dependent message (any kind but its Diffie-Hellman key): the reservation precedes the send."""
         if self.guard.ledger is not None and self.guard.reserved is None \
                 and any(m.kind not in KEY_KINDS for m in messages):
-            self._reserve(session, plan, t.run_id)
-        return self._send_all(t, messages)
+            self._reserve(self._session, self._plan, t.run_id)
+        return [message_of(m) for m in messages]
 
-    def _register_body(self) -> dict[str, Any]:
+    def register_body(self) -> dict[str, Any]:
         """REGISTER: the site's declarations, signed with its identity (the aggregator checks the signature is
         self-consistent and records unsigned sites in the report; only the sites pin keys)."""
         body = {**self.data.register_body(), "seeded": self.random_state is not None}
@@ -271,48 +271,25 @@ class SiteNode:
         return session, outgoing
 
     def _run(self, t: ClientTransport) -> Any:
-        t.send(Message(MessageType.REGISTER, self._register_body()))
-        last_sent = time.monotonic()
-        session: Any = None
-        plan: dict[str, Any] = {}
-        reminder = Reminder()   # "still waiting ..." lines instead of a silent --timeout (issue 21)
-        while True:
-            msg = t.recv(0.2)
-            now = time.monotonic()
-            if msg is not None:
-                reminder.reset()
-            if msg is None:
-                if now - t.last_seen > self.timeout:
-                    raise PartyFailure(silence_reason(t, self.timeout))
-                if reminder.due():
-                    self.log(waiting_line(self.data.name, t, now - t.last_seen, self.timeout))
-            elif msg.type is MessageType.ABORT:
-                raise PartyFailure(abort_text(msg.body, "aggregator"))
-            elif msg.type is MessageType.RESULT:
-                return self.result_parser(msg)
-            elif msg.type is MessageType.CAPE_PLAN:
-                if session is not None:
-                    raise ProtocolError("second CAPE plan in one run")
-                session, outgoing = self._open_session(t, msg)
-                summary = getattr(session, "plan_summary", None)   # the plan this site checked and accepted
-                self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
-                plan = msg.body["plan"]
-                if self.guard.ledger is not None:   # read-only: refused before the DH key, before any co-site reserves
-                    self.guard.check(t.run_id, self._plan_spend(session))
-                last_sent = self._send(t, session, plan, outgoing) or last_sent
-            elif msg.type in CAPE_ROUND_TYPES:
-                if session is None:
-                    raise ProtocolError(f"{msg.type.value} before the CAPE plan")
-                replies = session.handle(CapeMessage.received(msg, self.index))
-                last_sent = self._send(t, session, plan, replies) or last_sent
-            elif msg.type not in (MessageType.HEARTBEAT, MessageType.WELCOME):
-                raise ProtocolError(f"unexpected {msg.type.value} from the aggregator")
-            if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
-                t.send(Message(MessageType.HEARTBEAT))
-                last_sent = now
+        return self.serve(t)   # vfl.net.runtime.Member: silence, reminders, ABORT, heartbeats
 
-    @staticmethod
-    def _send_all(t: ClientTransport, messages: list[CapeMessage]) -> float | None:
-        for m in messages:
-            t.send(message_of(m))
-        return time.monotonic() if messages else None
+    def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
+        if msg.type is MessageType.RESULT:
+            return Done(self.result_parser(msg))
+        if msg.type is MessageType.CAPE_PLAN:
+            if self._session is not None:
+                raise ProtocolError("second CAPE plan in one run")
+            self._session, outgoing = self._open_session(t, msg)
+            summary = getattr(self._session, "plan_summary", None)   # the plan this site checked and accepted
+            self.log(f"[{self.data.name}] site {self.index}; {summary or 'plan received'}")
+            self._plan = msg.body["plan"]
+            if self.guard.ledger is not None:   # read-only: refused before the DH key, before any co-site reserves
+                self.guard.check(t.run_id, self._plan_spend(self._session))
+            return self._outgoing(t, outgoing)
+        if msg.type in CAPE_ROUND_TYPES:
+            if self._session is None:
+                raise ProtocolError(f"{msg.type.value} before the CAPE plan")
+            return self._outgoing(t, self._session.handle(CapeMessage.received(msg, self.index)))
+        if msg.type not in (MessageType.HEARTBEAT, MessageType.WELCOME):
+            raise ProtocolError(f"unexpected {msg.type.value} from the aggregator")
+        return []
