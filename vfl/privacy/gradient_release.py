@@ -159,5 +159,7 @@ class GradientRelease:
                    "released gradients are d-vectors alpha + 2 M w_t; iterates are post-processing",
                    *self.notes],
             extra={"steps": int(self.steps), "iterate_radius": float(self.radius), "learning_rate": self.eta,
+                   # Gaussian-DP mu of the T rounds (Dong, Roth & Su 2022, Cor. 3.3): the ledger composes with it
+                   "mu": math.sqrt(int(self.steps)) * self.sensitivity / self.sigma,
                    "averaging": "mean of w_1..w_T"},
         )

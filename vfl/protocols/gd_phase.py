@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.rows import as_row_source
 from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
 from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease
@@ -231,8 +232,8 @@ class GDRunParty:
         """Its columns into the l2 domain, the rounds' party, READY with its public bounds."""
         d = self.release.n_features
         X, declared = self.data.fm_view if self.data.fm_view is not None else (self.data.X, self.data.bounds)
-        if not isinstance(X, np.ndarray):
-            raise ConfigurationError(f"party {self.data.name}: noisy-gd needs its table in memory (not streamed)")
+        if not isinstance(X, np.ndarray):   # a table streamed from disk: the rounds read X at every round
+            X = np.vstack([np.zeros((0, X.shape[1])), *as_row_source(X).iter_chunks()])
         ready: dict[str, Any] = {"seeded": self.seeded}
         U = np.zeros((X.shape[0], 0))
         if X.shape[1]:
