@@ -59,6 +59,8 @@ from vfl.secure.identity import verify_signature
 
 __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
 
+#: the phases a run drives (:meth:`Coordinator._run_phase`)
+Phase = FMCoordinator | BCDCoordinator | GDRunCoordinator | AlignmentCoordinator
 ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
                   "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
@@ -262,8 +264,7 @@ class Coordinator(Hub):
             self.log(model.summary())
         return model
 
-    def _run_phase(self, regs: list[Registration],
-                   phase: FMCoordinator | BCDCoordinator | GDRunCoordinator | AlignmentCoordinator) -> None:
+    def _run_phase(self, regs: list[Registration], phase: Phase) -> None:
         """Send the phase's PLANs, then feed it every message and send what it answers, until it is done."""
         plans = phase.plan_messages()
         if isinstance(phase, FMCoordinator):  # parties size their ciphertext frames below this socket's limit
@@ -328,14 +329,11 @@ class Coordinator(Hub):
                                else f"{len(regs)} signed entries sent to every party"))
 
     def _run_gd(self, regs: list[Registration]) -> FittedModel:
-        """The noisy-gradient rounds (:mod:`vfl.protocols.gd_phase`); the model is written unsigned (the parties'
-        model check re-derives FM models only: :data:`~vfl.protocols.gd_phase.UNSIGNED_REASON`)."""
-        phase = GDRunCoordinator(self.settings, regs, log=self.log)
-        self._run_phase(regs, phase)
+        """noisy-gd (:mod:`vfl.protocols.gd_phase`); the model is written unsigned (``UNSIGNED_REASON``)."""
+        self._run_phase(regs, phase := GDRunCoordinator(self.settings, regs, log=self.log))
         model = gd_model(self.settings, regs, phase.finish(), self.run_id)
         self._note_alignment(model)
-        self.log(report_text(model))
-        self.log(UNSIGNED_REASON)
+        self.log(report_text(model) + "\n" + UNSIGNED_REASON)
         return model
 
     def _run_bcd(self, regs: list[Registration]) -> FittedModel:

@@ -184,6 +184,7 @@ class GDRunParty:
         self.names = plan.names
         self.model = plan.model
         self.release, self.params, self.allow_insecure_keys = self._check_plan(plan, allow_insecure_keys)
+        self.mech = self.release   # what the party driver asks for this plan's privacy report (as of an FM party)
         self.keypair: tuple | None = None
         self.rounds: GDParty | None = None
 
