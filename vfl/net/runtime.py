@@ -179,7 +179,7 @@ class Hub:
         ``run_goes_on``: the refused process is told the run continues without it (REGISTRATION_REFUSED)."""
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
-        self.refused[peer] = error or ConfigurationError(reason)
+        self.refused[peer] = _bare(error or ConfigurationError(reason))
         self._limited("registration", f"  refused a registration: {reason}", self.log)
         try:
             self.transport.send(peer, Message(MessageType.ABORT, {
@@ -273,6 +273,17 @@ class Hub:
     def _failed(self, member: Registered, msg: Message) -> None:
         self.lost = member.name
         raise PartyFailure(f"{self.member_word} {member.name} failed: {msg.body['reason']}")
+
+
+def _bare(error: VFLError) -> VFLError:
+    """What a refusal keeps: the class and at most 2,000 characters of the text, no traceback or context (a caught
+    exception's traceback holds the frame that parsed the refused REGISTER, and so the whole message: a stranger
+    opening new connections would make the hub keep every message it refused)."""
+    try:
+        kept = type(error)(str(error)[:2000])
+    except Exception:   # a class that does not take one message
+        kept = ConfigurationError(str(error)[:2000])
+    return kept
 
 
 @dataclass
