@@ -65,3 +65,67 @@ def test_no_task_starts_after_stop():
     release.set()
     time.sleep(0.2)
     assert not ran.is_set() and w.drain() == []
+
+
+def test_a_worker_failure_is_raised_before_the_next_hub_message_is_handled():
+    """Invariant: a member whose work failed ends its run with that failure, whatever the hub sends next (as
+    PartyNode's own loop did before the runtime: it sent what came before the failure, then raised in the same
+    pass). Attacker: a hub (real ZeroMQ sockets, the real codec) that answers at once with the message that ends the
+    member's run (a RESULT). On main the member sent the item before the failure, handled the queued RESULT and
+    returned normally: the failure was swallowed (the party's ledger said "completed")."""
+    from vfl.net.runtime import Done, Member
+    from vfl.net.transport import ClientTransport, ServerTransport
+
+    class Failing(Member):
+        timeout, log = 120.0, staticmethod(lambda s: None)
+
+        def __init__(self) -> None:
+            self.work = OrderedWorker("t", lambda item: _msg(item))
+
+        def register_body(self) -> dict:
+            return {"name": "alice", "n_rows": 1, "features": ["a"], "label_owner": False}
+
+        def on_message(self, t, msg):
+            if msg.type is MessageType.RESULT:
+                return Done("model")
+            if msg.type is MessageType.WELCOME:
+                def bad():
+                    yield 1
+                    raise ProtocolError("bad block")
+                self.work.submit(bad)
+                assert self.work._last is not None
+                self.work._last.join(120)   # the item and the failure are both queued before the next drain
+            return []
+
+        def outgoing(self):
+            return self.work.drain()
+
+    hub = ServerTransport("tcp://127.0.0.1:0", run_id="ab" * 16)
+    t = ClientTransport(hub.endpoint, name="alice")
+    result: dict = {}
+
+    def member() -> None:
+        try:
+            result["value"] = Failing().serve(t)
+        except ProtocolError as exc:
+            result["error"] = exc
+
+    runner = threading.Thread(target=member)
+    runner.start()
+    try:
+        got = None
+        deadline = time.monotonic() + 120
+        while got is None and time.monotonic() < deadline:
+            got = hub.recv(0.5)
+        assert got is not None and got[1].type is MessageType.REGISTER
+        peer = got[0]
+        hub.bind_peer(peer, "alice")
+        hub.send(peer, Message(MessageType.WELCOME, {"run": hub.run_id}))
+        hub.send(peer, Message(MessageType.RESULT, {"model": {}}))   # queued behind WELCOME: handled next
+        runner.join(120)
+    finally:
+        t.close()
+        hub.close()
+    assert not runner.is_alive()
+    assert "value" not in result, "the member returned normally after its work failed"
+    assert "bad block" in str(result.get("error"))

@@ -339,9 +339,12 @@ class Member:
                 if isinstance(answer, Done):
                     return answer.value
                 replies = answer
-            for m in [*replies, *self.outgoing()]:
-                t.send(m)
-                last_sent = time.monotonic()
+            ready = [*replies, *self.outgoing()]
+            while ready:   # until nothing is ready: a failure held back behind sent work is raised in this pass,
+                for m in ready:   # before the hub's next message is handled (Done would swallow it)
+                    t.send(m)
+                    last_sent = time.monotonic()
+                ready = self.outgoing()
             if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now
