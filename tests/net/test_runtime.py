@@ -129,3 +129,41 @@ def test_a_worker_failure_is_raised_before_the_next_hub_message_is_handled():
     assert not runner.is_alive()
     assert "value" not in result, "the member returned normally after its work failed"
     assert "bad block" in str(result.get("error"))
+
+
+def test_strangers_leave_no_per_peer_state_in_the_hubs_transport():
+    """Invariant: what a hub keeps of peers that are not its members is bounded (the refusals, at most
+    MAX_REFUSED_PEERS records), however many connections a stranger opens. Attacker: anyone who reaches the hub's
+    port (no CURVE), opening a new connection per attempt and sending on each a HEARTBEAT, an ERROR and a REGISTER the
+    hub refuses. On main the transport kept a last-seen time and a sequence number for every such peer, forever (a
+    long-lived scoring service grew with every connection); now a stray's state is dropped once it is answered."""
+    from vfl.net.runtime import Hub
+    from vfl.net.transport import ClientTransport, ServerTransport
+
+    class Refusing(Hub):
+        def __init__(self) -> None:
+            self.init_hub(ServerTransport("tcp://127.0.0.1:0", run_id="ab" * 16), timeout=120)
+
+        def admit(self, peer, msg):
+            self.refuse(peer, "no", run_goes_on=True)
+
+    hub = Refusing()
+    n = 30
+    try:
+        for i in range(n):
+            stranger = ClientTransport(hub.transport.endpoint, name="mallory")
+            try:
+                stranger.send(Message(MessageType.HEARTBEAT))
+                stranger.send(Message(MessageType.ERROR, {"reason": "x", "error": "PartyFailure"}))
+                stranger.send(Message(MessageType.REGISTER, {"name": "mallory", "n_rows": 1, "features": ["a"],
+                                                             "label_owner": False}))
+                deadline = time.monotonic() + 120
+                while len(hub.refused) <= i and time.monotonic() < deadline:
+                    hub.receive(0.2)
+                assert len(hub.refused) == i + 1
+            finally:
+                stranger.close()
+        kept = len(hub.transport.last_seen) + len(hub.transport._peer_seq) + len(hub.transport.peer_keys)
+    finally:
+        hub.transport.close()
+    assert kept == 0, f"{kept} per-peer records kept for {n} strangers"

@@ -164,9 +164,15 @@ class Hub:
                 continue
             if msg.type is not MessageType.REGISTER:
                 self.transport._reject(f"{msg.type.value} from an unregistered peer")
-                continue
-            if peer not in self.refused:
+            elif peer not in self.refused:
                 self.admit(peer, msg)
+            self._forget_stray(peer)
+
+    def _forget_stray(self, peer: bytes) -> None:
+        """A peer that is (still) not a member leaves no per-peer state in the transport (its refusal, if any, is
+        remembered in :attr:`refused`, bounded by :data:`MAX_REFUSED_PEERS`)."""
+        if self.member_of(peer) is None:
+            self.transport.forget(peer)
 
     def welcome(self, member: Registered) -> None:
         """Accept a registration: later messages of its peer must carry its name; WELCOME names the run."""
@@ -259,6 +265,7 @@ class Hub:
         if member is None:
             if msg.type is MessageType.REGISTER:
                 self.late_register(peer, msg)
+            self._forget_stray(peer)
             return None
         if msg.sender != member.name:
             self.transport._reject(f"peer registered as {member.name} claims to be {msg.sender}")
