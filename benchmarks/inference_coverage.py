@@ -12,7 +12,8 @@ The committed JSON was made by two runs in parallel (one per model), then merged
 
 docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
 merged into that file; docs/data/inference_real.json is
-``python benchmarks/inference_coverage.py --real ../shared/data --splits 200 --confirm 100 --out ...``.
+``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --out ...`` (the flags of
+issue 31; the earlier 200 + 100 run took 731 s).
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
@@ -180,6 +181,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     target = np.linalg.lstsq(Z, y, rcond=None)[0]
     hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
     widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    flagged: list[np.ndarray] = []
     for s in range(sets):
         rows = np.random.default_rng(seed + s).integers(0, len(y), len(y))
         est = LinearRegression(epsilon=epsilon, delta=DELTA, bounds=[bounds[f] for f in names],
@@ -188,6 +190,8 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
             warnings.simplefilter("ignore")
             est.fit(X[rows], y[rows])
             out = {"ci": est.conf_int()}
+            flags = est._inference().unreliable
+        flagged.append(np.zeros(len(target), dtype=bool) if flags is None else flags)
         mech, floor, _, beta, _, _, _ = est._release_
         out["analytic"] = analytic_intervals(est.objective_, mech, lambda_floor=floor,
                                              to_original=est._original_units, beta_released=beta)[2]
@@ -205,21 +209,33 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         row[f"{name}coverage_min"] = round(float(cover.min()), 4)
         row[f"{name}median_width_mean"] = round(float(np.median(widths[key], axis=0).mean()), 5)
         row[f"{name}coverage"] = cover.round(4).tolist()
+    flag, hit = np.array(flagged), np.array(hits["ci"])
+    row["flagged_rate"] = round(float(flag.mean()), 4)   # share of (data set, coefficient) intervals flagged unreliable
+    row["flagged"] = flag.mean(axis=0).round(4).tolist()
+    row["unflagged_coverage"] = round(float(hit[~flag].mean()), 4) if (~flag).any() else None
+    row["flagged_coverage"] = round(float(hit[flag].mean()), 4) if flag.any() else None
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
+
+
+def _opt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def real_markdown(doc: dict) -> str:
     """The real-data table of docs/inference.md."""
     lines = ["| data, ε | N, d | data sets | coverage (mean, min) | median width | analytic coverage (mean, min) | "
-             "analytic width | OLS coverage (mean, min) | OLS width |", "|---|---|---|---|---|---|---|---|---|"]
+             "analytic width | OLS coverage (mean, min) | OLS width | flagged unreliable | coverage unflagged, "
+             "flagged |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, mark in (("real", ""), ("real_confirm", " (confirm)")):
         for r in doc.get(key, []):
             lines.append(f"| {r['model']}, {r['epsilon']:g}{mark} | {r['n']}, {r['d']} | {r['sets']} | "
                          f"{r['coverage_mean']:.3f}, {r['coverage_min']:.3f} | {r['median_width_mean']:.4g} | "
                          f"{r['analytic_coverage_mean']:.3f}, {r['analytic_coverage_min']:.3f} | "
                          f"{r['analytic_median_width_mean']:.4g} | {r['ols_coverage_mean']:.3f}, "
-                         f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} |")
+                         f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} | "
+                         f"{_opt(r.get('flagged_rate'))} | {_opt(r.get('unflagged_coverage'))}, "
+                         f"{_opt(r.get('flagged_coverage'))} |")
     return "\n".join(lines)
 
 

@@ -159,7 +159,12 @@ def test_the_real_data_table_is_the_committed_measurement() -> None:
     text = " ".join(section.split())
     worst = min(r["coverage_mean"] for r in doc["real"])
     assert f"as low as {worst:.3f}" in text
+    rate = min(r["flagged_rate"] for key in ("real", "real_confirm") for r in doc[key])
+    assert f"least {rate:.3f} of the intervals are flagged unreliable" in text
+    assert f"({doc['seconds']} s;" in text
     changed = json.loads(REAL_JSON.read_text(encoding="utf-8"))
+    changed["real"][1]["flagged_rate"] -= 0.01
+    assert bench.real_markdown(changed) not in section
     changed["real"][0]["coverage_mean"] += 0.01
     assert bench.real_markdown(changed) not in section
 
