@@ -13,7 +13,9 @@ The committed JSON was made by two runs in parallel (one per model), then merged
 docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
 merged into that file; docs/data/inference_real.json is
 ``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --out ...`` (the flags of
-issue 31; the earlier 200 + 100 run took 731 s).
+issue 31; the earlier 200 + 100 run took 731 s); docs/data/inference_flags.json (the unreliable flags on the
+synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
+...``.
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
@@ -119,13 +121,15 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> 
         warnings.simplefilter("ignore")
         est.fit(X, y)
         ci = est.conf_int()
+        flags = est._inference().unreliable
     mech, floor, _, beta, _, _, _ = est._release_
     analytic = analytic_intervals(est.objective_, mech, lambda_floor=floor, to_original=est._original_units,
                                   beta_released=beta)[2]
     b, se = ols(model, X, y)
     coef = np.append(est.coef_, est.intercept_)
     return {"ci": ci, "ols": np.column_stack([b - Z975 * se, b + Z975 * se]),
-            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic}
+            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic,
+            "flags": np.zeros(len(coef), dtype=bool) if flags is None else flags}
 
 
 def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: np.ndarray) -> dict[str, Any]:
@@ -133,8 +137,10 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
     start = time.perf_counter()
     hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "naive": [], "analytic": []}
     widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    flagged: list[np.ndarray] = []
     for s in range(sets):
         out = fit(model, n, epsilon, seed + s, seed + s + 10**6)
+        flagged.append(out.pop("flags"))
         for key, ci in out.items():
             hits[key].append((ci[:, 0] <= target) & (target <= ci[:, 1]))
             if key in widths:
@@ -154,7 +160,28 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
             "analytic_coverage_mean": round(float(np.mean(hits["analytic"])), 4),
             "analytic_coverage_min": round(float(np.mean(hits["analytic"], axis=0).min()), 4),
             "analytic_median_width_mean": round(float(np.median(widths["analytic"], axis=0).mean()), 5),
-            "seconds": round(time.perf_counter() - start, 1)}
+            **flag_fields(np.array(flagged), np.array(hits["ci"])), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def flag_fields(flag: np.ndarray, hit: np.ndarray) -> dict[str, Any]:
+    """The unreliable flags over (data set, coefficient): their share, the share of data sets with any flag, and the
+    coverage of the unflagged and of the flagged intervals (None: the group is empty)."""
+    return {"flagged_rate": round(float(flag.mean()), 4), "any_flag_rate": round(float(flag.any(axis=1).mean()), 4),
+            "flagged": flag.mean(axis=0).round(4).tolist(),
+            "unflagged_coverage": round(float(hit[~flag].mean()), 4) if (~flag).any() else None,
+            "flagged_coverage": round(float(hit[flag].mean()), 4) if flag.any() else None}
+
+
+def flags_markdown(doc: dict) -> str:
+    """The synthetic flag table of docs/inference.md (main run, then the confirmation run on disjoint seeds)."""
+    lines = ["| cell | data sets | coverage (mean) | flagged unreliable | data sets with a flag | coverage unflagged, "
+             "flagged |", "|---|---|---|---|---|---|"]
+    for key, mark in (("rows", ""), ("confirm", " (confirm)")):
+        for r in doc.get(key, []):
+            lines.append(f"| {cell_label(r)}{mark} | {r['sets']} | {r['coverage_mean']:.3f} | "
+                         f"{r['flagged_rate']:.3f} | {r['any_flag_rate']:.3f} | {_opt(r['unflagged_coverage'])}, "
+                         f"{_opt(r['flagged_coverage'])} |")
+    return "\n".join(lines)
 
 
 REAL_EPSILONS = (1.0, 4.0)
@@ -209,11 +236,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         row[f"{name}coverage_min"] = round(float(cover.min()), 4)
         row[f"{name}median_width_mean"] = round(float(np.median(widths[key], axis=0).mean()), 5)
         row[f"{name}coverage"] = cover.round(4).tolist()
-    flag, hit = np.array(flagged), np.array(hits["ci"])
-    row["flagged_rate"] = round(float(flag.mean()), 4)   # share of (data set, coefficient) intervals flagged unreliable
-    row["flagged"] = flag.mean(axis=0).round(4).tolist()
-    row["unflagged_coverage"] = round(float(hit[~flag].mean()), 4) if (~flag).any() else None
-    row["flagged_coverage"] = round(float(hit[flag].mean()), 4) if flag.any() else None
+    row.update(flag_fields(np.array(flagged), np.array(hits["ci"])))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 

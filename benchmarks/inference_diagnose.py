@@ -1,47 +1,71 @@
-"""Why the intervals fail on garment (issue 31): one resample at epsilon 1, compared in the eigenbasis of the
-noise-free M (unit domain). Prints the noise-free and released eigenvalues, the floor, the truth's components along
-each eigenvector, the interval of every coefficient and whether it misses, and vfl's unreliable flags. ~10 s.
+"""Why the private intervals fail on garment (issue 31): one resample at epsilon 1, ~10 s.
 
-    python benchmarks/inference_diagnose.py        # reads ../shared/data/garments_worker_productivity.csv
+    python benchmarks/inference_diagnose.py [DATA_DIR]     # default ../shared/data (garments_worker_productivity.csv)
+
+Prints (1) the floor and the eigenvalues of the noise-free M (a fit at epsilon = 10^9 on all rows; unit domain)
+beside the released M's, (2) the truth (the full-data OLS fit, as in benchmarks/inference_coverage.py --real) and
+the floor solve of the release along each noise-free eigenvector, (3) every coefficient's interval, whether it misses
+the truth and whether vfl flags it unreliable (vfl.models.inference.unresolved_coefficients). What it shows: the
+directions whose noise-free eigenvalue is far below the floor carry large true components that the floor solve
+shrinks to about 0, and the release cannot tell how small those eigenvalues are (docs/inference.md, "Real data").
 """
-# ruff: noqa
-import sys, warnings, numpy as np
-sys.path.insert(0, "benchmarks")
-from vfl.data.datasets import garment, forest_fires, public_bounds
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from vfl.data.datasets import garment, public_bounds
 from vfl.models.estimators import LinearRegression
 from vfl.models.inference import affine_map
-data = garment("../shared/data/garments_worker_productivity.csv")
-bounds = public_bounds(data.name, dataset=data)
-names = data.feature_names
-lo, hi = (np.array([bounds[f][k] for f in names]) for k in (0, 1))
-X = np.clip(data.X, lo, hi); y = np.clip(data.y, *bounds[data.target_name])
-Z = np.column_stack([X, np.ones(len(X))]); target = np.linalg.lstsq(Z, y, rcond=None)[0]
-def fit(eps, rows, seed):
-    est = LinearRegression(epsilon=eps, delta=1e-5, bounds=[bounds[f] for f in names], y_bounds=bounds[data.target_name], release_beta=True, random_state=seed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    path = Path(argv[0] if argv else "../shared/data") / "garments_worker_productivity.csv"
+    if not path.is_file():
+        sys.exit(f"inference_diagnose: no such file: {path}")
+    data = garment(path)
+    bounds = public_bounds(data.name, dataset=data)
+    lo, hi = (np.array([bounds[f][k] for f in data.feature_names]) for k in (0, 1))
+    X, y = np.clip(data.X, lo, hi), np.clip(data.y, *bounds[data.target_name])
+    target = np.linalg.lstsq(np.column_stack([X, np.ones(len(X))]), y, rcond=None)[0]
+
+    def fit(eps: float, rows: np.ndarray, seed: int) -> LinearRegression:
+        est = LinearRegression(epsilon=eps, delta=1e-5, bounds=[bounds[f] for f in data.feature_names],
+                               y_bounds=bounds[data.target_name], release_beta=True, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X[rows], y[rows])
+        return est
+
+    clean = fit(1e9, np.arange(len(y)), 1)
+    A, b = affine_map(clean._original_units, clean.objective_.M.shape[0])
+    theta = np.linalg.solve(A, target - b)                       # the truth in the unit domain
+    s_true, Q = np.linalg.eigh(clean.objective_.M)
+    est = fit(1.0, np.random.default_rng(5).integers(0, len(y), len(y)), 77)
+    floor = est._release_[1]
+    s_rel, Q_rel = np.linalg.eigh(est.objective_.M)
+    w_floor = -0.5 * (Q_rel / np.maximum(s_rel, floor)) @ Q_rel.T @ est.objective_.alpha
+    print(f"floor {floor:.4g}")
+    print(f"{'noise-free eig':>15} {'released eig':>13} {'truth along it':>15} {'floor solve':>12}")
+    for row in zip(s_true, s_rel, Q.T @ theta, Q.T @ w_floor, strict=True):
+        print("".join(f"{v:>{w}.4g}" for v, w in zip(row, (15, 14, 16, 13), strict=True)))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore"); est.fit(X[rows], y[rows])
-    return est
-pop = fit(1e9, np.arange(len(y)), 1)
-d = pop.objective_.M.shape[0]
-A, b = affine_map(pop._original_units, d)
-th = np.linalg.solve(A, target - b)            # truth, unit domain
-Mt = pop.objective_.M
-st, Qt = np.linalg.eigh(Mt)
-print("d", d, "A shape", A.shape)
-est = fit(1.0, np.random.default_rng(5).integers(0, len(y), len(y)), 77)
-mech, floor, *_ = est._release_
-print("floor", floor)
-sr, Qr = np.linalg.eigh(est.objective_.M)
-print("true eigs ", np.round(st, 5)); print("released eigs", np.round(sr, 4))
-print("true theta components per true eigvec", np.round(Qt.T @ th, 3))
-inf = est._inference()
-print("%-24s %9s %9s %9s %9s %9s %7s" % ("name", "truth", "coef", "center", "bse", "lo", "hi"))
-for i, n in enumerate(inf.names):
-    print("%-24s %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g %s" % (n, target[i] if i < len(target) else np.nan, inf.coef[i], inf.center[i], inf.bse[i], *inf.conf_int_[i], "MISS" if not inf.conf_int_[i,0] <= target[i] <= inf.conf_int_[i,1] else ""))
-# which true-eigen directions matter: contribution of each true eigdir to each coefficient, truth vs floor solve
-w_f = -0.5 * (Qr / np.maximum(sr, floor)) @ Qr.T @ est.objective_.alpha
-print("unit truth vs floor solve in TRUE eigenbasis:\n", np.round(np.c_[st, Qt.T @ th, Qt.T @ w_f, Qt.T @ (est.coef_unit_ if hasattr(est,'coef_unit_') else w_f)], 4))
-print("flags", [n for n, f in zip(inf.names, inf.unreliable) if f], "unresolved", inf.unresolved_directions)
-miss = [n for i, n in enumerate(inf.names) if not inf.conf_int_[i,0] <= target[i] <= inf.conf_int_[i,1]]
-print("missed", miss)
-print("bias bound / bse", np.round(inf.bias_bound / inf.bse, 2))
+        warnings.simplefilter("ignore")
+        inf = est._inference()
+    print(f"\n{'coefficient':<24} {'truth':>10} {'low':>10} {'high':>10}  miss  flagged")
+    flags = inf.unreliable if inf.unreliable is not None else np.zeros(len(inf.names), dtype=bool)
+    for i, name in enumerate(inf.names):
+        lo_i, hi_i = inf.conf_int_[i]
+        miss = not lo_i <= target[i] <= hi_i
+        print(f"{name:<24} {target[i]:>10.4g} {lo_i:>10.4g} {hi_i:>10.4g}  {'MISS' if miss else '    '}  "
+              f"{'yes' if flags[i] else 'no'}")
+    print(f"\nunresolved directions: {inf.unresolved_directions} of {len(s_true)}")
+
+
+if __name__ == "__main__":
+    main()
