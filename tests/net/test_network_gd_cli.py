@@ -135,3 +135,26 @@ def test_more_than_two_parties_is_refused_in_one_line(procs, tmp_path):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and "exactly 2 parties" in lines[0], err
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("bits", [1, 4, 12])
+def test_party_refuses_a_plan_with_a_fixed_point_grid_too_coarse_for_the_sensitivity(procs, tmp_path, bits):
+    """Review 5 (a): the parties round X_k and v_l / b to the plan's grid 2^-p before any noise, so a coordinator that
+    plans a coarse grid inflates the sensitivity of what is actually released (p = 1: an entry of 0.25 rounds to
+    0.5, a row of norm r to up to 2r) while sigma stays calibrated to the real-valued Delta. On 2da7dc9 the real
+    `vfl party` re-derived every other number, took p from the plan and signed it into its roster entry; now it
+    refuses the plan before its ROSTER_ENTRY, naming the minimum."""
+    fake = FakeCoordinator()
+    try:
+        bob = _bob_process(procs, tmp_path, fake.endpoint)
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties, params = _plan()
+        params["precision_bits"] = bits
+        fake.plan(peer, index=1, parties=parties, mechanism="noisy-gd", params=params, n_samples=N, label_owner=0)
+        got = fake.wait_for(MessageType.ERROR, MessageType.ROSTER_ENTRY, timeout=GENEROUS)
+        code, _, err = procs.finish(bob)
+        assert got is not None and got[1].type is MessageType.ERROR, err[-1500:]
+        assert "precision" in got[1].body["reason"]
+        assert code != 0 and "Traceback" not in err
+    finally:
+        fake.close()

@@ -68,6 +68,11 @@ __all__ = ["GDParams", "GDParty", "GDCoordinator", "GD_ROUND", "GD_REQUEST", "GD
 GD_ROUND, GD_REQUEST, GD_RESPONSE, GD_SHARE = "gd_round", "gd_request", "gd_response", "gd_share"
 #: relative slack on the public ball (the coordinator's projection rounds)
 BALL_SLACK = 1e-9
+#: the coarsest fixed-point grid 2^-p a party accepts. X_k and v_l / b are rounded to the grid before any noise, so
+#: each row's term moves by up to about sqrt(d) 2^-(p+1) of its bound: the released statistic's sensitivity is
+#: Delta (1 + O(sqrt(d) 2^-p)) while sigma is calibrated to Delta. At p >= 24 that is below 1e-5 relative for
+#: d <= 10^5; a hostile plan with p = 1 would double a row's norm (0.25 -> 0.5 per entry) and is refused.
+MIN_PRECISION_BITS = DEFAULT_PRECISION_BITS
 
 
 def gradient_scale(model: str, n_samples: int) -> float:
@@ -93,6 +98,10 @@ class GDParams:
     key_bits: int = 2048
 
     def __post_init__(self) -> None:
+        if isinstance(self.precision_bits, bool) or not MIN_PRECISION_BITS <= self.precision_bits <= 52:
+            raise ConfigurationError(f"precision_bits={self.precision_bits!r}: noisy-gd needs a fixed-point grid of "
+                                     f"{MIN_PRECISION_BITS} to 52 bits (a coarser grid inflates the sensitivity "
+                                     "the noise is calibrated to)")
         if sum(r * r for r in self.party_radii) > 1.0 + 1e-12:
             raise ConfigurationError("the party radii must satisfy r_A^2 + r_B^2 <= 1 (the l2 domain)")
         if sum(self.widths) != self.release.n_features:
