@@ -210,3 +210,45 @@ def test_coordinator_refuses_a_share_of_the_wrong_shape(keypairs):
     bad = Out(type="gd_share", body={"t": 0, "role": "encryptor"}, payload=[np.array([[1, 2, 3]], dtype=object)])
     with pytest.raises(ProtocolError, match="agreed shape"):
         coord.handle(0, _wire(bad))
+
+
+def _amplifying_encryptor(params, lam):
+    """Party A as a hostile encryptor (review 5): v_A's row 7 set to lam b under a request layout whose value_bound
+    it widened to 2 lam, so its own encoder lets the amplified operand through. The iterate w_1 it is sent then
+    shows lam (2/N) b x_7 of B's row 7 under B's noise sigma alone (A knows its own draw)."""
+    from vfl.secure.products import ProductEncryptor
+
+    class Amplifier(GDParty):
+        def start_round(self, body):
+            outs = super().start_round(body)
+            v = self._v.copy()
+            v[7] = lam * params.bound(0)
+            enc = ProductEncryptor(self._private_key, (v / params.bound(0)).reshape(-1, 1),
+                                   response_cols=params.widths[1], precision_bits=params.precision_bits,
+                                   value_bound=2.0 * lam)
+            self._encryptor = enc
+            header, frames = enc.request().to_wire()
+            return [Out(type=outs[0].type, body={**outs[0].body, "wire": header},
+                        payload=[outs[0].payload[0], *frames])]
+    return Amplifier
+
+
+def test_an_encryptor_that_widens_its_request_layout_to_amplify_is_refused_by_coordinator_and_responder(keypairs):
+    """Review 5: on 2da7dc9 neither the coordinator nor the responder checked a GD_REQUEST's layout against the plan,
+    so a party could encrypt v_l / b far outside [-1, 1] (lam = 2^20 here): the combined gradient passed every check
+    and w_1 carried 2^20 times B's row 7 (the sensitivity bound no longer held). Both now refuse a request whose
+    layout is not the plan's (rows N, precision p, value bound 1, the default noise bits)."""
+    blocks, y, radii = _data(0, "linear")
+    params = _params("linear", 240, radii, steps=1)
+    lam = 2.0**20
+    A = _amplifying_encryptor(params, lam)(0, blocks[0], None, params, keypair=keypairs[0],
+                                           rng=np.random.default_rng(1))
+    B = GDParty(1, blocks[1], y, params, keypair=keypairs[1], rng=np.random.default_rng(2))
+    coord = GDCoordinator(params)
+    rounds = [_wire(o) for o in coord.round_messages()]
+    request = _wire(A.handle(rounds[0])[0])
+    B.handle(rounds[1])
+    with pytest.raises(ProtocolError, match="layout"):
+        coord.handle(0, request)
+    with pytest.raises(ProtocolError, match="layout"):
+        B.handle(request)

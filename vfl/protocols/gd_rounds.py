@@ -53,6 +53,7 @@ from vfl.protocols.contracts import Incoming, Out, kind_of
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products
 from vfl.secure.keys import public_key_from_bytes, public_key_to_bytes
+from vfl.secure.packing import default_noise_bits
 from vfl.secure.products import (
     EncryptedBlock,
     ProductEncryptor,
@@ -134,6 +135,18 @@ def check_iterate(body: dict, params: GDParams, expected_round: int) -> tuple[in
         raise ProtocolError(f"refused round: ||w|| = {np.linalg.norm(w):.6g} lies outside the public ball "
                             f"R = {rel.radius}")
     return t, w
+
+
+def check_request_layout(request: EncryptedBlock, params: GDParams, sender: str) -> None:
+    """A GD_REQUEST must use the plan's slot layout: N rows, precision p, value bound 1 (|v_l / b| <= 1, the operand
+    bound the sensitivity rests on) and the default noise bits. A party that widened its value bound could encrypt an
+    amplified operand (lam e_i) that its own encoder, the responder and the slot check would all let through."""
+    lay, p = request.layout, params.precision_bits
+    if (lay.n_rows, lay.precision_bits, float(lay.value_bound), lay.noise_bits) != (
+            params.release.n_samples, p, 1.0, default_noise_bits(p)):
+        raise ProtocolError(f"refused request from {sender}: its slot layout (rows {lay.n_rows}, precision "
+                            f"{lay.precision_bits}, value bound {lay.value_bound:g}, noise bits {lay.noise_bits}) is "
+                            f"not the plan's ({params.release.n_samples}, {p}, 1, {default_noise_bits(p)})")
 
 
 def iterate_digest(w: np.ndarray) -> str:
@@ -232,6 +245,7 @@ class GDParty:
         request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], key)
         if request.n_cols != 1:
             raise ProtocolError("a noisy-gradient request carries one column")
+        check_request_layout(request, self.params, f"party {self.other}")
         raw_noise, noise = self._noise_raw(self.params.widths[self.party], b_other)
         self.noise_log[-1][self.params.slice(self.party)] += noise
         own = self.X.T @ self._v / b_other * 2.0 ** (2 * p)
@@ -290,7 +304,11 @@ class GDCoordinator:
             if i in self._requests:
                 raise ProtocolError(f"party {i} sent a second request in round {t}")
             key = public_key_from_bytes(msg.blob(0), min_bits=self.params.key_bits)
-            self._requests[i] = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], key)
+            request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], key)
+            if request.n_cols != 1:
+                raise ProtocolError(f"party {i}'s noisy-gradient request carries {request.n_cols} columns, not one")
+            check_request_layout(request, self.params, f"party {i}")
+            self._requests[i] = request
             return [Out(type=GD_REQUEST, body=dict(msg.body), payload=list(msg.payload), to=1 - i)]
         if kind == GD_RESPONSE:   # from the responder i, to the encryptor 1 - i
             return [Out(type=GD_RESPONSE, body=dict(msg.body), payload=list(msg.payload), to=1 - i)]
