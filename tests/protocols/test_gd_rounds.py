@@ -252,3 +252,23 @@ def test_an_encryptor_that_widens_its_request_layout_to_amplify_is_refused_by_co
         coord.handle(0, request)
     with pytest.raises(ProtocolError, match="layout"):
         B.handle(request)
+
+
+def test_an_operand_amplified_inside_the_plans_layout_is_refused_by_the_magnitude_check(keypairs):
+    """Review 5: with the plan's layout an encryptor can still amplify inside its slots by crafting ciphertexts
+    (lam e_i, the slot check alone allows ~2^(noise bits)); the coordinator now bounds every combined entry by what
+    honest operands and the noise tail produce. Checked on the real combined product of an honest round (passes) and
+    on the same product plus lam = 2^20 times the largest honest value at one row of B (refused)."""
+    from vfl.protocols.gd_rounds import check_product_magnitude, product_magnitude_limit
+
+    blocks, y, radii = _data(0, "linear")
+    params = _params("linear", 240, radii, steps=1)
+    p = params.precision_bits
+    limit = product_magnitude_limit(params, 0)
+    b_int = np.rint(blocks[1][7] * 2.0**p).astype(np.int64)
+    honest = np.array([[int(v)] for v in np.rint(blocks[1].T @ np.ones(240) * 2.0 ** (2 * p))], dtype=object)
+    check_product_magnitude(honest, params, 0)                     # an operand of all ones at the bound passes
+    amplified = honest + np.array([[int(v) << (p + 20)] for v in b_int], dtype=object)
+    assert max(abs(int(v)) for v in amplified.flat) > limit
+    with pytest.raises(ProtocolError, match="party 0's request exceeds"):
+        check_product_magnitude(amplified, params, 0)

@@ -50,6 +50,7 @@ from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.privacy.accounting import PrivacyReport, epsilon_against, noisy_gd_epsilon_exact
 from vfl.privacy.gradient_release import GradientRelease, project_ball
 from vfl.protocols.contracts import Incoming, Out, kind_of
+from vfl.protocols.fm_release import NOISE_TAIL_STDS
 from vfl.secure.discrete_noise import discrete_gaussian_array
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS, decode_products
 from vfl.secure.keys import public_key_from_bytes, public_key_to_bytes
@@ -147,6 +148,27 @@ def check_request_layout(request: EncryptedBlock, params: GDParams, sender: str)
         raise ProtocolError(f"refused request from {sender}: its slot layout (rows {lay.n_rows}, precision "
                             f"{lay.precision_bits}, value bound {lay.value_bound:g}, noise bits {lay.noise_bits}) is "
                             f"not the plan's ({params.release.n_samples}, {p}, 1, {default_noise_bits(p)})")
+
+
+def product_magnitude_limit(params: GDParams, encryptor: int) -> int:
+    """The largest |entry| of an honest combined product of a round, in raw units 2^-2p: the cross term
+    |v_l^T X_k| / b and the responder's own term |X_k^T v_k| / b are each <= N A B (A = 2^p: |v / b| <= 1; B =
+    ceil(r_k 2^p) + 1: |x_ik| <= r_k), plus NOISE_TAIL_STDS std of the two noise draws (as the FM release's
+    :func:`~vfl.protocols.fm_release.check_product_magnitude`). An operand amplified inside its slots (lam e_i,
+    crafted ciphertexts with the plan's layout) then passes only for |lam| <= 2 N."""
+    p, rel, k = params.precision_bits, params.release, 1 - encryptor
+    a, b = 1 << p, math.ceil(params.party_radii[k] * 2.0**p) + 1
+    std = rel.sigma / (gradient_scale(rel.model, rel.n_samples) * params.bound(encryptor)) * 2.0 ** (2 * p)
+    return 2 * rel.n_samples * a * b + math.ceil(NOISE_TAIL_STDS * math.sqrt(2.0) * std)
+
+
+def check_product_magnitude(total: np.ndarray, params: GDParams, encryptor: int) -> None:
+    """Refuse a round whose combined product exceeds :func:`product_magnitude_limit` (an amplified operand)."""
+    limit = product_magnitude_limit(params, encryptor)
+    if any(abs(int(u)) > limit for u in np.asarray(total, dtype=object).flat):
+        raise ProtocolError(f"refused round: the combined product of party {encryptor}'s request exceeds what "
+                            "operands inside the public bounds can produce (an amplified operand or a corrupted "
+                            "share); the run stops")
 
 
 def iterate_digest(w: np.ndarray) -> str:
@@ -337,6 +359,7 @@ class GDCoordinator:
             total = combine_packed_shares(shares["encryptor"], shares["responder"], layout=req.layout, n_cols=1,
                                           modulus=int(req.public_key.n), encryptor=f"party {enc}",
                                           responder=f"party {1 - enc}")
+            check_product_magnitude(total, self.params, enc)
             unit = gradient_scale(rel.model, rel.n_samples) * self.params.bound(enc)
             g[self.params.slice(1 - enc)] = unit * decode_products(total, p).reshape(-1)
         self.gradients.append(g)
