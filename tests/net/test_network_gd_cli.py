@@ -53,6 +53,19 @@ def test_cli_noisy_gd_run_writes_the_model_and_charges_both_ledgers(procs, tmp_p
     for name in ("alice", "bob"):
         (run,) = Ledger(ledgers[name]).runs()
         assert run.state == "completed" and run.epsilon == pytest.approx(rep["epsilon"], rel=1e-12)
+    # review 5 (d): the unsigned noisy-gd model is refused by `vfl predict` exactly like any unsigned file, and
+    # served with --allow-unsigned-model (with the loud warning)
+    a, b = (np.genfromtxt(data[k], delimiter=",", names=True, dtype=None, encoding="utf-8") for k in ("alice", "bob"))
+    joined = tmp_path / "joined.csv"
+    joined.write_text("age,income,tenure,visits,spend\n" + "".join(
+        f"{r['age']},{r['income']},{r['tenure']},{s['visits']},{s['spend']}\n" for r, s in zip(a, b, strict=True)))
+    refused = procs.start("predict", "--model", str(out), "--data", str(joined))
+    code, _, err = procs.finish(refused)
+    assert code != 0 and "--allow-unsigned-model" in err and "Traceback" not in err, err[-800:]
+    allowed = procs.start("predict", "--model", str(out), "--data", str(joined), "--allow-unsigned-model",
+                          "--out", str(tmp_path / "p.csv"))
+    code, _, err = procs.finish(allowed)
+    assert code == 0 and "UNSIGNED" in err.upper() and (tmp_path / "p.csv").exists(), err[-800:]
 
 
 # ------------------------------------------------------------------ hostile coordinator

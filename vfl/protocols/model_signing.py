@@ -89,7 +89,7 @@ def verify_model_signatures(model: FittedModel, *, pinned: PinnedKeys | None = N
     signatures = model.signatures or {}
     if not signatures:
         raise IdentityError("the model carries no party's signature (written before models were signed, or by a "
-                            "run with --insecure-no-identity or a (DP-)BCD run)")
+                            "run with --insecure-no-identity, a (DP-)BCD or a noisy-gd run)")
     digest = model.document_digest()
     names = []
     for entry, party in zip(entries, model.parties, strict=True):
