@@ -14,14 +14,15 @@ against SPU's ``psi_execute`` between two processes on a loopback brpc link: ECD
 the sum over SPU's two processes (all their threads, ``time.process_time`` in each); every run's intersection is
 checked equal to the true one, ID for ID.
 
-**Cross products** ``X_A^T X_B`` (n x 10 by n x 10, uniform on [-1, 1] as vfl's fits scale features): vfl's streamed Paillier product as two parties
-run it (benchmarks/secure_products.py's ``vfl_cpu_run``: 2048-bit key, one worker each, through the wire forms;
-its payload bytes are the wire frames and JSON headers), exact against numpy's integer product of the fixed-point encodings; against
-SPU CHEETAH (2PC, semi-honest, FM64, SPU's default fractional bits) between two processes on a loopback brpc
-link: each owner secret-shares its matrix to the other (``Io.make_shares``, sent over the link), both run the
-compiled ``X_A.T @ X_B``, the output shares are exchanged and opened. SPU's bytes are the kernel's: this process
-enters a fresh network namespace (``unshare(CLONE_NEWNET)``, so root) and reads ``lo``'s ``tx_bytes`` before and
-after each run (payload plus TCP/IP headers, both directions, nothing else on that ``lo``).
+**Cross products** ``X_A^T X_B`` (n x 10 by n x 10, uniform on [-1, 1] as vfl's fits scale features): vfl's
+streamed Paillier product as two parties run it (benchmarks/secure_products.py's ``vfl_cpu_run``: 2048-bit key,
+one worker each, through the wire forms; its payload bytes are the wire frames and JSON headers), exact against
+numpy's integer product of the fixed-point encodings; against SPU CHEETAH (2PC, semi-honest, FM64, SPU's default
+fractional bits) between two processes on a loopback brpc link: each owner secret-shares its matrix to the other
+(``Io.make_shares``, sent over the link), both run the compiled ``X_A.T @ X_B``, the output shares are exchanged
+and opened. SPU's bytes are the kernel's: this process enters a fresh network namespace
+(``unshare(CLONE_NEWNET)``, so root) and reads ``lo``'s transmitted bytes (/proc/net/dev) before and after each
+run (payload plus TCP/IP headers, both directions, nothing else on that ``lo``).
 
 Repetitions alternate (vfl, SPU, vfl, SPU ...) on the same data; the 1-minute load average is recorded before and
 after each run (the machine is shared: CPU time is the primary measure, wall is indicative).
@@ -70,7 +71,13 @@ def private_network() -> None:
 
 
 def lo_tx_bytes() -> int:
-    return int(Path("/sys/class/net/lo/statistics/tx_bytes").read_text())
+    """``lo``'s transmitted bytes in THIS process's network namespace (/proc/net/dev follows the reader's
+    namespace; /sys/class/net follows sysfs's mount, the host's, and would count other sessions' traffic)."""
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, fields = line.partition(":")
+        if name.strip() == "lo":
+            return int(fields.split()[8])
+    raise SystemExit("spu_compare: no lo in /proc/net/dev")
 
 
 def load1() -> float:
@@ -87,14 +94,16 @@ def free_ports(k: int) -> list[int]:
     return ports
 
 
-def make_link(rank: int, ports: list[int]) -> Any:
+def make_link(rank: int, ports: list[int] | list[str]) -> Any:
+    """A brpc link; ``ports`` are loopback ports or full ``host:port`` addresses as this rank sees them."""
     import spu.libspu as libspu
 
     desc = libspu.link.Desc()
     desc.recv_timeout_ms = 3_600_000
     desc.http_max_payload_size = 64 << 20
+    desc.connect_retry_times = 600
     for r, port in enumerate(ports):
-        desc.add_party(f"p{r}", f"127.0.0.1:{port}")
+        desc.add_party(f"p{r}", port if isinstance(port, str) else f"127.0.0.1:{port}")
     return libspu.link.create_brpc(desc, rank)
 
 
@@ -156,8 +165,8 @@ def spu_psi(ids: tuple[list[str], list[str]], truth: set[str], protocol: str, tm
     reps = run_pair(spu_psi_party, _psi_args(protocol, paths))
     sent = lo_tx_bytes() - before
     exact = True
-    for _, out in paths:
-        with open(out, newline="") as f:
+    for _, written in paths:
+        with open(written, newline="") as f:
             got = [row["id"] for row in csv.DictReader(f)]
         exact &= len(got) == len(truth) and set(got) == truth
     return {"cpu_s": sum(r["cpu_s"] for r in reps), "wall_s": max(r["wall_s"] for r in reps),
@@ -224,7 +233,7 @@ def _recv_share(link: Any, src: int) -> Any:
     return share
 
 
-def cheetah_party(rank: int, queue: Any, ports: list[int], n: int, seed: int) -> None:
+def cheetah_party(rank: int, queue: Any, ports: list[int] | list[str], n: int, seed: int) -> None:
     import jax.numpy as jnp
     import numpy as np
     import spu.libspu as libspu
@@ -282,7 +291,6 @@ _WIRE_BYTES: dict[int, int] = {}
 
 
 def vfl_product(n: int, seed: int, keypair: tuple) -> dict:
-    import numpy as np
     from secure_products import P, vfl_cpu_run
 
     A, B = make_matrices(n, seed)
@@ -320,24 +328,21 @@ def wire_bytes(A: Any, B: Any, keypair: tuple) -> int:
     responder = ProductResponder(B, precision_bits=P, workers=1)
     total = 0
 
-    def size(wire: tuple) -> int:
-        header, frames = wire[0], wire[1:]
-        flat = [f for part in frames for f in (part if isinstance(part, list | tuple) else [part])]
-        head = len(json.dumps(header, default=str)) if not isinstance(header, bytes | bytearray) else len(header)
-        return head + sum(len(f) for f in flat if isinstance(f, bytes | bytearray | memoryview))
+    def size(header: dict, frames: list[bytes]) -> int:
+        return len(json.dumps(header, default=str)) + sum(len(f) for f in frames)
 
-    wire = holder.stream_header().to_wire()
-    total += size(wire)
-    stream = ProductStreamHeader.from_wire(*wire, pk)
+    header, frames = holder.stream_header().to_wire()
+    total += size(header, frames)
+    stream = ProductStreamHeader.from_wire(header, frames, pk)
     fold = responder.open(stream)
     for chunk in holder.encrypted_chunks():
-        wire = chunk.to_wire()
-        total += size(wire)
-        fold.add(EncryptedChunk.from_wire(*wire, stream))
+        header, frames = chunk.to_wire()
+        total += size(header, frames)
+        fold.add(EncryptedChunk.from_wire(header, frames, stream))
     response, _ = fold.finish()
-    wire = response.to_wire()
-    total += size(wire)
-    holder.decrypt(MaskedResponse.from_wire(*wire, pk))
+    header, frames = response.to_wire()
+    total += size(header, frames)
+    holder.decrypt(MaskedResponse.from_wire(header, frames, pk))
     return total
 
 
@@ -361,6 +366,111 @@ def product_runs(sizes: list[int], repeats: int, out: list[dict], save: Any) -> 
                       flush=True)
         out.append({"rows": n, "cols": COLS, "runs": runs})
         save()
+
+
+# ---------------------------------------------------------------- over benchmarks/wan.py's shaped links
+
+class _Printer:
+    """The queue of a party run by ``--wan-party`` in its own namespace: its report is one stdout line."""
+
+    def put(self, report: dict) -> None:
+        print("REPORT " + json.dumps(report), flush=True)
+
+
+def _wan_hosts(top: Any, rtt: float) -> tuple[dict[int, list[str]], list[list[str]]]:
+    """Each rank's view of the two brpc addresses, and the two delay lines in the coordinator's namespace that
+    join alice's and bob's links (rank 0 in alice's namespace, rank 1 in bob's; wan.py's addresses)."""
+    a_near, a_far = top.address("alice", "party"), top.address("alice", "coordinator")
+    b_near, b_far = top.address("bob", "party"), top.address("bob", "coordinator")
+    p0, p1 = 7001, 7002
+    hosts = {0: [f"{a_near}:{p0}", f"{a_far}:{p1}"], 1: [f"{b_far}:{p0}", f"{b_near}:{p1}"]}
+    lines = [["--listen", f"{a_far}:{p1}", "--to", f"{b_near}:{p1}", "--delay-ms", str(rtt / 2)],
+             ["--listen", f"{b_far}:{p0}", "--to", f"{a_near}:{p0}", "--delay-ms", str(rtt / 2)]]
+    return hosts, lines
+
+
+def wan_cheetah(n: int, link: str, seed: int) -> dict:
+    """CHEETAH's product between alice's and bob's namespaces of wan.py's topology (tbf rate on every veth end,
+    the delay line for the RTT): wall, CPU and the kernel's sent bytes per role."""
+    import wan
+
+    rate, rtt = wan.LINKS[link]
+    top = wan.Topology(f"sp{secrets.token_hex(2)}", rate, rtt, False)
+    hosts, line_args = _wan_hosts(top, rtt)
+    lines: list[subprocess.Popen] = []
+    try:
+        top.up()
+        for args in line_args:
+            line = subprocess.Popen(top.exec("coordinator", [sys.executable, str(ROOT / "benchmarks" / "delay_line.py"),
+                                                             *args]), stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+            lines.append(line)
+            if line.stdout is None or line.stdout.readline().strip() != "delay line ready":
+                raise SystemExit("spu_compare: a delay line did not start")
+        before = top.tx_bytes()
+        procs = [subprocess.Popen(top.exec(role, [sys.executable, __file__, "--wan-party", str(rank), "--hosts",
+                                                  ",".join(hosts[rank]), "--products", str(n), "--seed", str(seed)]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for rank, role in enumerate(wan.PARTIES)]
+        reports = []
+        for p in procs:
+            out, _ = p.communicate(timeout=7200)
+            got = [json.loads(x[7:]) for x in out.splitlines() if x.startswith("REPORT ")]
+            if p.returncode or not got:
+                raise SystemExit(f"spu_compare: a CHEETAH party over {link} failed (exit {p.returncode})")
+            reports.append(got[0])
+        after = top.tx_bytes()
+    finally:
+        for line in lines:
+            line.terminate()
+            line.wait()
+        top.down()
+    return {"link": link, "rows": n, "wall_s": max(r["wall_s"] for r in reports),
+            "cpu_s": {role: r["cpu_s"] for role, r in zip(wan.PARTIES, reports, strict=True)},
+            "sent_bytes": {role: after[role] - before[role] for role in after},
+            "max_abs_error": max(r["max_abs_error"] for r in reports)}
+
+
+def wan_runs(sizes: list[int], links: list[str], out: list[dict], save: Any) -> None:
+    for n in sizes:
+        seed = secrets.randbits(32)
+        for link in links:
+            l0 = load1()
+            r = wan_cheetah(n, link, seed)
+            r["load"] = [l0, load1()]
+            out.append(r)
+            save()
+            print(f"wan n={n:>7d} {link:>13s} CHEETAH: wall {r['wall_s']:7.2f} s  CPU {r['cpu_s']}  "
+                  f"sent {r['sent_bytes']}  load {r['load']}", flush=True)
+
+
+def wan_markdown(doc: dict) -> str:
+    lines = ["| n | link | load (1 min) | CHEETAH wall (s) | CPU s alice / bob | sent MB alice / bob / relay | "
+             "sent bytes per row alice / bob | max abs error |", "|---:|---|---:|---:|---|---|---|---:|"]
+    for r in doc.get("wan", []):
+        b, n = r["sent_bytes"], r["rows"]
+        lines.append(f"| {n:,} | {r['link']} | {min(r['load']):.0f}-{max(r['load']):.0f} | {r['wall_s']:.1f} | "
+                     f"{r['cpu_s']['alice']:.1f} / {r['cpu_s']['bob']:.1f} | {b['alice'] / 1e6:.1f} / "
+                     f"{b['bob'] / 1e6:.1f} / {b['coordinator'] / 1e6:.1f} | {b['alice'] / n:,.0f} / "
+                     f"{b['bob'] / n:,.0f} | {r['max_abs_error']:.1e} |")
+    return "\n".join(lines)
+
+
+def wan_summary(doc: dict, vfl_wan: dict) -> str:
+    """Per size and link: CHEETAH's products against vfl's whole fit over the same links (docs/data/wan.json)."""
+    vfl = {(r["n"], r["link"]): r for r in vfl_wan["runs"]}
+    lines = []
+    for r in doc.get("wan", []):
+        v = vfl.get((r["rows"], r["link"]))
+        if v is None:
+            continue
+        n, cb, vb = r["rows"], r["sent_bytes"], v["sent_bytes"]
+        c_par, v_par = (cb["alice"] + cb["bob"]) / n, (vb["alice"] + vb["bob"]) / n
+        lines.append(f"* {n:,} rows, {r['link']}: CHEETAH's cross products alone {r['wall_s']:.1f} s wall, the two "
+                     f"parties sending {c_par:,.0f} bytes per row; vfl's whole fit {v['wall_s']:.1f} s wall, its "
+                     f"parties sending {v_par:,.0f} bytes per row (CHEETAH {_faster(c_par, v_par)} bytes, "
+                     f"{r['wall_s'] / v['wall_s']:.2f} of vfl's wall).")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- tables (what the docs show; no spu needed)
@@ -402,6 +512,39 @@ def product_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _faster(a: float, b: float) -> str:
+    """'X.Y× less' from a's point of view against b (both CPU seconds or bytes)."""
+    return f"{b / a:.1f}x less" if a <= b else f"{a / b:.1f}x more"
+
+
+def psi_summary(doc: dict) -> str:
+    """One line per size: SPU's CPU against vfl's, protocol by protocol (what the docs say in words)."""
+    lines = []
+    for size in doc["psi"]:
+        v = med(size["runs"]["vfl"], "cpu_s")
+        parts = [f"{proto} {_faster(med(runs, 'cpu_s'), v)} CPU than vfl"
+                 for proto, runs in size["runs"].items() if proto != "vfl"]
+        lines.append(f"* {size['ids_per_party']:,} IDs per party: SPU " + ", ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def product_summary(doc: dict) -> str:
+    """One line per size: CPU, bytes and error of CHEETAH against vfl, and the bytes' time at two line rates."""
+    lines = []
+    for size in doc["products"]:
+        v, c, n = size["runs"]["vfl"], size["runs"]["CHEETAH"], size["rows"]
+        vb, cb = med(v, "bytes"), med(c, "bytes")
+        rates = "; ".join(f"at {label} {8 * cb / bps:.2f} s for CHEETAH's bytes against {8 * vb / bps:.2f} s for "
+                          f"vfl's" for label, bps in (("100 Mbit/s", 1e8), ("1 Gbit/s", 1e9)))
+        cpu = _faster(med(c, "cpu_s"), med(v, "cpu_s"))
+        lines.append(f"* {n:,} x {size['cols']} x {size['cols']}: CHEETAH used {cpu} CPU than vfl and sent "
+                     f"{_faster(cb, vb)} bytes ({cb / n:,.0f} against {vb / n:,.0f} per row); "
+                     f"its largest error {max(r['max_abs_error'] for r in c):.1e} against vfl's "
+                     f"{max(r['max_abs_error'] for r in v):.1e} (vfl's integers exact). Line time of the bytes alone "
+                     f"(computed, not measured): {rates}.")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,16 +553,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocols", default=",".join(PROTOCOLS), help=f"SPU PSI protocols among {PROTOCOLS}")
     ap.add_argument("--products", default="10000", help="rows of the n x 10 x 10 products ('' skips them)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating vfl/SPU runs per size (medians reported)")
+    ap.add_argument("--wan", default="", help="also run CHEETAH over wan.py's links at these rows ('' skips)")
+    ap.add_argument("--links", default="unshaped,100mbit-20ms,1gbit-2ms", help="wan.py's link names for --wan")
+    ap.add_argument("--wan-party", type=int, help=argparse.SUPPRESS)   # one CHEETAH party inside a namespace
+    ap.add_argument("--hosts", help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="write the results here (rewritten whole after every size)")
     ap.add_argument("--markdown", type=Path, help="print the docs' tables from this JSON and exit (no spu needed)")
+    ap.add_argument("--markdown-wan", type=Path, help="with --markdown: also the WAN table of this JSON against "
+                    "docs/data/wan.json's vfl runs")
     args = ap.parse_args(argv)
     if args.markdown:
-        doc = json.loads(args.markdown.read_text())
-        print(psi_markdown(doc) + "\n\n" + product_markdown(doc))
+        shown = json.loads(args.markdown.read_text())
+        blocks = [psi_markdown(shown), psi_summary(shown), product_markdown(shown), product_summary(shown)]
+        if args.markdown_wan:
+            wan_doc = json.loads(args.markdown_wan.read_text())
+            vfl_wan = json.loads((ROOT / "docs" / "data" / "wan.json").read_text())
+            blocks += [wan_markdown(wan_doc), wan_summary(wan_doc, vfl_wan)]
+        print("\n\n".join(blocks))
         return 0
     require_spu()
     import spu
 
+    if args.wan_party is not None:
+        cheetah_party(args.wan_party, _Printer(), args.hosts.split(","), int(args.products), args.seed)
+        return 0
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     protocols = [p for p in args.protocols.split(",") if p]
@@ -433,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "nice -n 10 python benchmarks/spu_compare.py " + " ".join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": code, "spu": spu.__version__, "cpus": os.cpu_count(), "repeats": args.repeats,
-        "psi": [], "products": [],
+        "psi": [], "products": [], "wan": [],
     }
 
     def save() -> None:   # after every size, whole (a later failure keeps the sizes that finished)
@@ -443,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp.replace(args.json)
 
     product_runs([int(s) for s in args.products.split(",") if s], args.repeats, doc["products"], save)
+    wan_runs([int(s) for s in args.wan.split(",") if s], [x for x in args.links.split(",") if x], doc["wan"], save)
     psi_runs([int(s) for s in args.psi.split(",") if s], args.repeats, protocols, doc["psi"], save)
     print(psi_markdown(doc) + "\n\n" + product_markdown(doc))
     return 0
