@@ -38,6 +38,7 @@ import json
 import multiprocessing as mp
 import os
 import secrets
+import shlex
 import socket
 import statistics
 import subprocess
@@ -468,7 +469,7 @@ def wan_summary(doc: dict, vfl_wan: dict) -> str:
         c_par, v_par = (cb["alice"] + cb["bob"]) / n, (vb["alice"] + vb["bob"]) / n
         lines.append(f"* {n:,} rows, {r['link']}: CHEETAH's cross products alone {r['wall_s']:.1f} s wall, the two "
                      f"parties sending {c_par:,.0f} bytes per row; vfl's whole fit {v['wall_s']:.1f} s wall, its "
-                     f"parties sending {v_par:,.0f} bytes per row (CHEETAH {_faster(c_par, v_par)} bytes, "
+                     f"parties sending {v_par:,.0f} bytes per row (CHEETAH {_faster(c_par, v_par, 'fewer')} bytes, "
                      f"{r['wall_s'] / v['wall_s']:.2f} of vfl's wall).")
     return "\n".join(lines)
 
@@ -512,9 +513,11 @@ def product_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _faster(a: float, b: float) -> str:
-    """'X.Y× less' from a's point of view against b (both CPU seconds or bytes)."""
-    return f"{b / a:.1f}x less" if a <= b else f"{a / b:.1f}x more"
+def _faster(a: float, b: float, less: str = "less") -> str:
+    """'X.Y× less' (or 'more') from a's point of view against b (both CPU seconds or both bytes)."""
+    ratio = b / a if a <= b else a / b
+    digits = 2 if ratio < 1.1 else 1
+    return f"{ratio:.{digits}f}x {less if a <= b else 'more'}"
 
 
 def psi_summary(doc: dict) -> str:
@@ -538,7 +541,7 @@ def product_summary(doc: dict) -> str:
                           f"vfl's" for label, bps in (("100 Mbit/s", 1e8), ("1 Gbit/s", 1e9)))
         cpu = _faster(med(c, "cpu_s"), med(v, "cpu_s"))
         lines.append(f"* {n:,} x {size['cols']} x {size['cols']}: CHEETAH used {cpu} CPU than vfl and sent "
-                     f"{_faster(cb, vb)} bytes ({cb / n:,.0f} against {vb / n:,.0f} per row); "
+                     f"{_faster(cb, vb, 'fewer')} bytes ({cb / n:,.0f} against {vb / n:,.0f} per row); "
                      f"its largest error {max(r['max_abs_error'] for r in c):.1e} against vfl's "
                      f"{max(r['max_abs_error'] for r in v):.1e} (vfl's integers exact). Line time of the bytes alone "
                      f"(computed, not measured): {rates}.")
@@ -588,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     doc: dict[str, Any] = {
-        "command": "nice -n 10 python benchmarks/spu_compare.py " + " ".join(argv or sys.argv[1:]),
+        "command": "nice -n 10 python benchmarks/spu_compare.py " + shlex.join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": code, "spu": spu.__version__, "cpus": os.cpu_count(), "repeats": args.repeats,
         "psi": [], "products": [], "wan": [],
