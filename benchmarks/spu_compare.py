@@ -545,6 +545,14 @@ def product_summary(doc: dict) -> str:
                      f"its largest error {max(r['max_abs_error'] for r in c):.1e} against vfl's "
                      f"{max(r['max_abs_error'] for r in v):.1e} (vfl's integers exact). Line time of the bytes alone "
                      f"(computed, not measured): {rates}.")
+    sizes = sorted(doc["products"], key=lambda x: x["rows"])
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        dn = hi["rows"] - lo["rows"]
+        per_row = {who: 1e6 * (med(hi["runs"][who], "cpu_s") - med(lo["runs"][who], "cpu_s")) / dn
+                   for who in ("vfl", "CHEETAH")}
+        lines.append(f"* CPU per row between {lo['rows']:,} and {hi['rows']:,} rows: vfl {per_row['vfl']:.0f} µs, "
+                     f"CHEETAH {per_row['CHEETAH']:.0f} µs (both parties together).")
     return "\n".join(lines)
 
 

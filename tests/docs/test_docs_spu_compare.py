@@ -71,3 +71,19 @@ def test_the_benchmark_refuses_in_one_line_without_spu(tmp_path: Path) -> None:
                            "--products", "", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and not out.exists()
     assert proc.stderr.strip().count("\n") == 0 and "`spu` is not importable" in proc.stderr
+
+
+def test_the_wan_table_and_sentences_are_the_json() -> None:
+    """CHEETAH over wan.py's shaped links: the table, and the comparison with vfl's runs in docs/data/wan.json."""
+    bench = load_benchmark("spu_compare")
+    doc = json.loads((ROOT / "docs" / "data" / "spu_compare_wan.json").read_text())
+    vfl_wan = json.loads((ROOT / "docs" / "data" / "wan.json").read_text())
+    text = section(PERF_DOC, PERF_HEADING)
+    assert bench.wan_markdown(doc) in text
+    assert _flat(bench.wan_summary(doc, vfl_wan)) in _flat(text)
+    assert doc["command"].split(" python ", 1)[1] in _flat(text)
+    assert {r["link"] for r in doc["wan"]} >= {"100mbit-20ms"}
+    for r in doc["wan"]:
+        # each party sent at least its n x 10 share of 64-bit ring elements through its shaped veth
+        assert all(r["sent_bytes"][p] >= r["rows"] * 10 * 8 for p in ("alice", "bob"))
+        assert 0 < r["max_abs_error"] < 1e-2
