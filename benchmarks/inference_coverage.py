@@ -12,7 +12,10 @@ The committed JSON was made by two runs in parallel (one per model), then merged
 
 docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
 merged into that file; docs/data/inference_real.json is
-``python benchmarks/inference_coverage.py --real ../shared/data --splits 200 --confirm 100 --out ...``.
+``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --out ...`` (the flags of
+issue 31; the earlier 200 + 100 run took 731 s); docs/data/inference_flags.json (the unreliable flags on the
+synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
+...``.
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
@@ -118,13 +121,15 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> 
         warnings.simplefilter("ignore")
         est.fit(X, y)
         ci = est.conf_int()
+        flags = est._inference().unreliable
     mech, floor, _, beta, _, _, _ = est._release_
     analytic = analytic_intervals(est.objective_, mech, lambda_floor=floor, to_original=est._original_units,
                                   beta_released=beta)[2]
     b, se = ols(model, X, y)
     coef = np.append(est.coef_, est.intercept_)
     return {"ci": ci, "ols": np.column_stack([b - Z975 * se, b + Z975 * se]),
-            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic}
+            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic,
+            "flags": np.zeros(len(coef), dtype=bool) if flags is None else flags}
 
 
 def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: np.ndarray) -> dict[str, Any]:
@@ -132,8 +137,10 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
     start = time.perf_counter()
     hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "naive": [], "analytic": []}
     widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    flagged: list[np.ndarray] = []
     for s in range(sets):
         out = fit(model, n, epsilon, seed + s, seed + s + 10**6)
+        flagged.append(out.pop("flags"))
         for key, ci in out.items():
             hits[key].append((ci[:, 0] <= target) & (target <= ci[:, 1]))
             if key in widths:
@@ -153,7 +160,28 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
             "analytic_coverage_mean": round(float(np.mean(hits["analytic"])), 4),
             "analytic_coverage_min": round(float(np.mean(hits["analytic"], axis=0).min()), 4),
             "analytic_median_width_mean": round(float(np.median(widths["analytic"], axis=0).mean()), 5),
-            "seconds": round(time.perf_counter() - start, 1)}
+            **flag_fields(np.array(flagged), np.array(hits["ci"])), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def flag_fields(flag: np.ndarray, hit: np.ndarray) -> dict[str, Any]:
+    """The unreliable flags over (data set, coefficient): their share, the share of data sets with any flag, and the
+    coverage of the unflagged and of the flagged intervals (None: the group is empty)."""
+    return {"flagged_rate": round(float(flag.mean()), 4), "any_flag_rate": round(float(flag.any(axis=1).mean()), 4),
+            "flagged": flag.mean(axis=0).round(4).tolist(),
+            "unflagged_coverage": round(float(hit[~flag].mean()), 4) if (~flag).any() else None,
+            "flagged_coverage": round(float(hit[flag].mean()), 4) if flag.any() else None}
+
+
+def flags_markdown(doc: dict) -> str:
+    """The synthetic flag table of docs/inference.md (main run, then the confirmation run on disjoint seeds)."""
+    lines = ["| cell | data sets | coverage (mean) | flagged unreliable | data sets with a flag | coverage unflagged, "
+             "flagged |", "|---|---|---|---|---|---|"]
+    for key, mark in (("rows", ""), ("confirm", " (confirm)")):
+        for r in doc.get(key, []):
+            lines.append(f"| {cell_label(r)}{mark} | {r['sets']} | {r['coverage_mean']:.3f} | "
+                         f"{r['flagged_rate']:.3f} | {r['any_flag_rate']:.3f} | {_opt(r['unflagged_coverage'])}, "
+                         f"{_opt(r['flagged_coverage'])} |")
+    return "\n".join(lines)
 
 
 REAL_EPSILONS = (1.0, 4.0)
@@ -180,6 +208,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     target = np.linalg.lstsq(Z, y, rcond=None)[0]
     hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
     widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    flagged: list[np.ndarray] = []
     for s in range(sets):
         rows = np.random.default_rng(seed + s).integers(0, len(y), len(y))
         est = LinearRegression(epsilon=epsilon, delta=DELTA, bounds=[bounds[f] for f in names],
@@ -188,6 +217,8 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
             warnings.simplefilter("ignore")
             est.fit(X[rows], y[rows])
             out = {"ci": est.conf_int()}
+            flags = est._inference().unreliable
+        flagged.append(np.zeros(len(target), dtype=bool) if flags is None else flags)
         mech, floor, _, beta, _, _, _ = est._release_
         out["analytic"] = analytic_intervals(est.objective_, mech, lambda_floor=floor,
                                              to_original=est._original_units, beta_released=beta)[2]
@@ -205,21 +236,29 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         row[f"{name}coverage_min"] = round(float(cover.min()), 4)
         row[f"{name}median_width_mean"] = round(float(np.median(widths[key], axis=0).mean()), 5)
         row[f"{name}coverage"] = cover.round(4).tolist()
+    row.update(flag_fields(np.array(flagged), np.array(hits["ci"])))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
+
+
+def _opt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def real_markdown(doc: dict) -> str:
     """The real-data table of docs/inference.md."""
     lines = ["| data, ε | N, d | data sets | coverage (mean, min) | median width | analytic coverage (mean, min) | "
-             "analytic width | OLS coverage (mean, min) | OLS width |", "|---|---|---|---|---|---|---|---|---|"]
+             "analytic width | OLS coverage (mean, min) | OLS width | flagged unreliable | coverage unflagged, "
+             "flagged |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, mark in (("real", ""), ("real_confirm", " (confirm)")):
         for r in doc.get(key, []):
             lines.append(f"| {r['model']}, {r['epsilon']:g}{mark} | {r['n']}, {r['d']} | {r['sets']} | "
                          f"{r['coverage_mean']:.3f}, {r['coverage_min']:.3f} | {r['median_width_mean']:.4g} | "
                          f"{r['analytic_coverage_mean']:.3f}, {r['analytic_coverage_min']:.3f} | "
                          f"{r['analytic_median_width_mean']:.4g} | {r['ols_coverage_mean']:.3f}, "
-                         f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} |")
+                         f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} | "
+                         f"{_opt(r.get('flagged_rate'))} | {_opt(r.get('unflagged_coverage'))}, "
+                         f"{_opt(r.get('flagged_coverage'))} |")
     return "\n".join(lines)
 
 

@@ -159,9 +159,36 @@ def test_the_real_data_table_is_the_committed_measurement() -> None:
     text = " ".join(section.split())
     worst = min(r["coverage_mean"] for r in doc["real"])
     assert f"as low as {worst:.3f}" in text
+    rate = min(r["flagged_rate"] for key in ("real", "real_confirm") for r in doc[key])
+    assert f"least {rate:.3f} of the intervals are flagged unreliable" in text
+    assert f"({doc['seconds']} s;" in text
     changed = json.loads(REAL_JSON.read_text(encoding="utf-8"))
+    changed["real"][1]["flagged_rate"] -= 0.01
+    assert bench.real_markdown(changed) not in section
     changed["real"][0]["coverage_mean"] += 0.01
     assert bench.real_markdown(changed) not in section
+
+
+FLAGS_JSON = ROOT / "docs" / "data" / "inference_flags.json"
+
+
+def test_the_synthetic_flag_table_and_its_quoted_numbers_are_the_committed_measurement() -> None:
+    bench = load_benchmark("inference_coverage")
+    doc = json.loads(FLAGS_JSON.read_text(encoding="utf-8"))
+    section = _page_section(REAL_HEADING)
+    assert bench.flags_markdown(doc) in section and f"({doc['seconds']} s;" in section
+    text = " ".join(section.split())
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    linear_big = [r for key in ("rows", "confirm") for r in doc[key] if r["model"] == "linear" and r["n"] == 10_000]
+    assert linear_big and all(r["any_flag_rate"] == 0.0 for r in linear_big)   # "silent in every linear N = 10⁴"
+    assert by["linear", 1000, 0.5]["any_flag_rate"] == 1.0                     # "fires on every ..."
+    assert f"cover ({by['linear', 1000, 0.5]['coverage_mean']:.3f}:" in text
+    lg = by["logistic", 10000, 0.5]
+    assert f"(coverage {lg['flagged_coverage']:.3f} flagged against {lg['unflagged_coverage']:.3f} unflagged)" in text
+    assert all(r["flagged_rate"] == r["any_flag_rate"] for key in ("rows", "confirm") for r in doc[key])
+    changed = json.loads(FLAGS_JSON.read_text(encoding="utf-8"))
+    changed["confirm"][0]["unflagged_coverage"] = 0.5
+    assert bench.flags_markdown(changed) not in section
 
 
 DATA_DIR = ROOT.parent / "shared" / "data"

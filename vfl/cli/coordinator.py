@@ -8,6 +8,7 @@ from vfl.cli.options import TEST_NOISE_MODES, echo, hub_options
 from vfl.data.files import check_writable
 from vfl.exceptions import ConfigurationError
 from vfl.net.messages import MAX_MESSAGE_BYTES
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS
 from vfl.protocols.settings import (
     ABORT_RULES,
     BCD_MECHANISMS,
@@ -27,7 +28,9 @@ MECHANISMS = VERTICAL_MECHANISMS + ("cape-fm",)   # cape-fm: sites with disjoint
 #: coordinator options of the vertical mechanisms that cape-fm refuses when given (instead of ignoring them)
 VERTICAL_ONLY_OPTIONS = ("key_bits", "insecure_test_keys", "precision_bits", "fm_sensitivity", "gamma", "rounds",
                          "tol", "abort_rule", "noise_calibration", "seed", "randomness", "budget_split",
-                         "regularization", "release_beta")
+                         "regularization", "release_beta", "steps", "iterate_radius", "learning_rate")
+#: the options of --mechanism noisy-gd (refused with any other mechanism instead of ignored)
+GD_OPTION_FLAGS = {"steps": "--steps", "iterate_radius": "--iterate-radius", "learning_rate": "--learning-rate"}
 
 
 def _budget_split(value: str) -> str | float:
@@ -91,6 +94,15 @@ def _budget_split(value: str) -> str | float:
               help="DP-BCD utility factor gamma (Alg. 2 of de Jong et al.).")
 @click.option("--rounds", type=int, default=5, show_default=True,
               help="(DP-)BCD rounds T (the maximum when --tol is given; it fixes eps_r = epsilon/(K T)).")
+@click.option("--steps", type=int, default=None,
+              help=f"noisy-gd: gradient rounds T (default {DEFAULT_STEPS}); the noise per round grows as sqrt(T) "
+                   "for the same epsilon (docs/privacy.md).")
+@click.option("--iterate-radius", type=float, default=None,
+              help=f"noisy-gd: public radius R of the ball every iterate is projected on (default {DEFAULT_RADIUS:g}, "
+                   "in the l2 domain's units); the per-round sensitivity (2R + 4)/N linear, (R/4 + 1)/N logistic.")
+@click.option("--learning-rate", type=float, default=None,
+              help="noisy-gd: public step size eta (default 1/L: 0.5 linear, 4 logistic); any eta > 0 keeps the "
+                   "privacy guarantee (the iterates are post-processing).")
 @click.option("--tol", type=float, default=None,
               help="(DP-)BCD: stop after the first round with |RSS_{t-1} - RSS_t| / (|RSS_t| + 0.1) < TOL, checked by "
                    "the label owner (a data-dependent decision the DP-BCD accounting does not charge).")
@@ -127,8 +139,8 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
                 bind: str, timeout: float, max_run_time: float, out: str, key_bits: int, insecure_test_keys: bool,
                 precision_bits: int | None, curve_dir: str | None, calibration: str | None,
                 budget_split: str | None, regularization: str | None, fm_sensitivity: str | None, gamma: float,
-                rounds: int, tol: float | None,
-                abort_rule: str,
+                rounds: int, steps: int | None, iterate_radius: float | None, learning_rate: float | None,
+                tol: float | None, abort_rule: str,
                 noise_calibration: str, seed: int | None, max_message_bytes: int, randomness: str,
                 fit_intercept: bool, min_rows: int, release_beta: bool, quiet: bool, force: bool,
                 allow_plaintext_public: bool) -> None:
@@ -171,6 +183,11 @@ def coordinator(ctx: click.Context, parties: int | None, sites: int | None, coll
         options["budget_split"] = _budget_split(budget_split)
     if mechanism in BCD_MECHANISMS:
         options.update(abort_rule=abort_rule, noise_calibration=noise_calibration)
+    gd_given = {k: v for k, v in (("steps", steps), ("iterate_radius", iterate_radius),
+                                  ("learning_rate", learning_rate)) if v is not None}
+    if gd_given and mechanism != "noisy-gd":
+        raise ConfigurationError(f"{', '.join(GD_OPTION_FLAGS[k] for k in gd_given)}: --mechanism noisy-gd only")
+    options.update(gd_given)
     if mechanism in ("none", "bcd"):
         epsilon = None if mechanism == "bcd" else epsilon
     settings = RunSettings(n_parties=parties, model=model, mechanism=mechanism, epsilon=epsilon, delta=delta,

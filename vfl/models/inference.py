@@ -56,7 +56,8 @@ from vfl.privacy.mechanisms import Mechanism, NoiseSpec, draw_noise, symmetric_n
 from vfl.rng import make_rng
 
 __all__ = ["InferenceResult", "InferenceMixin", "release_inference", "noise_draws", "batch_solve", "fit_measures",
-           "DEFAULT_BOOTSTRAP", "INFERENCE_SEED", "METHOD", "normal_cdf", "affine_map", "analytic_intervals"]
+           "DEFAULT_BOOTSTRAP", "INFERENCE_SEED", "METHOD", "normal_cdf", "affine_map", "analytic_intervals",
+           "unresolved_coefficients", "unreliable_warning", "UNRELIABLE_PREFIX", "WORLD_CHECK_LEVEL"]
 
 DEFAULT_BOOTSTRAP = 300
 #: public seed of the bootstrap: the intervals are a deterministic function of the release (post-processing; the
@@ -167,6 +168,12 @@ class InferenceResult:
     fit: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     center: np.ndarray | None = None   # the de-biased estimate T(theta~) (module docstring, step 4)
+    #: per coefficient: its interval is not reliable (:func:`unresolved_coefficients`); None: not assessed
+    unreliable: np.ndarray | None = None
+    #: per coefficient: the floor's possible shrinkage bias sqrt(beta_max / level) ||A_i Q_F|| (original units)
+    bias_bound: np.ndarray | None = None
+    #: how many eigen-directions of the released M the noise swamps (at or below the detection level)
+    unresolved_directions: int = 0
 
     @property
     def tvalues(self) -> np.ndarray:
@@ -195,11 +202,15 @@ class InferenceResult:
                  f"bootstrap replicates: {self.n_bootstrap}; coef: the released model; std err, z, P>|z| and the "
                  "interval: for the true coefficient (de-biased for the floor's shrinkage)",
                  "=" * len(head), head, "-" * len(head)]
+        flags = self.unreliable if self.unreliable is not None else np.zeros(len(self.names), dtype=bool)
         for i, name in enumerate(self.names):
             lo, hi = self.conf_int_[i]
             lines.append(f"{name:<{width}} {self.coef[i]:>11.4g} {self.bse[i]:>11.4g} {self.tvalues[i]:>8.3f} "
-                         f"{self.pvalues[i]:>7.3f} {lo:>11.4g} {hi:>11.4g}")
+                         f"{self.pvalues[i]:>7.3f} {lo:>11.4g} {hi:>11.4g}" + ("  !" if flags[i] else ""))
         lines.append("=" * len(head))
+        if flags.any():
+            lines.append("! " + unreliable_warning([n for n, f in zip(self.names, flags, strict=True) if f],
+                                                   self.unresolved_directions))
         for key, value in self.fit.items():
             if isinstance(value, list):
                 shown = "[" + ", ".join("n/a" if v is None else f"{v:.4g}" for v in value) + "]"
@@ -215,6 +226,11 @@ class InferenceResult:
                "n_bootstrap": self.n_bootstrap, "fit": dict(self.fit), "warnings": list(self.warnings)}
         if self.center is not None:
             out["center"] = self.center.tolist()
+        if self.unreliable is not None:
+            out["unreliable"] = [bool(f) for f in self.unreliable]
+            out["unresolved_directions"] = int(self.unresolved_directions)
+        if self.bias_bound is not None:
+            out["shrinkage_bias_bound"] = self.bias_bound.tolist()
         return out
 
     @classmethod
@@ -226,9 +242,15 @@ class InferenceResult:
         if any(a.shape != (k,) for a in arrays):
             raise ValueError("inference arrays do not match its names")
         center = np.asarray(doc["center"], dtype=float) if doc.get("center") is not None else None
+        flags = np.asarray(doc["unreliable"], dtype=bool) if doc.get("unreliable") is not None else None
+        bound = (np.asarray(doc["shrinkage_bias_bound"], dtype=float) if doc.get("shrinkage_bias_bound") is not None
+                 else None)
+        if any(a is not None and a.shape != (k,) for a in (flags, bound)):
+            raise ValueError("inference arrays do not match its names")
         return cls(str(doc["method"]), float(doc["alpha"]), [str(n) for n in doc["names"]], arrays[0], arrays[1],
                    ci, arrays[2], int(doc["n_bootstrap"]), dict(doc.get("fit") or {}),
-                   [str(w) for w in doc.get("warnings") or []], center)
+                   [str(w) for w in doc.get("warnings") or []], center, flags, bound,
+                   int(doc.get("unresolved_directions") or 0))
 
 
 class InferenceMixin:
@@ -256,6 +278,70 @@ class InferenceMixin:
 
     def summary(self) -> str:
         return self._inference().summary()
+
+
+# ------------------------------------------------------------------ which intervals are not reliable
+UNRELIABLE_PREFIX = "the intervals of "
+
+
+def unreliable_warning(names: Sequence[str], unresolved: int) -> str:
+    """The plain warning line shown by ``summary()``, ``vfl report`` (text and HTML) and kept in the model file."""
+    return (f"{UNRELIABLE_PREFIX}{', '.join(names)} are NOT reliable: {unresolved} direction(s) of the released "
+            "second moments are swamped by the DP noise, the floor shrinks the estimate there by an unknown factor and "
+            "these intervals can miss the true value far more often than their nominal rate (more epsilon, more rows "
+            "or tighter bounds fix it)")
+
+
+def _bias_tolerance(alpha: float) -> float:
+    """c with P(|Z + c| <= z_(1-alpha/2)) = 1 - 2 alpha (Z standard normal): a bias of c standard errors lowers the
+    nominal 1 - alpha interval's coverage to 1 - 2 alpha (c = 0.66 at alpha = 0.05)."""
+    z = _normal_quantile(1.0 - alpha / 2.0)
+    lo, hi = 0.0, z + 10.0
+    for _ in range(100):
+        c = 0.5 * (lo + hi)
+        cover = float(normal_cdf(z - c) - normal_cdf(-z - c))
+        lo, hi = (c, hi) if cover > 1.0 - 2.0 * alpha else (lo, c)
+    return 0.5 * (lo + hi)
+
+
+#: level of the check that the release's weak directions hold as much signal as the bootstrap world assumes
+WORLD_CHECK_LEVEL = 0.01
+
+
+def unresolved_coefficients(M: np.ndarray, replicates: np.ndarray, lambda_floor: float, A: np.ndarray,
+                            bse: np.ndarray, *, alpha: float = 0.05, beta_max: float = 1.0
+                            ) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Flag coefficients whose interval cannot be trusted, from released and public quantities only.
+
+    ``replicates``: the bootstrap's M* = M_0 + E* (B, d, d). The directions F of the released M whose de-noised
+    eigenvalue sqrt(max(s^2 - v, 0)) (v the noise's spread of the spectrum, :func:`denoised_second_moments`) is at
+    or below the level l = max(floor, sqrt(v)) are not resolved by the release; there the bootstrap world M_0 puts
+    the eigenvalue l, and its de-biasing (step 4) is right only if the true eigenvalues are about that large. Check
+    (a parametric-bootstrap goodness-of-fit test, one-sided at :data:`WORLD_CHECK_LEVEL`): the sum of the |F| smallest
+    released eigenvalues against the same sum in every replicate M* (the same selection, so its downward bias is
+    reproduced). When the release holds less signal there than the bootstrap world, the true eigenvalues are
+    smaller, the floor shrinks the coefficients' components along F by an unknown factor and no bootstrap from the
+    release can correct it (not identified). The least-squares truth obeys theta' M theta <= E[y^2] <= beta_max (= 1
+    in the public domain): even at true eigenvalues l in F, coefficient i (row A_i of the public map to original
+    units) could be moved by up to b_i = sqrt(beta_max / l) ||A_i Q_F|| (Cauchy-Schwarz; smaller eigenvalues allow
+    more). A bias of c bse lowers the nominal 1 - alpha coverage to 1 - 2 alpha at c = :func:`_bias_tolerance`; when
+    the check fails, coefficient i is flagged where b_i > c bse_i. Returns (flags, b, |F|, the check's p-value)."""
+    M = (M + M.T) / 2.0
+    noise = replicates - replicates.mean(axis=0)
+    spread = float(np.einsum("nij,nij->", noise, noise)) / (len(noise) * M.shape[0])
+    s, Q = np.linalg.eigh(M)
+    level = max(float(lambda_floor), math.sqrt(spread))
+    if level <= 0.0:
+        return np.zeros(A.shape[0], dtype=bool), np.zeros(A.shape[0]), 0, 1.0
+    weak = np.sqrt(np.maximum(s * s - spread, 0.0)) * np.sign(s) <= level
+    k = int(weak.sum())
+    if k == 0:
+        return np.zeros(A.shape[0], dtype=bool), np.zeros(A.shape[0]), 0, 1.0
+    reps = np.linalg.eigvalsh((replicates + np.swapaxes(replicates, 1, 2)) / 2.0)[:, :k].sum(axis=1)
+    p_value = float((1 + np.sum(reps <= s[:k].sum())) / (1 + len(reps)))
+    bound = math.sqrt(beta_max / level) * np.linalg.norm(A @ Q[:, weak], axis=1)
+    flags = (bound > _bias_tolerance(alpha) * bse) & (p_value < WORLD_CHECK_LEVEL)
+    return flags, bound, k, p_value
 
 
 # ------------------------------------------------------------------ the bootstrap
@@ -397,9 +483,12 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
     if reps.fallbacks:
         notes.append(f"{reps.fallbacks} of {n_bootstrap} replicates had no eigenvalue above the floor (ridge "
                      "fallback): the noise swamps the data")
+    flags, bound, n_unresolved, _ = unresolved_coefficients(objective.M, reps.M, rel.lambda_floor, A, bse, alpha=alpha)
+    if flags.any():
+        notes.append(unreliable_warning([n for n, f in zip(names, flags, strict=True) if f], n_unresolved))
     fit, fit_warnings = fit_measures(rel, w, reps, alpha=alpha, label_half_range=label_half_range)
     return InferenceResult(METHOD, float(alpha), list(names), est, bse, conf, pvalues, int(n_bootstrap), fit,
-                           notes + fit_warnings, centre)
+                           notes + fit_warnings, centre, flags, bound, n_unresolved)
 
 
 # ------------------------------------------------------------------ fit measures

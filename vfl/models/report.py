@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vfl.exceptions import ConfigurationError
+from vfl.models.inference import UNRELIABLE_PREFIX, unreliable_warning
 from vfl.privacy.accounting import AGAINST_PARTY, AGAINST_TEXT
 
 __all__ = ["CoefficientRow", "coefficient_rows", "guarantee_lines", "ledger_rows", "report_text", "report_html",
@@ -92,10 +93,20 @@ def coefficient_lines(rows: Sequence[CoefficientRow], inf: dict[str, Any] | None
              f"from the release, no extra epsilon; {inf.get('n_bootstrap', '?')} bootstrap replicates):",
              f"  {'':<{width}} {'coef':>11} {'std err':>11} {'[' + format(a / 2, '.3g'):>11} "
              f"{format(1 - a / 2, '.3g') + ']':>11} {'P>|z|':>7}"]
+    flags = unreliable_names(inf)
     for r in rows:
         lines.append(f"  {r.name:<{width}} {r.coef:>11.4g} {_fmt(r.bse):>11} {_fmt(r.low):>11} {_fmt(r.high):>11} "
-                     f"{_fmt(r.pvalue, '.3f'):>7}")
+                     f"{_fmt(r.pvalue, '.3f'):>7}" + ("  !" if r.name in flags else ""))
+    if flags:
+        lines.append(f"  ! WARNING: {unreliable_warning(flags, int(inf.get('unresolved_directions') or 0))}")
     return lines
+
+
+def unreliable_names(inf: dict[str, Any] | None) -> list[str]:
+    """The coefficients whose interval the inference record flags as not reliable (vfl.models.inference)."""
+    flags = (inf or {}).get("unreliable") or []
+    names = (inf or {}).get("names") or []
+    return [str(n) for n, f in zip(names, flags, strict=False) if f]
 
 
 def fit_lines(inf: dict[str, Any] | None) -> list[str]:
@@ -113,7 +124,7 @@ def fit_lines(inf: dict[str, Any] | None) -> list[str]:
         lines.append(f"  {key.replace('_', ' ')}: {_fmt(value)}{tail}")
     if len(lines) == 1:
         lines.append("  none recorded")
-    lines += [f"WARNING: {w}" for w in inf.get("warnings") or []]
+    lines += [f"WARNING: {w}" for w in inf.get("warnings") or [] if not w.startswith(UNRELIABLE_PREFIX)]  # shown above
     return lines
 
 
@@ -311,6 +322,14 @@ def _table(rows: Sequence[CoefficientRow], inf: dict[str, Any] | None) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def _unreliable_html(inf: dict[str, Any] | None) -> str:
+    flags = unreliable_names(inf)
+    if not flags or inf is None:
+        return ""
+    text = unreliable_warning(flags, int(inf.get("unresolved_directions") or 0))
+    return f"<p class=\"warning\"><strong>Warning:</strong> {html.escape(text)}</p>"
+
+
 def _pre(lines: Sequence[str]) -> str:
     return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
 
@@ -328,7 +347,7 @@ def report_html(doc: dict[str, Any], *, ledgers: Sequence[tuple[str, Any]] = (),
     rows, inf = coefficient_rows(doc)
     report = doc.get("privacy_report") or {}
     parts = [f"<h1>{html.escape(header_line(doc))}</h1>", "<h2>Coefficients</h2>",
-             "" if inf else f"<p>{html.escape(NO_INTERVALS)}</p>", _table(rows, inf),
+             "" if inf else f"<p>{html.escape(NO_INTERVALS)}</p>", _table(rows, inf), _unreliable_html(inf),
              f"<figure>{_coefficient_figure(rows, inf)}</figure>", "<h2>Fit</h2>", _pre(fit_lines(inf)),
              "<h2>Privacy guarantee</h2>", _pre(guarantee_lines(report))]
     plan, why = plan_for_model(doc, replicates=planner_replicates, random_state=random_state)

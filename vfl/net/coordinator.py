@@ -51,13 +51,16 @@ from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
+from vfl.protocols.gd_phase import UNSIGNED_REASON, GDRunCoordinator, GDRunRelease
 from vfl.protocols.roster import RosterCoordinator, check_self_signed
-from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, RunSettings
+from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, GD_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import verify_signature
 
 __all__ = ["RunSettings", "Coordinator", "Registration", "FM_MECHANISMS", "BCD_MECHANISMS"]
 
+#: the phases a run drives (:meth:`Coordinator._run_phase`)
+Phase = FMCoordinator | BCDCoordinator | GDRunCoordinator | AlignmentCoordinator
 ALIGNMENT_NOTE = ("N = {n}: the rows are the private set intersection of the parties' row IDs; the DP guarantee "
                   "treats N as public (bounded DP: neighbouring data sets replace one person's record) and does not "
                   "hide whether a person is in the intersection (each party learns it for its own IDs)")
@@ -151,6 +154,8 @@ class Coordinator(Hub):
                         "(paired by position, row i of every party's table)"))
             if self.settings.mechanism in BCD_MECHANISMS:
                 model = self._run_bcd(regs)
+            elif self.settings.mechanism in GD_MECHANISMS:
+                model = self._run_gd(regs)
             else:
                 model = self._run_fm(regs)
                 self._collect_signatures(regs, model)   # every party re-derives the model and signs it (issue 29)
@@ -259,8 +264,7 @@ class Coordinator(Hub):
             self.log(model.summary())
         return model
 
-    def _run_phase(self, regs: list[Registration], phase: FMCoordinator | BCDCoordinator | AlignmentCoordinator
-                   ) -> None:
+    def _run_phase(self, regs: list[Registration], phase: Phase) -> None:
         """Send the phase's PLANs, then feed it every message and send what it answers, until it is done."""
         plans = phase.plan_messages()
         if isinstance(phase, FMCoordinator):  # parties size their ciphertext frames below this socket's limit
@@ -323,6 +327,14 @@ class Coordinator(Hub):
         self.roster_record = roster.record()   # written into the model file: its serving parties check it
         self.log("roster: " + (IDENTITY_NOTE.format(names=", ".join(self.unsigned)) if self.unsigned
                                else f"{len(regs)} signed entries sent to every party"))
+
+    def _run_gd(self, regs: list[Registration]) -> FittedModel:
+        """noisy-gd (:mod:`vfl.protocols.gd_phase`); the model is written unsigned (``UNSIGNED_REASON``)."""
+        self._run_phase(regs, phase := GDRunCoordinator(self.settings, regs, log=self.log))
+        model = gd_model(self.settings, regs, phase.finish(), self.run_id)
+        self._note_alignment(model)
+        self.log(report_text(model) + "\n" + UNSIGNED_REASON)
+        return model
 
     def _run_bcd(self, regs: list[Registration]) -> FittedModel:
         """The (DP-)BCD ring (:mod:`vfl.protocols.bcd_rounds`): the coefficients only if nobody aborted."""
@@ -408,6 +420,17 @@ def fm_inference(model: FittedModel, release: FMRelease) -> dict | None:
                                    intercept_value=release.column_scale, label_half_range=half,
                                    beta_released=release.mechanism.plan.release_beta)
     return result.to_dict()
+
+
+def gd_model(s: RunSettings, regs: list[Registration], release: GDRunRelease, run_id: str) -> FittedModel:
+    """The model file of a noisy-gd run: coefficients in the l2 domain's units u(x)/sqrt(d), mapped back like an FM
+    model's; the mechanism, the privacy report and the rounds' public parameters recorded."""
+    columns = [PartyColumns(r.name, r.features, r.bounds, release.column_scale, r.label_owner,
+                            intercept=(i == release.intercept_party), preprocessing=r.preprocessing)
+               for i, r in enumerate(regs)]
+    return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
+                       regs[0].n_rows, run_id, {**release.params, "domain": "l2", "signed": False},
+                       label_name=next((r.label for r in regs if r.label_owner), None))
 
 
 def bcd_model(s: RunSettings, regs: list[Registration], release: BCDRelease, run_id: str) -> FittedModel:

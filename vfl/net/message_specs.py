@@ -130,6 +130,8 @@ _AUTH = _is_hex(128)  # an Ed25519 signature, hex: the sender's, end to end (vfl
 _ROUND = _is_int(0, 2**63 - 1)
 _REQ, _OPT = True, False
 _RELAYED = {"block": (_REQ, _BLOCK), "to": (_REQ, _is_name), "origin": (_OPT, _is_opt(_is_name))}
+#: the addressee of a relayed noisy-gradient message (required by the party's roster check, optional in-process)
+_GD_RELAYED = {"to": (_OPT, _is_name), "origin": (_OPT, _is_opt(_is_name))}
 _FAILURE = {"reason": (_REQ, _is_str(2048)), "error": (_REQ, _is_str(64))}
 
 #: protocol families, in the order of the docs table
@@ -279,16 +281,16 @@ SPECS: tuple[MessageSpec, ...] = (
        "round r: pairwise-masked partial scores, missing flags, check word (uint64[2 count + 1])"),
     _S(M.SCORE_DONE, "scoring", "hub", "serving party", {"queries": (_REQ, _is_int(0))}, _NONE,
        "the service ended"),
-    # noisy-gradient rounds (vfl.protocols.gd_rounds; the phase is socket-free, no driver runs it yet)
+    # noisy-gradient rounds (vfl.protocols.gd_rounds, run by the drivers through vfl.protocols.gd_phase)
     _S(M.GD_ROUND, "vertical", "coordinator", "party",
        {"t": (_REQ, _is_int(0, 1_000_000)), "w": (_REQ, _is_list(_is_num, 100_000))}, _NONE,
        "round t: the public iterate w_t (refused outside the plan's rounds or the public ball)"),
     _S(M.GD_REQUEST, "vertical", "party", "party (relayed)",
        {"t": (_REQ, _is_int(0, 1_000_000)), "w_digest": (_REQ, _KEY), "wire": (_REQ, _is_dict),
-        "auth": (_OPT, _AUTH)}, (("bytes", "bytes"),),
+        "auth": (_OPT, _AUTH), **_GD_RELAYED}, (("bytes", "bytes"),),
        "the encryptor's public key and its one-column ciphertexts Enc(v_l / b), with the digest of w_t"),
     _S(M.GD_RESPONSE, "vertical", "party", "party (relayed)",
-       {"t": (_REQ, _is_int(0, 1_000_000)), "wire": (_REQ, _is_dict), "auth": (_OPT, _AUTH)}, _BYTES,
+       {"t": (_REQ, _is_int(0, 1_000_000)), "wire": (_REQ, _is_dict), "auth": (_OPT, _AUTH), **_GD_RELAYED}, _BYTES,
        "the masked product for the encryptor"),
     _S(M.GD_SHARE, "vertical", "party", "coordinator",
        {"t": (_REQ, _is_int(0, 1_000_000)), "role": (_REQ, _is_str(16)), "auth": (_OPT, _AUTH)}, (("ints",),),

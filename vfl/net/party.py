@@ -55,15 +55,19 @@ from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, Alignment
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
+from vfl.protocols.gd_phase import GDRunParty
 from vfl.protocols.local_data import LocalData, check_declared_bounds, missing_bounds
 from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
 from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
-from vfl.protocols.settings import BCD_MECHANISMS
+from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
+
+#: the protocol phase a PLAN starts at a party
+Session = FMParty | BCDParty | GDRunParty
 
 #: what a party run without identities says (loudly) and what the coordinator's report records
 INSECURE_NO_IDENTITY_WARNING = (
@@ -74,7 +78,7 @@ def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: 
     """What a party prints for the plan it accepted (issue 21): formal DP yes/no and epsilon against whom, from the
     privacy report of the mechanism it built from the plan, with what it knows of itself (its own data-derived bounds,
     its seed). The coordinator's report, which also knows the other parties' bounds and seeds, is the final word."""
-    if isinstance(session, FMParty):
+    if isinstance(session, (FMParty, GDRunParty)):
         report = session.mech.privacy_report()
         for what in missing_bounds(data, model=plan.model):
             report.mark_data_dependent(f"party {data.name}'s bounds of {what}")
@@ -144,7 +148,7 @@ class PartyNode(Member):
         self.rng, self.seeded = make_rng(random_state), random_state is not None
         self.log = log or (lambda s: None)
         self._phase: Any = None
-        self._current: FMParty | BCDParty | None = None   # the run's FM or BCD session, once its PLAN came
+        self._current: Session | None = None   # the run's FM or BCD session, once its PLAN came
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
                                       pinned=self.pinned, registration=lambda: self.registration)
@@ -185,7 +189,7 @@ class PartyNode(Member):
         result = self._handle(t, msg, self._current)
         if isinstance(result, FittedModel):
             return Done(result)
-        if isinstance(result, (FMParty, BCDParty)):
+        if isinstance(result, (FMParty, BCDParty, GDRunParty)):
             self._current = result
         return []
 
@@ -193,7 +197,7 @@ class PartyNode(Member):
         """What this party's worker thread finished (its first failure is raised here, on the main thread)."""
         return self._work.drain()
 
-    def _handle(self, t: ClientTransport, msg: Message, session: FMParty | BCDParty | None) -> Any:
+    def _handle(self, t: ClientTransport, msg: Message, session: Session | None) -> Any:
         kind = msg.type   # ABORT ends the run in Member.serve
         if kind is MessageType.WELCOME:
             self.log(f"[{self.data.name}] registered with the coordinator (run {t.run_id[:8]}); waiting for the plan")
@@ -240,8 +244,8 @@ class PartyNode(Member):
         if kind.value in RELAYED:   # from the co-party the plan names, signed end to end, to this party
             sender = session.sender_of(msg)
             self.roster.check(msg, sender)
-            if kind is MessageType.ENC_REQUEST:
-                self.roster.check_paillier(msg.blob(0), sender, str(msg.body["block"]))
+            if kind in (MessageType.ENC_REQUEST, MessageType.GD_REQUEST):   # a noisy-gd request has no block
+                self.roster.check_paillier(msg.blob(0), sender, str(msg.body.get("block", "noisy-gd")))
         self._submit(session.handle(msg))  # checked here, on the main thread; answered on the worker
         return None
 
@@ -256,7 +260,7 @@ class PartyNode(Member):
                                                           else "NOT signed (no identity)"))
         return [reply]
 
-    def _result(self, msg: Message, session: FMParty | BCDParty | None, run: str) -> FittedModel:
+    def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
         """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
         stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
         doc = msg.body["model"]
@@ -273,14 +277,14 @@ class PartyNode(Member):
         return model
 
     @staticmethod
-    def _spend(session: FMParty | BCDParty, plan_body: dict) -> Spend:
+    def _spend(session: Session, plan_body: dict) -> Spend:
         """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
-        if isinstance(session, FMParty):
+        if isinstance(session, (FMParty, GDRunParty)):
             return spend_of_report(session.mech.privacy_report())
         plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
         return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
 
-    def _reserve(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> None:
+    def _reserve(self, session: Session, plan_body: dict, run: str) -> None:
         """Compose this plan's spend with the ledger's history of its budget and reserve it in one committed
         transaction, or refuse the plan with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`):
         after the roster verified, before the first data-dependent message."""
@@ -290,9 +294,9 @@ class PartyNode(Member):
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
 
-    def _enter_roster(self, session: FMParty | BCDParty, plan_body: dict, run: str) -> list:
+    def _enter_roster(self, session: Session, plan_body: dict, run: str) -> list:
         """Worker: the Paillier key this party will encrypt under (FM), then its signed ROSTER_ENTRY."""
-        key = session.paillier_key() if isinstance(session, FMParty) else None
+        key = session.paillier_key() if isinstance(session, (FMParty, GDRunParty)) else None
         self.roster = Roster(name=self.data.name, run=run, plan_body=plan_body, registration=self.registration,
                              identity=self.identity, pinned=self.pinned,
                              paillier=None if key is None else hashlib.sha256(key).hexdigest())
@@ -303,7 +307,7 @@ class PartyNode(Member):
         m = out if self.roster is None or isinstance(out, Message) else self.roster.seal(out)
         return m if isinstance(m, Message) else message_of(m)
 
-    def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
+    def _align(self, msg: Message, session: Session | None) -> None:
         """Row alignment by PSI before the PLAN (:class:`RowAlignment`); a PSI_RESULT restricts and reorders this
         party's rows to the common IDs."""
         if self.data.ids is None or session is not None:
@@ -313,7 +317,7 @@ class PartyNode(Member):
             self.data = self.data.take(rows)
             self.log(self.alignment.summary(self.data.n_rows))
 
-    def _session(self, msg: Message) -> FMParty | BCDParty:
+    def _session(self, msg: Message) -> Session:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
         if self.data.ids is not None and not self.alignment.done:
             raise ProtocolError("plan before the row alignment this party's row IDs ask for")
@@ -321,14 +325,14 @@ class PartyNode(Member):
         # refuses (issue 14, item 1)
         summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows)
         plan = PlanBody.from_body(msg.body)
-        session: FMParty | BCDParty
+        session: Session
         if plan.mechanism in BCD_MECHANISMS:
             session = BCDParty(self.data, plan, rng=self.rng, seeded=self.seeded, log=self.log)
-        else:
-            session = FMParty(self.data, plan, rng=self.rng, seeded=self.seeded,
-                              allow_insecure_keys=self.allow_insecure_keys, progress=self.progress,
-                              workers=self.workers, executor=self.executor,
-                              **({} if self.max_frame_bytes is None else {"max_frame_bytes": self.max_frame_bytes}))
+        else:   # the FM release, or the noisy-gradient rounds (which re-derive the plan's numbers)
+            kw: dict[str, Any] = dict(rng=self.rng, seeded=self.seeded, allow_insecure_keys=self.allow_insecure_keys)
+            session = GDRunParty(self.data, plan, **kw) if plan.mechanism in GD_MECHANISMS else FMParty(
+                self.data, plan, **kw, progress=self.progress, workers=self.workers, executor=self.executor,
+                **({} if self.max_frame_bytes is None else {"max_frame_bytes": self.max_frame_bytes}))
             self._phase = session
             # the policy's epsilon bounds hold for the epsilon this party's own privacy report computes
             summary = check_plan(msg.body, self.policy, name=self.data.name, n_rows=self.data.n_rows,

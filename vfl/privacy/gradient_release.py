@@ -45,11 +45,14 @@ from vfl.privacy.accounting import PrivacyReport, noisy_gd_epsilon_exact, noisy_
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 
 __all__ = ["GradientRelease", "round_sensitivity", "step_size", "run_noisy_gradient", "objective_gradient",
-           "DEFAULT_STEPS", "DEFAULT_RADIUS", "project_ball"]
+           "DEFAULT_STEPS", "DEFAULT_RADIUS", "project_ball", "GD_MECHANISMS", "GD_OPTIONS"]
 
 #: public defaults (docs/privacy.md, "Choosing the release"): T rounds and the iterate radius R of the unit domain
 DEFAULT_STEPS = 25
 DEFAULT_RADIUS = 1.0
+#: the networked mechanism name (vfl.protocols.gd_phase) and its public options (RunSettings.mechanism_options)
+GD_MECHANISMS = ("noisy-gd",)
+GD_OPTIONS = ("steps", "iterate_radius", "learning_rate")
 
 
 def round_sensitivity(model: str, radius: float, n_samples: int) -> float:
@@ -105,6 +108,9 @@ class GradientRelease:
     steps: int = DEFAULT_STEPS
     radius: float = DEFAULT_RADIUS
     notes: list[str] = field(default_factory=list)
+    #: public step size eta; None: 1/L (:func:`step_size`). Any eta > 0 keeps the guarantee (the iterates are
+    #: post-processing); a larger one than 1/L may diverge to the ball's surface
+    learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         self.model = validate_model(self.model)
@@ -116,6 +122,10 @@ class GradientRelease:
             raise ConfigurationError(f"iterate_radius must be a finite number > 0, got {self.radius!r}")
         if self.n_samples < 1:
             raise ConfigurationError("the release needs at least one row")
+        lr = self.learning_rate
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr)
+                               or lr <= 0):
+            raise ConfigurationError(f"learning_rate must be a finite number > 0, got {lr!r}")
 
     @property
     def sensitivity(self) -> float:
@@ -123,7 +133,7 @@ class GradientRelease:
 
     @property
     def eta(self) -> float:
-        return step_size(self.model)
+        return step_size(self.model) if self.learning_rate is None else float(self.learning_rate)
 
     @property
     def sigma(self) -> float:
@@ -149,5 +159,7 @@ class GradientRelease:
                    "released gradients are d-vectors alpha + 2 M w_t; iterates are post-processing",
                    *self.notes],
             extra={"steps": int(self.steps), "iterate_radius": float(self.radius), "learning_rate": self.eta,
+                   # Gaussian-DP mu of the T rounds (Dong, Roth & Su 2022, Cor. 3.3): the ledger composes with it
+                   "mu": math.sqrt(int(self.steps)) * self.sensitivity / self.sigma,
                    "averaging": "mean of w_1..w_T"},
         )

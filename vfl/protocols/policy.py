@@ -33,6 +33,7 @@ from typing import Any
 
 from vfl.exceptions import ConfigurationError
 from vfl.models.bcd import BCD_MECHANISMS
+from vfl.privacy.gradient_release import GD_MECHANISMS
 from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
 from vfl.validation import Interval, check_param
 
@@ -45,11 +46,11 @@ UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
 #: never formally DP (no noise, or DP-BCD, whose co-parties learn X beta exactly): not allowed by default
 NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
 #: the registries (vfl.privacy.mechanisms, vfl.models.bcd), not a copy; vfl.protocols.settings collects the same
-ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS)
+ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS + GD_MECHANISMS)
 DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP
 #: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
 #: policy allows one of them needs declared bounds, or its operator's explicit opt-in (vfl.net.party)
-BOUNDED_MECHANISMS = frozenset(FM_MECHANISMS) - UNPROTECTED_MECHANISMS
+BOUNDED_MECHANISMS = frozenset(FM_MECHANISMS + GD_MECHANISMS) - UNPROTECTED_MECHANISMS
 DEFAULT_MAX_EPSILON = 10.0
 DEFAULT_MAX_DELTA = 1e-3
 DEFAULT_MAX_KEY_BITS = 8192

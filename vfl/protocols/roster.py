@@ -19,10 +19,11 @@ Paillier key in a relayed request, invent parties, forge responses (issue 20). E
    the plan (name, feature names, widths, label owner, rows). The roster digest
    ``H(run id, plan digest, H(entry_1), ..., H(entry_K))`` binds everything that follows.
 5. **Party-to-party messages** relayed by the coordinator (ENC_REQUEST, ENC_CHUNK, CREDIT, MASKED_RESPONSE,
-   BCD_REMAINDER) carry ``auth`` = the sender's signature over ``H(roster digest, message digest)``, the message
-   digest leaving out ``auth`` and the coordinator's ``origin`` (:meth:`Roster.seal`). The receiver verifies it
-   against the pinned key of the sender the plan names for that block (:meth:`Roster.check`), and an ENC_REQUEST's
-   Paillier key must be the encryptor's roster key (:meth:`Roster.check_paillier`).
+   BCD_REMAINDER, GD_REQUEST, GD_RESPONSE) carry ``auth`` = the sender's signature over ``H(roster digest,
+   message digest)``, the message digest leaving out ``auth`` and the coordinator's ``origin`` (:meth:`Roster.seal`).
+   The receiver verifies it against the pinned key of the sender the plan names for that block
+   (:meth:`Roster.check`), and an ENC_REQUEST's (GD_REQUEST's) Paillier key must be the encryptor's roster key
+   (:meth:`Roster.check_paillier`).
 
 With these, a hostile coordinator can drop or delay messages (the run then stops) but can neither forge, alter,
 redirect nor replay a party-to-party message into another run, nor add a party nobody pinned. A party run with
@@ -56,7 +57,8 @@ ROSTER_ENTRY = "roster_entry"
 ROSTER = "roster"
 #: party-to-party messages the coordinator relays: each carries its sender's signature (``auth``)
 NONCE_BYTES = 16   # a roster entry's fresh nonce (hex in the entry)
-RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder"})
+RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder", "gd_request",
+                     "gd_response"})
 #: what a party sends the coordinator that makes up the release: signed too, so that at the end of the run every party
 #: can re-derive the model from contributions their producers signed (vfl.net.model_check, issue 29)
 RELEASE_SIGNED = frozenset({"ready", "block", "share"})

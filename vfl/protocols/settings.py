@@ -17,6 +17,7 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.fm.solver import REGULARIZATIONS
 from vfl.models.bcd import ABORT_RULES, BCD_MECHANISMS, NOISE_CALIBRATIONS
 from vfl.privacy.calibration import validate_delta, validate_epsilon
+from vfl.privacy.gradient_release import GD_MECHANISMS, GD_OPTIONS
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, GAUSSIAN_CALIBRATIONS, SYM_LAYOUTS, make_mechanism
 from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
 from vfl.privacy.sensitivity import LAPLACE_VARIANTS
@@ -24,7 +25,7 @@ from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.validation import Constraint, Interval, check_params
 
 __all__ = ["RunSettings", "CapeSettings", "CapeICASettings", "RUN_LIMITS", "RUN_LIMIT_NAMES",
-           "FM_MECHANISMS", "BCD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
+           "FM_MECHANISMS", "BCD_MECHANISMS", "GD_MECHANISMS", "MECHANISMS", "MODELS", "BCD_OPTIONS",
            "ABORT_RULES", "NOISE_CALIBRATIONS", "GAUSSIAN_CALIBRATIONS", "SYM_LAYOUTS", "LAPLACE_VARIANTS",
            "RANDOMNESS_MODES", "REGULARIZATIONS"]
 
@@ -32,7 +33,7 @@ __all__ = ["RunSettings", "CapeSettings", "CapeICASettings", "RUN_LIMITS", "RUN_
 # the faces (vfl.cli's choices): FM mechanisms (vfl.privacy.mechanisms) and their options (calibration, sym,
 # fm_sensitivity: vfl.privacy.sensitivity), the FM solve's regularisations (vfl.fm.solver), the (DP-)BCD mechanisms
 # and options (vfl.models.bcd), and the Paillier encryption randomness modes (vfl.secure.fastmath).
-MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS
+MECHANISMS = FM_MECHANISMS + BCD_MECHANISMS + GD_MECHANISMS
 MODELS = ("linear", "logistic")
 BCD_OPTIONS = ("abort_rule", "noise_calibration")
 RUN_MIN_KEY_BITS = 512     # test keys only (below 2048 needs allow_insecure_keys)
@@ -125,6 +126,9 @@ class RunSettings:
         if self.mechanism in BCD_MECHANISMS:
             self._validate_bcd()
             return
+        if self.mechanism in GD_MECHANISMS:
+            self._validate_gd()
+            return
         self._check("precision_bits", "lambda_floor")
         if self.regularization is not None and self.regularization not in REGULARIZATIONS:
             raise ConfigurationError(f"--regularization must be one of {', '.join(REGULARIZATIONS)}, "
@@ -153,12 +157,36 @@ class RunSettings:
         if self.mechanism_options.get("noise_calibration", "half-normal") not in NOISE_CALIBRATIONS:
             raise ConfigurationError(f"noise_calibration must be one of {', '.join(NOISE_CALIBRATIONS)}")
 
+    def _validate_gd(self) -> None:
+        """noisy-gd (vfl.protocols.gd_phase): two parties, epsilon and delta, the public options of the rounds."""
+        if self.n_parties != 2:
+            raise ConfigurationError(f"noisy-gd runs with exactly 2 parties (one holds the label), got --parties "
+                                     f"{self.n_parties}")
+        self._check("precision_bits")
+        unknown = set(self.mechanism_options) - set(GD_OPTIONS)
+        if unknown or self.release_beta or self.lambda_floor is not None or self.regularization is not None:
+            raise ConfigurationError(f"option(s) {sorted(unknown) or 'lambda_floor/regularization/release_beta'} "
+                                     f"do not apply to mechanism noisy-gd (its options: {', '.join(GD_OPTIONS)})")
+        if self.epsilon is None or self.delta is None:
+            raise ConfigurationError("mechanism noisy-gd needs --epsilon > 0 and 0 < --delta < 1")
+        self.gd_release(n_samples=1, n_features=1)   # epsilon, delta, steps, radius, learning rate: same checks
+
+    def gd_release(self, *, n_samples: int, n_features: int) -> Any:
+        """The :class:`~vfl.privacy.gradient_release.GradientRelease` of a noisy-gd run of this shape."""
+        from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease
+
+        o = self.mechanism_options
+        return GradientRelease(self.model, n_samples, n_features, self.epsilon, self.delta,  # type: ignore[arg-type]
+                               steps=o.get("steps", DEFAULT_STEPS), radius=o.get("iterate_radius", DEFAULT_RADIUS),
+                               learning_rate=o.get("learning_rate"))
+
     @property
     def beta_released(self) -> bool:
         """Whether the plan releases beta = (1/N) y'y: asked for (``release_beta``), or ``calibration="paper"``
         Gaussian FM on a linear model, which releases it as the in-process estimators do (Tasnim et al. Alg. 3)."""
         paper = self.mechanism == "gaussian-fm" and self.mechanism_options.get("calibration") == "paper"
-        return self.model == "linear" and self.mechanism not in BCD_MECHANISMS and (self.release_beta or paper)
+        return (self.model == "linear" and self.mechanism not in BCD_MECHANISMS + GD_MECHANISMS
+                and (self.release_beta or paper))
 
     @property
     def domain(self) -> str:
