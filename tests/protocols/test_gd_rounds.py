@@ -272,3 +272,42 @@ def test_an_operand_amplified_inside_the_plans_layout_is_refused_by_the_magnitud
     assert max(abs(int(v)) for v in amplified.flat) > limit
     with pytest.raises(ProtocolError, match="party 0's request exceeds"):
         check_product_magnitude(amplified, params, 0)
+
+
+def test_residual_a_hostile_encryptor_inside_the_layout_raises_the_sensitivity_against_the_other_party(keypairs):
+    """Review 5, a residual (not fixed): the per-round sensitivity (2R + 4)/N assumes v_A = X_A w_A with the same w in
+    the ball as B's v_B. A party A that encrypts any v_A with |v_A / b| <= 1 (b the common scale, so inside the plan's
+    layout and the coordinator's magnitude check) is not bound by w: with v_A = b on every row and w = R e at B, the
+    two neighbouring tables below (B's row 7 and label flipped) give released gradients (same noise draws) that
+    differ by 2 sqrt(2) r (R r + 1) c = 3.41 c > (R + 2) c = 3 c at R = 1, r_A = r_B = sqrt(1/2) (c = 2/N): 14 %
+    above the sensitivity sigma is calibrated to, so epsilon against A is understated by about as much (more for
+    larger R or unequal radii). This test pins the residual; it fails once the noise covers it."""
+    n, R = 40, 1.0
+    r = np.sqrt(0.5)
+    rel = GradientRelease("linear", n, 2, 1.0, 1e-5, steps=1, radius=R)
+    params = GDParams(release=rel, party_radii=(r, r), widths=(1, 1), key_bits=KEY_BITS)
+    b = params.bound(0)
+
+    class Fixed(GDParty):
+        def _operand(self, w):
+            return np.full(self.X.shape[0], b)
+
+    def gradient(flip: float) -> np.ndarray:
+        XA, XB, y = np.full((n, 1), r), np.zeros((n, 1)), np.zeros(n)
+        XB[7, 0], y[7] = flip * r, -flip
+        parties = (Fixed(0, XA, None, params, keypair=keypairs[0], rng=np.random.default_rng(1)),
+                   GDParty(1, XB, y, params, keypair=keypairs[1], rng=np.random.default_rng(2)))
+        coord = GDCoordinator(params)
+        coord.w = np.array([0.0, R])
+        queue = coord.round_messages()
+        while queue:
+            out = queue.pop(0)
+            for a in parties[out.to].handle(_wire(out)):
+                queue.extend(coord.handle(out.to, _wire(a)))
+        return coord.gradients[0]
+
+    diff = float(np.linalg.norm(gradient(1.0) - gradient(-1.0)))
+    c = 2.0 / n
+    assert rel.sensitivity == pytest.approx((2 * R + 4) / n)
+    assert diff == pytest.approx(2 * np.sqrt(2) * r * (R * r + 1) * c, rel=1e-6)
+    assert diff > 1.1 * rel.sensitivity
