@@ -33,7 +33,7 @@ def test_cli_noisy_gd_run_writes_the_model_and_charges_both_ledgers(procs, tmp_p
     coord = procs.start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
                         "--timeout", str(GENEROUS), "--mechanism", "noisy-gd", "--epsilon", "1", "--steps", "3",
                         "--iterate-radius", "2", *TEST_KEYS)
-    extra = ["--no-progress", "--timeout", str(GENEROUS), *TEST_KEYS]
+    extra = ["--no-progress", "--timeout", str(GENEROUS), "--allow-mechanisms", "noisy-gd", *TEST_KEYS]
     alice = procs.start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
                         "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]),
                         "--ledger", str(ledgers["alice"]), *extra)
@@ -87,7 +87,8 @@ def _bob_process(procs, tmp_path, url: str):
     bounds = tmp_path / "bounds.toml"
     bounds.write_text("[bounds]\nb0 = [-1, 1]\nb1 = [-1, 1]\nb2 = [-1, 1]\n")
     return procs.start("party", "--connect", url, "--name", "bob", "--data", str(data), "--features", "b0,b1,b2",
-                       "--bounds", str(bounds), "--no-progress", "--timeout", "60", *TEST_KEYS)
+                       "--bounds", str(bounds), "--no-progress", "--timeout", "60", "--allow-mechanisms", "noisy-gd",
+                       *TEST_KEYS)
 
 
 @pytest.mark.parametrize("attack,text", [
@@ -171,3 +172,23 @@ def test_party_refuses_a_plan_with_a_fixed_point_grid_too_coarse_for_the_sensiti
         assert code != 0 and "Traceback" not in err
     finally:
         fake.close()
+
+
+def test_a_party_runs_noisy_gd_rounds_only_when_its_operator_allows_them(procs, tmp_path):
+    """noisy-gd is opt-in for a party (vfl.protocols.policy.OPT_IN_MECHANISMS: a hostile co-party can raise the
+    per-round sensitivity, docs/threat_model.md): without --allow-mechanisms noisy-gd a real `vfl party` refuses the
+    plan in one line before its roster entry, and the run ends without a model."""
+    data = make_demo_data(tmp_path / "data", 200, seed=2)
+    url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "m.json"
+    coord = procs.start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
+                        "--timeout", str(GENEROUS), "--mechanism", "noisy-gd", "--epsilon", "1", "--steps", "3",
+                        *TEST_KEYS)
+    extra = ["--no-progress", "--timeout", str(GENEROUS), *TEST_KEYS]
+    alice = procs.start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
+                        "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]), *extra)
+    bob = procs.start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",
+                      "visits,spend", "--id", "id", "--bounds", str(data["bounds"]), *extra)
+    results = [procs.finish(p) for p in (coord, alice, bob)]
+    assert all(code != 0 for code, _, _ in results)
+    assert any("noisy-gd" in err and "--allow-mechanisms" in err for _, _, err in results[1:]), results
+    assert not out.exists()

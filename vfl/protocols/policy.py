@@ -47,7 +47,11 @@ UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
 NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
 #: the registries (vfl.privacy.mechanisms, vfl.models.bcd), not a copy; vfl.protocols.settings collects the same
 ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS + GD_MECHANISMS)
-DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP
+#: formally DP against an honest-but-curious co-party, but a hostile co-party that encrypts another bounded operand
+#: than its own X w raises the per-round sensitivity against the other party by up to ~35 % (docs/threat_model.md):
+#: a party runs noisy-gd rounds only when its operator lists them in ``allow_mechanisms``
+OPT_IN_MECHANISMS = frozenset(GD_MECHANISMS)
+DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP - OPT_IN_MECHANISMS
 #: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
 #: policy allows one of them needs declared bounds, or its operator's explicit opt-in (vfl.net.party)
 BOUNDED_MECHANISMS = frozenset(FM_MECHANISMS + GD_MECHANISMS) - UNPROTECTED_MECHANISMS
