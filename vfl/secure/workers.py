@@ -112,7 +112,7 @@ class PinnedPool(Executor):
             self._progress[index] = time.monotonic()
             self._waiting[index].discard(outer)
         if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool) and not self._closed.is_set():
-            self._fail(self._died_line(index))
+            threading.Thread(target=self._fail_dead, args=(index,), daemon=True, name="vfl-pool-dead").start()
             return
         _deliver(inner, outer)
 
@@ -153,6 +153,13 @@ class PinnedPool(Executor):
             return int(self._procs[index].pid)
         procs = list(getattr(self.pools[index], "_processes", None) or {})
         return procs[0] if procs else None
+
+    def _fail_dead(self, index: int) -> None:
+        try:
+            self._procs[index].join(5)   # reaped, so its exit code can be named
+        except Exception:  # pragma: no cover - reaped by the pool's own thread meanwhile
+            pass
+        self._fail(self._died_line(index))
 
     def _died_line(self, index: int) -> str:
         proc = self._procs[index]
