@@ -47,7 +47,7 @@ _LAZY = {
     "RunSettings": "vfl.net.coordinator",
     "FittedModel": "vfl.models.modelio",
     "load_model": "vfl.api_scoring",   # checks the parties' signatures (issue 29)
-    "LocalData": "vfl.net.party",
+    "LocalData": "vfl.protocols.local_data",
     "PartyNode": "vfl.net.party",
     "plan_epsilon": "vfl.models.planner",   # the epsilon planner (issue 31)
 }

@@ -27,7 +27,8 @@ import numpy as np
 from vfl.exceptions import ConfigurationError, PartyFailure
 from vfl.models.modelio import FittedModel
 from vfl.net.coordinator import BCD_MECHANISMS, Coordinator, RunSettings
-from vfl.net.party import LocalData, PartyNode, check_declared_bounds
+from vfl.net.party import PartyNode
+from vfl.protocols.local_data import LocalData, check_declared_bounds
 from vfl.protocols.policy import PartyPolicy, SitePolicy
 from vfl.rng import RandomState
 from vfl.secure.identity import write_identities

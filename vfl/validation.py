@@ -10,14 +10,30 @@ Booleans are never integers or numbers here, and real numbers must be finite.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
-from vfl.exceptions import ConfigurationError
+from vfl.exceptions import ConfigurationError, ProtocolError
 
-__all__ = ["Interval", "Options", "Constraint", "check_param", "check_params", "describe"]
+__all__ = ["Interval", "Options", "Constraint", "check_param", "check_params", "describe", "is_name", "validate_name"]
+
+#: party, site and column-owner names: 1-64 letters, digits, '_', '.', '-', starting with a letter or digit
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def is_name(v: Any) -> bool:
+    """Whether ``v`` is a valid name (:data:`NAME_RE`)."""
+    return isinstance(v, str) and bool(NAME_RE.match(v))
+
+
+def validate_name(name: str, what: str = "party name") -> str:
+    """Party names are short identifiers: letters, digits, '_', '.', '-' (at most 64 characters)."""
+    if not is_name(name):
+        raise ProtocolError(f"invalid {what} {name!r}: use 1-64 letters, digits, '_', '.', '-'")
+    return name
 
 
 @dataclass(frozen=True)

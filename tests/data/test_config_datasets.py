@@ -12,7 +12,7 @@ import pytest
 from vfl.data.config import load_dataset_table
 from vfl.data.datasets import public_bounds
 from vfl.fm.domain import resolve_bounds, to_unit_interval
-from vfl.net.party import LocalData
+from vfl.protocols.local_data import LocalData
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED / "forestfires.csv").exists(), reason="../shared/data not present")

@@ -140,9 +140,9 @@ def test_a_capefm_site_and_a_vertical_party_over_the_same_declarations_share_one
     from dataclasses import replace
 
     from vfl.exceptions import ConfigurationError
-    from vfl.net.party import LocalData
     from vfl.net.site import SiteData, SiteNode
     from vfl.privacy.ledger import Budget, dataset_key
+    from vfl.protocols.local_data import LocalData
 
     rng = np.random.default_rng(0)
     X, y = rng.uniform(0, 1, (20, 2)), rng.uniform(-1, 1, 20)

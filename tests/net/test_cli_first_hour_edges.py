@@ -141,7 +141,8 @@ def test_a_party_started_twice_is_told_it_is_a_duplicate_and_the_run_goes_on(pro
 # ------------------------------------------------------------------------------------------ files written
 def test_predict_writes_to_dev_null_and_leaves_it_a_device(tmp_path, identity_dir):
     from helpers.signed_model import signed
-    from tests.test_cli_data_files import RAW, _model
+
+    from tests.cli.test_cli_data_files import RAW, _model
 
     model, raw = tmp_path / "model.json", tmp_path / "raw.csv"
     signed(_model(), identity_dir).to_json(model)   # vfl predict accepts only a model every party signed

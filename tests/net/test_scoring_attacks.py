@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -441,4 +442,63 @@ def test_a_stranger_cannot_end_the_scoring_hubs_registration_with_an_error(procs
     code, out, err = procs.finish(hub)
     assert code == 0 and "scored" in out, err
     assert (tmp_path / "scores.csv").exists()
+    assert all(c == 0 for c, _, _ in _finish_all(procs, parties))
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow   # real processes, ~30 s
+def test_refused_registrations_do_not_keep_their_messages(procs, tmp_path, identity_dir):
+    """Invariant: a refused registration costs the hub a bounded record (the refusal is remembered per peer, at most
+    MAX_REFUSED_PEERS of them), never the message that was refused. Attacker: a stranger who reaches the scoring
+    hub's port, with no key, opening new connections and sending on each a valid-looking REGISTER of the largest
+    header the codec accepts (50,000 two-letter feature names, 250 kB of JSON, ~3 MB once decoded) that the hub
+    refuses. On main the refusal stored the exception with its traceback, whose frame held the decoded message: the
+    hub kept every refused REGISTER (10,000 of them: ~30 GB). Now its memory stays flat: the growth after ``n``
+    refusals is far below what keeping them would take."""
+    from vfl.net.messages import Message, MessageType
+    from vfl.net.transport import ClientTransport
+
+    names = ["alice", "bob"]
+    _model("linear", names, identity_dir=identity_dir).to_json(tmp_path / "model.json")
+    _write(tmp_path, names)
+    endpoint = _free_endpoint()
+    hub = procs.start("score", "--model", str(tmp_path / "model.json"), "--bind", endpoint, "--ids",
+                      str(tmp_path / "query.csv"), "--out", str(tmp_path / "scores.csv"), "--timeout", "300")
+    procs.wait_for_line(hub, "listening on")
+    features = ["ab"] * 50_000   # JSON decodes each into its own str object
+
+    def refused_once() -> None:
+        stranger = ClientTransport(endpoint, name="mallory")
+        try:   # a scoring registration of a name the model does not hold: refused with ABORT, remembered
+            stranger.send(Message(MessageType.REGISTER, {"name": "mallory", "n_rows": 1, "features": features,
+                                                         "label_owner": False, "row_ids": True, "role": "scorer"}))
+            deadline = time.monotonic() + 120
+            answer = None
+            while answer is None and time.monotonic() < deadline:
+                answer = stranger.recv(0.5)
+            assert answer is not None and answer.type is MessageType.ABORT
+        finally:
+            stranger.close()
+
+    for _ in range(2):     # the first refusals warm the hub's allocator (decoder buffers, logging)
+        refused_once()
+    before = _rss_kib(hub.pid)
+    n = 40
+    for _ in range(n):
+        refused_once()
+    grown = _rss_kib(hub.pid) - before
+    # one decoded REGISTER as the hub holds it: 50,000 str objects and the list's pointers (~2.9 MB)
+    one = len(features) * (sys.getsizeof("ab") + 8) // 1024
+    # kept messages would grow the hub by n * one (~115 MB); transient buffers stay below a few messages' worth
+    assert grown < 4 * one, (grown, one, n)
+    assert hub.poll() is None     # the hub is still waiting for its parties
+    parties = [_serve(procs, tmp_path, identity_dir, endpoint, n_) for n_ in names]
+    code, out, err = procs.finish(hub)
+    assert code == 0 and "scored" in out, err
     assert all(c == 0 for c, _, _ in _finish_all(procs, parties))

@@ -262,9 +262,9 @@ def test_the_networked_release_reports_two_sided_noise() -> None:
     """The coordinator's and each party's mechanism of a networked FM run describe the two-sided release."""
     import numpy as np_
 
-    from vfl.net.party import LocalData
     from vfl.protocols.contracts import PlanBody, Registration
     from vfl.protocols.fm_release import FMCoordinator, FMParty
+    from vfl.protocols.local_data import LocalData
     from vfl.protocols.settings import RunSettings
 
     rng = np_.random.default_rng(0)

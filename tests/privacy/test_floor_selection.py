@@ -16,10 +16,10 @@ from vfl.fm.dissection import DissectionPlan
 from vfl.fm.objective import logistic_objective
 from vfl.fm.solver import solve
 from vfl.models.base import sigmoid
-from vfl.net.party import LocalData
 from vfl.privacy.calibration import calibrate_mu
 from vfl.privacy.floor_selection import FLOOR_MULTIPLIERS, _noise_draw, release_floor, select_floor, selects_floor
 from vfl.privacy.mechanisms import make_mechanism
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 
 

@@ -9,9 +9,9 @@ import pytest
 from vfl.exceptions import DPBCDAbort, ProtocolError
 from vfl.models.bcd import party_generators, run_bcd, run_dp_bcd
 from vfl.net.messages import Message, MessageType, decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDParty
 from vfl.protocols.contracts import Out, PlanBody, Registration
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from vfl.fm.dissection import DissectionPlan
 from vfl.net.messages import decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import PlanBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMParty
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 
 N = 60

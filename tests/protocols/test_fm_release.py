@@ -13,11 +13,11 @@ from vfl.fm.domain import prepare_labels, prepare_party_block, resolve_bounds
 from vfl.fm.objective import linear_objective
 from vfl.fm.solver import solve
 from vfl.net.messages import Message, MessageType, decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.privacy.fixed_point import prepare_fixed_point, simulate_release
 from vfl.privacy.mechanisms import make_mechanism
 from vfl.protocols.contracts import Out, PlanBody, ReadyBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMParty
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 from vfl.secure import ProductEncryptor, generate_keypair, public_key_to_bytes
 

@@ -12,9 +12,9 @@ import pytest
 
 from vfl.exceptions import IdentityError, ProtocolError
 from vfl.net.messages import Message, MessageType, decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.protocols.contracts import Out, PlanBody, RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMParty
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.roster import (
     RELAYED,
     Roster,

@@ -10,9 +10,9 @@ import pytest
 
 from vfl.exceptions import ProtocolError
 from vfl.net.messages import Message, MessageType, decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.protocols.contracts import PlanBody, Registration
 from vfl.protocols.fm_release import CREDIT_WINDOW, MAX_CREDIT_WINDOW, FMCoordinator, FMParty
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 from vfl.secure import ProductEncryptor, generate_keypair, public_key_to_bytes
 

@@ -13,10 +13,10 @@ import numpy as np
 from scipy import stats
 
 from vfl.net.messages import decode, encode, message_of
-from vfl.net.party import LocalData
 from vfl.privacy.fixed_point import block_generators, cross_block_noise, orient
 from vfl.protocols.contracts import PlanBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMParty, product_shape
+from vfl.protocols.local_data import LocalData
 from vfl.protocols.settings import RunSettings
 
 P_BITS = 24

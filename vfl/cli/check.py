@@ -109,8 +109,7 @@ def _member_checks(checks, role, config, name, connect, curve_dir, identity_dir,
 
 def _data(cfg, config, role) -> str:  # noqa: ANN001
     """The table and bounds as `vfl party` reads them at start, and declared bounds for every column."""
-    from vfl.net.party import check_declared_bounds
-    from vfl.net.party_data import load_party_data
+    from vfl.protocols.local_data import check_declared_bounds, load_party_data
     from vfl.protocols.policy import PartyPolicy
 
     if role == "site" and not cfg.label:

@@ -132,7 +132,7 @@ def party(config: str | None, connect: str | None, name: str | None, data: str |
                                  "`vfl keys`), or --insecure-no-identity for loopback experiments only")
     check_row_alignment(cfg)                   # aligned rows or a refusal, before the table is read (issue 31)
     ledger, lifetime = _open_ledger(cfg)       # checked before the table is read: a corrupted ledger costs nothing
-    from vfl.net.party_data import load_party_data
+    from vfl.protocols.local_data import load_party_data
 
     local = load_party_data(cfg, config)
     curve = load_client_keys(cfg.curve_dir, cfg.name) if cfg.curve_dir else None  # type: ignore[arg-type]

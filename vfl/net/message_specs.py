@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from vfl.protocols.contracts import PlanBody, ReadyBody, RegisterBody
+from vfl.validation import is_name
 
 __all__ = ["MessageType", "MessageSpec", "SPECS", "SPEC", "CAPE_ROUND_TYPES", "MAX_ICA_DIMS", "MAX_SCORE_IDS",
            "markdown_table", "FAMILIES"]
@@ -84,7 +85,6 @@ class MessageType(str, Enum):
 
 # ------------------------------------------------------------------ field checks (JSON types and ranges)
 Check = Callable[[Any], bool]
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _HEX_RE = re.compile(r"^[0-9a-f]*$")
 
 
@@ -104,8 +104,7 @@ def _is_bool(v: Any) -> bool:
     return isinstance(v, bool)
 
 
-def _is_name(v: Any) -> bool:
-    return isinstance(v, str) and bool(_NAME_RE.match(v))
+_is_name = is_name
 
 
 def _is_opt(check: Check) -> Check:

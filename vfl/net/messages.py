@@ -45,6 +45,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.net.message_specs import MAX_ICA_DIMS, MAX_SCORE_IDS, SPECS, MessageSpec, MessageType, _is_int, _is_name
+from vfl.validation import validate_name
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -98,13 +99,6 @@ SCHEMAS: dict[MessageType, dict[str, tuple[bool, Callable[[Any], bool]]]] = {s.t
 #: whose spec says ``frames=None`` may carry any frames within the general limits
 FRAME_KINDS: dict[MessageType, tuple[tuple[str, ...], ...]] = {s.type: s.frames for s in SPECS
                                                                 if s.frames is not None}
-
-
-def validate_name(name: str, what: str = "party name") -> str:
-    """Party names are short identifiers: letters, digits, '_', '.', '-' (at most 64 characters)."""
-    if not _is_name(name):
-        raise ProtocolError(f"invalid {what} {name!r}: use 1-64 letters, digits, '_', '.', '-'")
-    return name
 
 
 # ------------------------------------------------------------------ payloads

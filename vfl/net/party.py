@@ -36,23 +36,15 @@ import hashlib
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vfl.exceptions import (
-    ConfigurationError,
-    DataBoundsWarning,
-    DataValidationError,
     ProtocolError,
 )
-from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.models.modelio import FittedModel, atomic_write_text
-from vfl.net.messages import Message, MessageType, message_of, validate_name
+from vfl.net.messages import Message, MessageType, message_of
 from vfl.net.model_check import check_release, check_result, default_model_path
 from vfl.net.runtime import Done, Member, OrderedWorker, run_reporting_failures, wire_reason
 from vfl.net.transport import ClientTransport, CurveClientKeys
@@ -63,12 +55,12 @@ from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, Alignment
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
 from vfl.protocols.fm_release import FMParty
-from vfl.protocols.policy import BOUNDED_MECHANISMS, PartyPolicy, check_plan, describe_plan
+from vfl.protocols.local_data import LocalData, check_declared_bounds, missing_bounds
+from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
 from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
-from vfl.secure.psi import normalise_ids
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
@@ -77,181 +69,6 @@ __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNIN
 INSECURE_NO_IDENTITY_WARNING = (
     "party {name} runs WITHOUT identities (--insecure-no-identity): it cannot tell its co-parties from a hostile "
     "coordinator, which could substitute keys, invent parties and forge responses; loopback experiments only")
-
-@dataclass
-class LocalData:
-    """A party's data in raw units with its *declared* public bounds (None: inferred after the PLAN, and only
-    for mechanisms that need them, with a DataBoundsWarning)."""
-
-    name: str
-    X: np.ndarray
-    feature_names: list[str]
-    y: np.ndarray | None
-    bounds: ColumnBounds | None
-    label_bounds: tuple[float, float] | None
-    #: normalised row IDs (vfl.secure.psi.normalise_ids), or None: rows are aligned by position
-    ids: list[str] | None
-    #: optional FM view of the same features (raw units and bounds; see vfl.data.config.LocalTable.fm_columns)
-    fm_view: tuple[np.ndarray, ColumnBounds] | None = None
-    #: public: the label column's name (label owner; recorded in the model file) and the declared preprocessing
-    #: that made ``feature_names`` from raw columns (vfl.data.preprocessing record; recorded for `vfl predict`)
-    label_name: str | None = None
-    preprocessing: dict | None = None
-
-    @classmethod
-    def build(cls, name: str, X: Any, y: Any = None, *, feature_names: Sequence[str] | None = None,
-              bounds: Any = None, label_bounds: Sequence[float] | None = None, ids: Sequence[Any] | None = None,
-              use_bounds: bool = True, fm_columns: Any = None, fm_bounds: Any = None) -> LocalData:
-        """Validate the party's table, its row IDs (normalised; no missing, empty or duplicate ID) and its declared
-        bounds (``bounds=None``: none declared)."""
-        try:
-            validate_name(name)
-        except ProtocolError as exc:  # a user's typo, not a peer's protocol violation (CLI exit code 2, not 4)
-            raise ConfigurationError(str(exc)) from None
-        X = np.asarray(X, dtype=float)
-        if X.ndim == 1:
-            X = X.reshape(-1, 1)
-        if X.ndim != 2:
-            raise DataValidationError(f"party {name}: X must be 2-D, got shape {X.shape}")
-        if X.shape[1] == 0 and y is None:
-            raise DataValidationError(f"party {name} has neither features nor the label")
-        if not np.all(np.isfinite(X)):
-            raise DataValidationError(f"party {name}: X contains NaN or infinity")
-        names = list(feature_names) if feature_names is not None else [f"{name}_x{j}" for j in range(X.shape[1])]
-        if len(names) != X.shape[1]:
-            raise DataValidationError(f"party {name}: {len(names)} feature names for {X.shape[1]} columns")
-        if len(set(names)) != len(names):
-            raise DataValidationError(f"party {name}: duplicate feature names")
-        yv = None
-        if y is not None:
-            yv = np.asarray(y, dtype=float).ravel()
-            if yv.shape[0] != X.shape[0]:
-                raise DataValidationError(f"party {name}: y has {yv.shape[0]} rows, X has {X.shape[0]}")
-            if not np.all(np.isfinite(yv)):
-                raise DataValidationError(f"party {name}: y contains NaN or infinity")
-        cb = None
-        if use_bounds and X.shape[1] > 0 and bounds is not None:
-            cb = resolve_bounds(bounds, X, names, what=f"features of party {name}")
-            # checked here, before connecting: the same check after the PLAN would fail remotely, and its message
-            # (which quotes the offending value) is a local matter
-            to_unit_interval(X, cb, feature_names=names)
-        lb = None
-        if label_bounds is not None:
-            lo, hi = (float(v) for v in label_bounds)
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise DataValidationError(f"party {name}: label bounds must be finite with lo < hi")
-            lb = (lo, hi)
-            if use_bounds and yv is not None:
-                to_unit_interval(yv[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
-        fm_view = None
-        if fm_columns is not None:
-            Xf = np.asarray(fm_columns, dtype=float)
-            if Xf.shape != X.shape or not np.all(np.isfinite(Xf)):
-                raise DataValidationError(f"party {name}: the FM view must be finite with the shape of X")
-            cf = resolve_bounds(fm_bounds, Xf, names, what=f"features of party {name}")
-            to_unit_interval(Xf, cf, feature_names=names)
-            fm_view = (Xf, cf)
-        id_list = None
-        if ids is not None:
-            id_list = normalise_ids(ids, what=f"party {name}: row-ID column")
-            if len(id_list) != X.shape[0]:
-                raise DataValidationError(f"party {name}: ids has {len(id_list)} entries, X has {X.shape[0]} rows")
-        return cls(name, X, names, yv, cb, lb, id_list, fm_view)
-
-    @classmethod
-    def from_table(cls, name: str, table: Any, *, bounds: Any, label_bounds: Sequence[float] | None = None
-                   ) -> LocalData:
-        """A party whose features stay on disk (:class:`vfl.data.tables.TableFile`, already validated in chunks):
-        ``X`` is the table's row source, read chunk by chunk by the FM release; only the label is loaded. The
-        declared ``bounds`` are checked against the table's column minima and maxima."""
-        try:
-            validate_name(name)
-        except ProtocolError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if table.id_column is not None:
-            raise ConfigurationError("row alignment by ID (--id) reorders rows: load the table in memory "
-                                     "(LocalData.build with ids=) instead of streaming it from disk")
-        names = list(table.feature_names)
-        X = table.features
-        cb = None
-        if names and bounds is not None:
-            cb = resolve_bounds(bounds, np.zeros((1, len(names))), names, what=f"features of party {name}")
-            for j, col in enumerate(names):
-                lo, hi = table.column_min[col], table.column_max[col]
-                if lo < cb.lower[j] or hi > cb.upper[j]:
-                    raise DataValidationError(f"party {name}: column {col!r} has values in [{lo:g}, {hi:g}], "
-                                              f"outside its declared bounds [{cb.lower[j]:g}, {cb.upper[j]:g}]")
-        y = None
-        if table.label is not None:
-            y = np.asarray(table.label)[:, 0]
-        lb = None
-        if label_bounds is not None:
-            lo, hi = (float(v) for v in label_bounds)
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise DataValidationError(f"party {name}: label bounds must be finite with lo < hi")
-            lb = (lo, hi)
-            if y is not None:
-                to_unit_interval(y[:, None], ColumnBounds(np.array([lo]), np.array([hi])), feature_names=["label"])
-        if not names and y is None:
-            raise DataValidationError(f"party {name} has neither features nor the label")
-        return cls(name, X, names, y, cb, lb, None)
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.X.shape[0])
-
-    def take(self, rows: np.ndarray) -> LocalData:
-        """The same party restricted to ``rows`` in that order (after the row alignment; bounds unchanged)."""
-        fm_view = None if self.fm_view is None else (self.fm_view[0][rows], self.fm_view[1])
-        ids = None if self.ids is None else [self.ids[int(i)] for i in rows]
-        return LocalData(self.name, self.X[rows], self.feature_names, None if self.y is None else self.y[rows],
-                         self.bounds, self.label_bounds, ids, fm_view, self.label_name, self.preprocessing)
-
-
-#: the warning of a party whose operator opted in to bounds taken from its private data
-DATA_DERIVED_BOUNDS_WARNING = (
-    "party {name} takes the bounds of {what} from its private data ({flag}): its min/max shape the release, so "
-    "the model is NOT formally differentially private (its report says formal DP: no)")
-
-
-def missing_bounds(data: LocalData, *, model: str | None = None) -> list[str]:
-    """What of this party lacks declared public bounds: its feature columns, its label (a linear model's; ``model``
-    None: not known yet -- before the PLAN -- so any label). A built-in data set's documented bounds count."""
-    missing = []
-    declared = data.fm_view[1] if data.fm_view is not None else data.bounds
-    if data.X.shape[1] and (declared is None or declared.from_data):
-        names = data.feature_names
-        missing.append(f"its columns {', '.join(names[:5])}" + (f" (+{len(names) - 5} more)" if len(names) > 5 else ""))
-    if data.y is not None and data.label_bounds is None and model in (None, "linear"):
-        missing.append(f"its label {data.label_name}" if data.label_name else "its label")
-    return missing
-
-
-def check_declared_bounds(data: LocalData, policy: PartyPolicy, *, allow: bool, model: str | None = None,
-                          how: str = "--bounds FILE or an inline [bounds] table in --config: column = [lo, hi] for "
-                                     "every column and the label (a logistic model's 0/1 label: [0, 1])",
-                          flag: str = "--allow-data-derived-bounds") -> None:
-    """Private by default (issue 21): a party whose policy allows a mechanism whose guarantee rests on public bounds
-    (:data:`vfl.protocols.policy.BOUNDED_MECHANISMS`) refuses to start without declared bounds for every column it
-    contributes and for its label, unless its operator opted in (``allow``: a loud warning; the privacy report then
-    says formal DP: no, through the existing ``bounds_from_data`` path). A party that allows only mechanisms that
-    use no bounds (``none``, ``bcd``, ``dp-bcd``: none of them formally DP anyway) needs none.
-
-    Before the PLAN the party cannot know the model, so the label's bounds are required whatever it is (``model``,
-    when a caller knows it: a logistic label is checked to be 0/1 and needs none)."""
-    if not policy.allow_mechanisms & BOUNDED_MECHANISMS:
-        return
-    missing = missing_bounds(data, model=model)
-    if not missing:
-        return
-    what = " and ".join(missing)
-    if allow:
-        warnings.warn(DATA_DERIVED_BOUNDS_WARNING.format(name=data.name, what=what, flag=flag), DataBoundsWarning,
-                      stacklevel=3)
-        return
-    raise ConfigurationError(f"party {data.name} has no public bounds for {what}: declare them ({how}; "
-                             f"docs/data_preparation.md), or pass {flag} (the model is then NOT formally DP)")
-
 
 def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: bool) -> str:
     """What a party prints for the plan it accepted (issue 21): formal DP yes/no and epsilon against whom, from the
@@ -329,8 +146,8 @@ class PartyNode(Member):
         self._phase: Any = None
         self._current: FMParty | BCDParty | None = None   # the run's FM or BCD session, once its PLAN came
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
-        self.alignment: AlignmentParty | None = None
-        self.rows_before_alignment = data.n_rows
+        self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
+                                      pinned=self.pinned, registration=lambda: self.registration)
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
@@ -340,8 +157,8 @@ class PartyNode(Member):
     def run(self) -> FittedModel:
         t = ClientTransport(self.connect, name=self.data.name, curve=self.curve)
         try:
-            try:
-                model = run_reporting_failures(t, self.data.name, "party", lambda: self._run(t))
+            try:   # Member.serve: silence, reminders, ABORT, heartbeats
+                model = run_reporting_failures(t, self.data.name, "party", lambda: self.serve(t))
             except BaseException as exc:
                 self.guard.finish("aborted", f"{type(exc).__name__}: {exc}")   # the spend stays counted
                 raise
@@ -363,9 +180,6 @@ class PartyNode(Member):
     def register_body(self) -> dict:
         self.registration = self._register_body()   # signed; what the roster entry carries (before any alignment)
         return self.registration
-
-    def _run(self, t: ClientTransport) -> FittedModel:
-        return self.serve(t)   # vfl.net.runtime.Member: silence, reminders, ABORT, heartbeats
 
     def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
         result = self._handle(t, msg, self._current)
@@ -490,34 +304,18 @@ class PartyNode(Member):
         return m if isinstance(m, Message) else message_of(m)
 
     def _align(self, msg: Message, session: FMParty | BCDParty | None) -> None:
-        """Row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: blinding and re-blinding run on
-        the worker thread; the result restricts and reorders this party's rows to the common IDs."""
+        """Row alignment by PSI before the PLAN (:class:`RowAlignment`); a PSI_RESULT restricts and reorders this
+        party's rows to the common IDs."""
         if self.data.ids is None or session is not None:
             raise ProtocolError(f"{msg.type.value}: this party gave no row IDs or already has its plan")
-        if msg.type is MessageType.PSI_START:
-            if self.alignment is not None:
-                raise ProtocolError("second psi_start in one run")
-            # checks the ring's signed registrations; re-blinds only signed lists of the counts their origins signed
-            self.alignment = AlignmentParty(self.data.ids, identity=self.identity, pinned=self.pinned,
-                                            name=self.data.name, run=msg.run, registration=self.registration)
-        if self.alignment is None:
-            raise ProtocolError(f"{msg.type.value} before psi_start")
-        if msg.type is not MessageType.PSI_RESULT:
-            self._submit(self.alignment.on_message, msg)
-            return
-        # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
-        self.alignment.on_message(msg)
-        assert self.alignment.rows is not None
-        self.data = self.data.take(self.alignment.rows)
-        ring = self.alignment.ring
-        counts = "" if ring is None else ", ".join(f"{n} {c}" for n, c in zip(ring.names, ring.counts, strict=True))
-        self.log(f"[{self.data.name}] row alignment: {self.data.n_rows} of its {self.rows_before_alignment} row IDs "
-                 f"are common to all parties (ID counts the parties {'signed' if self.pinned else 'declared'}: "
-                 f"{counts})")
+        rows = self.alignment.handle(msg, self._submit)
+        if rows is not None:
+            self.data = self.data.take(rows)
+            self.log(self.alignment.summary(self.data.n_rows))
 
     def _session(self, msg: Message) -> FMParty | BCDParty:
         """The protocol phase a PLAN starts: the FM release or the (DP-)BCD ring."""
-        if self.data.ids is not None and (self.alignment is None or not self.alignment.done):
+        if self.data.ids is not None and not self.alignment.done:
             raise ProtocolError("plan before the row alignment this party's row IDs ask for")
         # the local policy first, on the body as sent: nothing of this party's data is touched for a plan it
         # refuses (issue 14, item 1)
@@ -542,3 +340,43 @@ class PartyNode(Member):
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
         self._work.submit(fn, *args)
+
+
+class RowAlignment:
+    """A party's side of the row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: PSI_START opens
+    the :class:`AlignmentParty` (it checks the ring's signed registrations and re-blinds only signed lists of the
+    counts their origins signed); blinding and re-blinding run on the party's worker thread; PSI_RESULT gives the
+    common rows."""
+
+    def __init__(self, ids: Any, n_rows: int, *, name: str, identity: Any, pinned: Any,
+                 registration: Callable[[], dict]) -> None:
+        self.ids, self.rows_before, self.name = ids, n_rows, name
+        self.identity, self.pinned, self.registration = identity, pinned, registration
+        self.party: AlignmentParty | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.party is not None and self.party.done
+
+    def handle(self, msg: Message, submit: Callable[..., None]) -> Any:
+        """The common rows (this party's row indices, in the ring's order) on PSI_RESULT, else None."""
+        if msg.type is MessageType.PSI_START:
+            if self.party is not None:
+                raise ProtocolError("second psi_start in one run")
+            self.party = AlignmentParty(self.ids, identity=self.identity, pinned=self.pinned, name=self.name,
+                                        run=msg.run, registration=self.registration())
+        if self.party is None:
+            raise ProtocolError(f"{msg.type.value} before psi_start")
+        if msg.type is not MessageType.PSI_RESULT:
+            submit(self.party.on_message, msg)
+            return None
+        # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
+        self.party.on_message(msg)
+        assert self.party.rows is not None
+        return self.party.rows
+
+    def summary(self, n_common: int) -> str:
+        ring = None if self.party is None else self.party.ring
+        counts = "" if ring is None else ", ".join(f"{n} {c}" for n, c in zip(ring.names, ring.counts, strict=True))
+        return (f"[{self.name}] row alignment: {n_common} of its {self.rows_before} row IDs are common to all "
+                f"parties (ID counts the parties {'signed' if self.pinned else 'declared'}: {counts})")

@@ -164,9 +164,15 @@ class Hub:
                 continue
             if msg.type is not MessageType.REGISTER:
                 self.transport._reject(f"{msg.type.value} from an unregistered peer")
-                continue
-            if peer not in self.refused:
+            elif peer not in self.refused:
                 self.admit(peer, msg)
+            self._forget_stray(peer)
+
+    def _forget_stray(self, peer: bytes) -> None:
+        """A peer that is (still) not a member leaves no per-peer state in the transport (its refusal, if any, is
+        remembered in :attr:`refused`, bounded by :data:`MAX_REFUSED_PEERS`)."""
+        if self.member_of(peer) is None:
+            self.transport.forget(peer)
 
     def welcome(self, member: Registered) -> None:
         """Accept a registration: later messages of its peer must carry its name; WELCOME names the run."""
@@ -179,7 +185,7 @@ class Hub:
         ``run_goes_on``: the refused process is told the run continues without it (REGISTRATION_REFUSED)."""
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
-        self.refused[peer] = error or ConfigurationError(reason)
+        self.refused[peer] = _bare(error or ConfigurationError(reason))
         self._limited("registration", f"  refused a registration: {reason}", self.log)
         try:
             self.transport.send(peer, Message(MessageType.ABORT, {
@@ -259,6 +265,7 @@ class Hub:
         if member is None:
             if msg.type is MessageType.REGISTER:
                 self.late_register(peer, msg)
+            self._forget_stray(peer)
             return None
         if msg.sender != member.name:
             self.transport._reject(f"peer registered as {member.name} claims to be {msg.sender}")
@@ -273,6 +280,17 @@ class Hub:
     def _failed(self, member: Registered, msg: Message) -> None:
         self.lost = member.name
         raise PartyFailure(f"{self.member_word} {member.name} failed: {msg.body['reason']}")
+
+
+def _bare(error: VFLError) -> VFLError:
+    """What a refusal keeps: the class and at most 2,000 characters of the text, no traceback or context (a caught
+    exception's traceback holds the frame that parsed the refused REGISTER, and so the whole message: a stranger
+    opening new connections would make the hub keep every message it refused)."""
+    try:
+        kept = type(error)(str(error)[:2000])
+    except Exception:   # a class that does not take one message
+        kept = ConfigurationError(str(error)[:2000])
+    return kept
 
 
 @dataclass
@@ -328,9 +346,12 @@ class Member:
                 if isinstance(answer, Done):
                     return answer.value
                 replies = answer
-            for m in [*replies, *self.outgoing()]:
-                t.send(m)
-                last_sent = time.monotonic()
+            ready = [*replies, *self.outgoing()]
+            while ready:   # until nothing is ready: a failure held back behind sent work is raised in this pass,
+                for m in ready:   # before the hub's next message is handled (Done would swallow it)
+                    t.send(m)
+                    last_sent = time.monotonic()
+                ready = self.outgoing()
             if now - last_sent > HEARTBEAT_SECONDS and t.run_id:
                 t.send(Message(MessageType.HEARTBEAT))
                 last_sent = now

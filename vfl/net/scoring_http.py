@@ -187,98 +187,102 @@ class ScoringService:
 
     # ------------------------------------------------------------------ HTTP
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        service = self
+        """The request handler class bound to this service."""
+        return type("Handler", (ServiceRequestHandler,), {"service": self})
 
-        class Handler(DeadlineRequestHandler):
-            protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: no IDs in logs
-                pass
+class ServiceRequestHandler(DeadlineRequestHandler):
+    """One HTTP request of :class:`ScoringService` (GET /healthz, /ready; POST /score): route, method, the
+    client's rate limit, the body's length and value count before parsing; the query itself is answered by the
+    service's scoring thread. ``service`` is set on the subclass the service binds (:meth:`ScoringService._handler`)."""
 
-            def _reply(self, status: int, doc: dict, headers: dict[str, str] | None = None) -> None:
-                body = json.dumps(doc, allow_nan=False).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(body)
+    service: ScoringService
+    protocol_version = "HTTP/1.1"
 
-            def _admit(self, method: str) -> bool:
-                """Route, method and the client's rate limit; False when answered already (405/404/429)."""
-                path = self.path.split("?", 1)[0]
-                allowed = _ROUTES.get(path)
-                if allowed is None:
-                    self.close_connection = method == "POST"   # its body is not read
-                    self._reply(404, {"error": f"no route {path}"})
-                    return False
-                if allowed != method:
-                    self.close_connection = method == "POST"
-                    self._reply(405, {"error": f"{path} answers {allowed} only"}, {"Allow": allowed})
-                    return False
-                wait = service.limiter.allow(client_key(self.client_address))
-                if wait > 0:
-                    self.close_connection = method == "POST"
-                    self._reply(429, {"error": "too many requests from this client"},
-                                {"Retry-After": str(max(1, int(wait + 0.999)))})
-                    return False
-                return True
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: no IDs in logs
+        pass
 
-            def do_GET(self) -> None:  # noqa: N802
-                if not self._admit("GET"):
-                    return
-                if self.path.split("?", 1)[0] == "/healthz":
-                    self._reply(200, {"status": "ok"})
-                    return
-                hub = service.hub
-                doc = {"ready": hub.ready, "parties": hub.names, "waiting_for": hub.waiting_for()}
-                if service.problem and not hub.ready:
-                    doc["error"] = service.problem
-                self._reply(200 if hub.ready else 503, doc)
+    def _reply(self, status: int, doc: dict, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(doc, allow_nan=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
 
-            def _read_ids(self) -> list | None:
-                """The query's ID list, or None when answered already (411/400/413): the length is checked before
-                a byte of the body is read, the values are counted before they are parsed."""
-                try:
-                    length = body_length(self.headers, MAX_BODY_BYTES)
-                except HTTPRefusal as exc:
-                    self.close_connection = True
-                    self._reply(exc.status, {"error": exc.reason})
-                    return None
-                raw = self.rfile.read(length)
-                self.request_read()
-                # before parsing: every JSON value but the first is preceded by ',', '[' or '{', so their count (in
-                # strings too) bounds the values json.loads would build; a body with more than the hub's ID cap (+
-                # the envelope's few) is refused without building them (a 16 MiB body of [] is ~23x its size parsed)
-                if sum(raw.count(c) for c in (b",", b"[", b"{")) > service.hub.plan.max_ids + 8:
-                    self._reply(413, {"error": f"the body holds more values than this hub's --max-query-ids "
-                                               f"({service.hub.plan.max_ids}) allows"})
-                    return None
-                try:
-                    doc = json.loads(raw.decode("utf-8"))
-                    ids = doc["ids"]
-                    if not isinstance(ids, list):
-                        raise TypeError
-                except (ValueError, KeyError, TypeError):
-                    self._reply(400, {"error": 'the body must be JSON {"ids": [...]}'})
-                    return None
-                return ids
+    def _admit(self, method: str) -> bool:
+        """Route, method and the client's rate limit; False when answered already (405/404/429)."""
+        path = self.path.split("?", 1)[0]
+        allowed = _ROUTES.get(path)
+        if allowed is None:
+            self.close_connection = method == "POST"   # its body is not read
+            self._reply(404, {"error": f"no route {path}"})
+            return False
+        if allowed != method:
+            self.close_connection = method == "POST"
+            self._reply(405, {"error": f"{path} answers {allowed} only"}, {"Allow": allowed})
+            return False
+        wait = self.service.limiter.allow(client_key(self.client_address))
+        if wait > 0:
+            self.close_connection = method == "POST"
+            self._reply(429, {"error": "too many requests from this client"},
+                        {"Retry-After": str(max(1, int(wait + 0.999)))})
+            return False
+        return True
 
-            def do_POST(self) -> None:  # noqa: N802
-                if not self._admit("POST"):
-                    return
-                ids = self._read_ids()
-                if ids is None:
-                    return
-                req = _Request(ids)
-                service.requests.put(req)
-                if not req.done.wait(service.request_timeout):
-                    self._reply(503, {"error": "the query did not finish in time"})
-                    return
-                self._reply(req.status, req.reply)
+    def do_GET(self) -> None:  # noqa: N802
+        if not self._admit("GET"):
+            return
+        if self.path.split("?", 1)[0] == "/healthz":
+            self._reply(200, {"status": "ok"})
+            return
+        hub = self.service.hub
+        doc = {"ready": hub.ready, "parties": hub.names, "waiting_for": hub.waiting_for()}
+        if self.service.problem and not hub.ready:
+            doc["error"] = self.service.problem
+        self._reply(200 if hub.ready else 503, doc)
 
-        return Handler
+    def _read_ids(self) -> list | None:
+        """The query's ID list, or None when answered already (411/400/413): the length is checked before
+        a byte of the body is read, the values are counted before they are parsed."""
+        try:
+            length = body_length(self.headers, MAX_BODY_BYTES)
+        except HTTPRefusal as exc:
+            self.close_connection = True
+            self._reply(exc.status, {"error": exc.reason})
+            return None
+        raw = self.rfile.read(length)
+        self.request_read()
+        # before parsing: every JSON value but the first is preceded by ',', '[' or '{', so their count (in
+        # strings too) bounds the values json.loads would build; a body with more than the hub's ID cap (+
+        # the envelope's few) is refused without building them (a 16 MiB body of [] is ~23x its size parsed)
+        if sum(raw.count(c) for c in (b",", b"[", b"{")) > self.service.hub.plan.max_ids + 8:
+            self._reply(413, {"error": f"the body holds more values than this hub's --max-query-ids "
+                                       f"({self.service.hub.plan.max_ids}) allows"})
+            return None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            ids = doc["ids"]
+            if not isinstance(ids, list):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            self._reply(400, {"error": 'the body must be JSON {"ids": [...]}'})
+            return None
+        return ids
 
+    def do_POST(self) -> None:  # noqa: N802
+        if not self._admit("POST"):
+            return
+        ids = self._read_ids()
+        if ids is None:
+            return
+        req = _Request(ids)
+        self.service.requests.put(req)
+        if not req.done.wait(self.service.request_timeout):
+            self._reply(503, {"error": "the query did not finish in time"})
+            return
+        self._reply(req.status, req.reply)

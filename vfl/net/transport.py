@@ -310,6 +310,13 @@ class ServerTransport:
         """From now on every message from ``peer`` must name ``name`` as its sender (the party registered)."""
         self.peer_names[peer] = name
 
+    def forget(self, peer: bytes) -> None:
+        """Drop what was kept of a peer that is not a member (a stray answered or ignored by the hub): its last-seen
+        time, sequence number and CURVE key, so that a stranger opening new connections costs no memory."""
+        self.last_seen.pop(peer, None)
+        self._peer_seq.pop(peer, None)
+        self.peer_keys.pop(peer, None)
+
     def recv(self, timeout: float) -> tuple[bytes, Message] | None:
         """Next valid message within ``timeout`` seconds, or None."""
         deadline = time.monotonic() + max(0.0, timeout)
