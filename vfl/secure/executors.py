@@ -1,7 +1,7 @@
 """Where the heavy big-number work of a streamed secure product runs: any :class:`concurrent.futures.Executor`.
 
 * ``executor=None``: in the calling thread (``workers == 1``) or ``workers`` local worker processes
-  (:class:`PinnedPool`, ``workers > 1``);
+  (:class:`~vfl.secure.workers.PinnedPool`, ``workers > 1``: the one worker layer, with its stall detector);
 * ``executor="tcp://SCHEDULER:8786"``: a Dask cluster through ``dask.distributed.Client(address).get_executor()``
   (optional extra ``vfl[dask]``; the workers need vfl and gmpy2 installed and run inside the party's own trust
   domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its key; as responder,
@@ -23,32 +23,26 @@ The value of a product does not depend on how its rows were bucketed, so results
 
 from __future__ import annotations
 
-import os
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, InvalidStateError, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from vfl.exceptions import ConfigurationError, WorkerStalled
+from vfl.exceptions import ConfigurationError
 from vfl.secure.bigint import mpz
-from vfl.secure.fastmath import Encrypter, _context, bucket_accumulator, die_with_parent, frame_bases, multiexp
+from vfl.secure.fastmath import Encrypter, bucket_accumulator, frame_bases, multiexp
 from vfl.secure.forksafe import fork_safe_lock
 from vfl.secure.packing import pack
+from vfl.secure.workers import DEFAULT_STALL_SECONDS, STALL_VARIABLE, PinnedPool, stall_limit
 
 __all__ = ["InlineExecutor", "PinnedPool", "open_executor", "bounded_map", "encrypt_rows_task",
            "multiexp_rows_task", "residues_task", "bucket_add_task", "bucket_result_task", "bucket_discard_task",
            "DASK_SCHEMES", "STALL_VARIABLE", "DEFAULT_STALL_SECONDS", "stall_limit"]
 
 DASK_SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")
-STALL_VARIABLE = "VFL_WORKER_STALL_SECONDS"
-DEFAULT_STALL_SECONDS = 300.0
-"""A local worker with unfinished tasks that neither finishes one nor uses CPU time for this long has stalled."""
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class InlineExecutor(Executor):
@@ -61,168 +55,6 @@ class InlineExecutor(Executor):
         except BaseException as exc:  # delivered through the future, like any executor
             future.set_exception(exc)
         return future
-
-
-class PinnedPool(Executor):
-    """``workers`` local worker processes, each its own single-process pool, so a task can be sent to one chosen
-    process (:meth:`submit_to`) and find there the state earlier tasks left (a fold's buckets); :meth:`submit`
-    picks the process with the fewest unfinished tasks. Workers die with this process (``die_with_parent``).
-
-    Workers are forked (:func:`fastmath._context`); no module lock of vfl is inherited held
-    (:mod:`vfl.secure.forksafe`). A stall detector (issue 30) watches every worker that has unfinished tasks: when
-    for ``stall_seconds`` (default :data:`DEFAULT_STALL_SECONDS`, or ``VFL_WORKER_STALL_SECONDS``) none of its tasks
-    finished and its main thread used no CPU time (``/proc``; where that cannot be read, finishing tasks is the only
-    sign of progress), every unfinished task fails with :class:`WorkerStalled` naming the worker and its pid, and
-    the workers are killed: the run ends with that line instead of at ``max_run_seconds``.
-    """
-
-    def __init__(self, workers: int, *, stall_seconds: float | None = None) -> None:
-        self.stall_seconds = (stall_limit() if stall_seconds is None
-                              else _positive_seconds(stall_seconds, "stall_seconds"))
-        self.pools = [ProcessPoolExecutor(max_workers=1, mp_context=_context(), initializer=die_with_parent,
-                                          initargs=(os.getpid(),)) for _ in range(max(1, workers))]
-        self._unfinished = [0] * len(self.pools)
-        self._lock = threading.Lock()
-        self._waiting: list[set[Future]] = [set() for _ in self.pools]   # the futures handed out, not yet done
-        self._progress = [time.monotonic()] * len(self.pools)   # last sign of progress of each worker
-        self._cpu: list[float | None] = [None] * len(self.pools)
-        self._closed = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self.stalled: str | None = None   # the stall line, once a worker stalled
-
-    @property
-    def workers(self) -> int:
-        return len(self.pools)
-
-    def _finished(self, index: int, inner: Future, outer: Future) -> None:
-        with self._lock:
-            self._unfinished[index] -= 1
-            self._progress[index] = time.monotonic()
-            self._waiting[index].discard(outer)
-        _deliver(inner, outer)
-
-    def submit_to(self, index: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        """Run ``fn(*args, **kwargs)`` in worker process ``index`` (tasks to one worker run in order)."""
-        outer: Future = Future()
-        with self._lock:
-            if self.stalled is not None:
-                raise WorkerStalled(self.stalled)
-            if not self._unfinished[index]:
-                self._progress[index] = time.monotonic()   # idle time is not a stall
-            self._unfinished[index] += 1
-            self._waiting[index].add(outer)
-            if self._watcher is None:
-                self._watcher = threading.Thread(target=self._watch, daemon=True, name="vfl-pool-stall-detector")
-                self._watcher.start()
-        try:
-            inner = self.pools[index].submit(fn, *args, **kwargs)
-        except BaseException:
-            with self._lock:
-                self._unfinished[index] -= 1
-                self._waiting[index].discard(outer)
-            raise
-        inner.add_done_callback(lambda f: self._finished(index, f, outer))
-        outer.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
-        return outer
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        with self._lock:
-            index = min(range(len(self.pools)), key=self._unfinished.__getitem__)
-        return self.submit_to(index, fn, *args, **kwargs)
-
-    def worker_pid(self, index: int) -> int | None:
-        """The pid of worker process ``index`` (``None`` before its first task)."""
-        procs = list(getattr(self.pools[index], "_processes", None) or {})
-        return procs[0] if procs else None
-
-    def _watch(self) -> None:
-        """The stall detector's thread (see the class docstring)."""
-        interval = max(0.05, min(2.0, self.stall_seconds / 20))
-        while not self._closed.wait(interval):
-            for index in range(len(self.pools)):
-                pid = self.worker_pid(index)
-                cpu = _main_thread_cpu_seconds(pid) if pid is not None else None
-                now = time.monotonic()
-                with self._lock:
-                    if cpu is not None and cpu != self._cpu[index]:
-                        self._cpu[index] = cpu
-                        self._progress[index] = now
-                    idle = now - self._progress[index]
-                    if not self._unfinished[index] or idle < self.stall_seconds:
-                        continue
-                    self.stalled = (f"local pool worker {index} (pid {pid}) made no progress for {idle:.0f} s with "
-                                    f"{self._unfinished[index]} task(s) unfinished (none finished, no CPU time used); "
-                                    f"the run is stopped ({STALL_VARIABLE} sets this limit, now "
-                                    f"{self.stall_seconds:g} s)")
-                    waiting = [f for futures in self._waiting for f in futures]
-                for future in waiting:
-                    _deliver_exception(future, WorkerStalled(self.stalled))
-                self.kill()
-                return
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._closed.set()
-        for pool in self.pools:
-            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-    def kill(self) -> None:
-        """Kill every worker now (interrupt or failure) instead of waiting for their tasks."""
-        for pool in self.pools:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):   # None once shut down
-                proc.kill()
-        self.shutdown(wait=False, cancel_futures=True)
-
-
-def _deliver(inner: Future, outer: Future) -> None:
-    """Copy the outcome of a worker's future to the future handed out (unless that one is already done)."""
-    if outer.done():
-        return
-    try:
-        if inner.cancelled():
-            outer.cancel()
-        elif inner.exception() is not None:
-            outer.set_exception(inner.exception())
-        else:
-            outer.set_result(inner.result())
-    except InvalidStateError:   # cancelled or failed by the stall detector meanwhile
-        pass
-
-
-def _deliver_exception(future: Future, exc: BaseException) -> None:
-    try:
-        future.set_exception(exc)
-    except InvalidStateError:
-        pass
-
-
-def _main_thread_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of the main thread of process ``pid`` (Linux ``/proc``), or ``None``."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    try:
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (IndexError, ValueError):
-        return None
-
-
-def _positive_seconds(value: Any, name: str) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
-    return seconds
-
-
-def stall_limit() -> float:
-    """Seconds without progress after which a local worker counts as stalled: ``VFL_WORKER_STALL_SECONDS`` or
-    :data:`DEFAULT_STALL_SECONDS`."""
-    value = os.environ.get(STALL_VARIABLE, "").strip()
-    return DEFAULT_STALL_SECONDS if not value else _positive_seconds(value, STALL_VARIABLE)
 
 
 def executor_workers(executor: Any, workers: int) -> int:
@@ -269,7 +101,7 @@ def open_executor(executor: Executor | str | None, workers: int) -> Iterator[Exe
     if workers <= 1:
         yield InlineExecutor()
         return
-    # workers die with this process however it ends (issue 14, item 6: fastmath.die_with_parent)
+    # workers die with this process however it ends (issue 14, item 6: workers.die_with_parent)
     pool = PinnedPool(workers)
     try:
         yield pool

@@ -32,20 +32,19 @@ return the C version when it is built and the Python one otherwise, with bit-ide
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import secrets
-import threading
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vfl.exceptions import ConfigurationError, SlowBackendWarning
 from vfl.secure import native
 from vfl.secure.bigint import HAVE_GMPY2, invert, mpz, powmod
 from vfl.secure.forksafe import fork_safe_lock
+from vfl.secure.workers import die_with_parent as die_with_parent  # re-exported: its home is vfl.secure.workers
+from vfl.secure.workers import run_pool as workers_run_pool
 
 SHORT_EXPONENT_BITS = 256
 """Bits of ``alpha`` in short-exponent randomness: 2 x 128-bit security (Ma et al. use 2 kappa)."""
@@ -325,39 +324,10 @@ def multiexp_cost(n_bases: int, exponent_bits: int) -> int:
 
 # ----------------------------------------------------------------------------- process pool
 _WORKER: dict[str, Any] = {}
-WATCHDOG_SECONDS = 0.5
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Make this (worker) process end when ``parent_pid`` does, however the parent dies (issue 14, item 6).
-
-    A daemon thread polls ``os.getppid()`` every :data:`WATCHDOG_SECONDS`: re-parenting means the parent process
-    is gone (even by SIGKILL), and the worker exits. ``prctl(PR_SET_PDEATHSIG)`` is deliberately *not* used: Linux
-    sends that signal when the *thread* that forked the worker exits, and a ``ProcessPoolExecutor`` forks its
-    workers from whichever thread submits first — a party's short-lived message thread — so healthy workers were
-    killed mid-run (BrokenProcessPool at 10^6 rows; regression test in tests/secure/test_secure_pool_lifetime.py).
-    """
-    import signal
-
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-    def watchdog() -> None:
-        while True:
-            threading.Event().wait(WATCHDOG_SECONDS)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watchdog, daemon=True, name="vfl-parent-watchdog").start()
-    # a terminal's Ctrl-C / SIGTERM goes to the parent, which ends the pool; workers must not print tracebacks
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _init_worker(payload: dict[str, Any]) -> None:
-    parent = payload.get("parent_pid")
-    if isinstance(parent, int):
-        die_with_parent(parent)
+    """Each :func:`run_pool` worker's set-up (after :func:`vfl.secure.workers.die_with_parent`)."""
     _WORKER.clear()
     _WORKER.update(payload)
     if "encrypter_state" in payload:
@@ -391,42 +361,14 @@ def resolve_workers(workers: int | None, work_units: float) -> int:
     return workers
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
-def run_pool(func: Callable[[Any], Any], tasks: list[Any], workers: int, payload: dict[str, Any],
+def run_pool(func: Callable[[Any], Any], tasks: Sequence[Any], workers: int, payload: dict[str, Any],
              progress: Callable[[int], None] | None = None, weights: Sequence[int] | None = None) -> list[Any]:
-    """``[func(t) for t in tasks]`` in ``workers`` processes initialised with ``payload`` (order kept).
+    """``[func(t) for t in tasks]`` in ``workers`` processes initialised with ``payload`` (order kept), on the one
+    worker layer (:func:`vfl.secure.workers.run_pool`: its stall detector, its dead-worker line, its shutdown).
 
-    ``progress(weights[i])`` (default weight 1) is called as each task finishes.
+    ``progress(weights[i])`` (default weight 1) is called as each task's result is collected.
     """
-    weights = [1] * len(tasks) if weights is None else list(weights)
-    if workers <= 1:
-        raise ValueError("run_pool is for workers > 1; run serial work in the calling thread")
-    payload = {**payload, "parent_pid": os.getpid()}   # workers die with this process (die_with_parent)
-    ex = ProcessPoolExecutor(max_workers=max(1, min(workers, len(tasks))), mp_context=_context(),
-                             initializer=_init_worker, initargs=(payload,))
-    try:
-        result = _collect(ex.map(func, tasks), progress, weights)
-    except BaseException:
-        # interrupted (Ctrl-C / SIGTERM) or failed: kill the workers now instead of waiting for their tasks
-        for proc in list(getattr(ex, "_processes", {}).values()):
-            proc.kill()
-        ex.shutdown(wait=False, cancel_futures=True)
-        raise
-    ex.shutdown(wait=True)
-    return result
-
-
-def _collect(results: Iterable[Any], progress: Callable[[int], None] | None, weights: list[int]) -> list[Any]:
-    out = []
-    for r, w in zip(results, weights, strict=False):
-        out.append(r)
-        if progress:
-            progress(w)
-    return out
+    return workers_run_pool(func, tasks, workers, payload, progress, weights, initializer=_init_worker)
 
 
 def chunked(items: Sequence[Any], n_chunks: int) -> list[list[Any]]:
