@@ -79,7 +79,7 @@ def _signal_first_new_worker(before: set[int], sig: int, done: threading.Event) 
     return hit
 
 
-@pytest.mark.slow   # about 1 run in 5 of the file failed once on a loaded machine (cause not found yet): not in CI's default run
+@pytest.mark.slow   # ~1 run in 5 of the file failed on a loaded machine, cause not found: not in the default run
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stalled", "killed"])
 @pytest.mark.parametrize("job", ["run_pool", "encrypt_many", "RandomnessPool.fill", "multiexp_columns"])
 def test_a_stalled_or_killed_worker_of_each_former_caller_fails_with_the_one_line(keypair, monkeypatch, job, sig):
