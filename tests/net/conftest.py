@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -37,8 +38,11 @@ class Procs:
         self._readers: dict[subprocess.Popen, tuple[list[str], list[str], list[threading.Thread]]] = {}
 
     def start(self, *args: str) -> subprocess.Popen:
+        # a role runs as an operator's foreground process: Ctrl-C (SIGINT) interrupts it even when the test run
+        # itself was started in the background by a shell, which makes its children inherit SIGINT ignored
         p = subprocess.Popen([*VFL, *with_identity(args, self.identity_dir)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.items.append(p)
         return p
 
