@@ -6,19 +6,13 @@ metrics (issue 31; docs/serving.md, "Evaluation on held-out IDs"). A thin face: 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-from vfl.cli.options import member_ledger_options
+from vfl.cli.options import emit, member_ledger_options
 
 __all__ = ["evaluate"]
-
-
-def _echo(text: str) -> None:
-    click.echo(text)
-    sys.stdout.flush()
 
 
 @click.command()
@@ -106,7 +100,7 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
         raise click.UsageError("--name, --ledger, --budget and --dataset-name charge a DP release: give --dp-epsilon")
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
-                         log=None if quiet else _echo)
+                         log=None if quiet else emit)
     try:
         hub.start()
         scores = hub.score(ids)
@@ -131,12 +125,12 @@ def evaluate(model_path: str, labels_path: str, label_column: str | None, id_col
     lines = format_metrics(record)
     atomic_write_text(out, json.dumps(record, indent=2) + "\n")
     for line in lines:
-        _echo(line)
+        emit(line)
     if charge is None:
-        _echo(f"metrics -> {out} (exact, not differentially private; only this file leaves the label owner if it "
+        emit(f"metrics -> {out} (exact, not differentially private; only this file leaves the label owner if it "
               "is shared)")
     else:
-        _echo(f"metrics -> {out} (differentially private for the test rows: epsilon {dp_epsilon:g}, delta "
+        emit(f"metrics -> {out} (differentially private for the test rows: epsilon {dp_epsilon:g}, delta "
               f"{dp_delta:g}, charged to {charge[0].path}; AUC not released)")
 
 
@@ -173,7 +167,7 @@ def _reserve(model: Any, labels_path: str, n_rows: int, epsilon: float, delta: f
     spend = gaussian_spend("evaluation-gaussian", epsilon, delta, calibrate_mu(epsilon, delta))
     before, after = ledger.reserve(key, run_id, spend, budget=lifetime, coordinator="vfl evaluate",
                                    plan_digest=model_digest(model))
-    _echo(f"[{owner}] privacy ledger {ledger.path}: this evaluation spends epsilon {epsilon:g} (delta {delta:g}); "
+    emit(f"[{owner}] privacy ledger {ledger.path}: this evaluation spends epsilon {epsilon:g} (delta {delta:g}); "
           f"spent before {before.epsilon:.4g}, after {after.epsilon:.4g} (composed at delta {after.delta:g})")
     return ledger, run_id
 

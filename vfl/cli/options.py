@@ -3,6 +3,7 @@ helpers they need (the member's ledger, the site's identity rule, the output lin
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -136,3 +137,9 @@ def site_policy_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def emit(text: str) -> None:
+    """One line to stdout, flushed at once (a role's progress lines reach a pipe or a log as they happen)."""
+    click.echo(text)
+    sys.stdout.flush()

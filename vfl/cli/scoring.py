@@ -4,17 +4,13 @@ commands so ``vfl --help`` stays fast."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
+from vfl.cli.options import emit
+
 __all__ = ["score", "serve"]
-
-
-def _echo(text: str) -> None:
-    click.echo(text)
-    sys.stdout.flush()
 
 
 @click.command()
@@ -88,7 +84,7 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
     check_query(ids, max_query_ids)   # a bad query is refused before anyone is contacted
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
-                         log=None if quiet else _echo)
+                         log=None if quiet else emit)
     try:
         hub.start()
         scores = hub.score(ids)
@@ -98,7 +94,7 @@ def score(model_path: str, ids_path: str | None, id_column: str | None, out: str
         raise
     hub.close()
     n_missing = int(scores.missing.sum())
-    _echo(f"scored {len(ids) - n_missing} of {len(ids)} IDs ({n_missing} missing: not held by every party) -> {out}")
+    emit(f"scored {len(ids) - n_missing} of {len(ids)} IDs ({n_missing} missing: not held by every party) -> {out}")
 
 
 def _pinned(identity_dir: str | None) -> Any:
@@ -126,10 +122,10 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
     model = load_signed_model(model_path, allow_unsigned=allow_unsigned_model, pinned=_pinned(identity_dir))
     curve = load_server_keys(curve_dir) if curve_dir else None
     hub = ScoringHubNode(model, bind, curve=curve, timeout=timeout, max_query_ids=max_query_ids,
-                         log=None if quiet else _echo)
+                         log=None if quiet else emit)
     try:
         hub.start()
-        ScoringService(hub, host, port, log=_echo, limits=limits).serve()
+        ScoringService(hub, host, port, log=emit, limits=limits).serve()
     finally:
         hub.close()
 
@@ -171,7 +167,7 @@ def serve(model_path: str, connect: str, name: str, data: str, id_column: str, f
     curve = load_client_keys(curve_dir, name) if curve_dir else None
     node = ScoringPartyNode(model, name, ids, X, connect, curve=curve, identity_dir=identity_dir,
                             insecure_no_identity=insecure_no_identity, allow_unsigned_model=allow_unsigned_model,
-                            timeout=timeout, log=_echo, max_query_ids=max_query_ids)
-    _echo(f"[{name}] {len(ids)} IDs loaded; connecting to {connect}")
+                            timeout=timeout, log=emit, max_query_ids=max_query_ids)
+    emit(f"[{name}] {len(ids)} IDs loaded; connecting to {connect}")
     answered = node.run()
-    _echo(f"[{name}] session ended: answered {answered} quer{'y' if answered == 1 else 'ies'}")
+    emit(f"[{name}] session ended: answered {answered} quer{'y' if answered == 1 else 'ies'}")
