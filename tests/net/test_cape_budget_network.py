@@ -27,7 +27,7 @@ BOUNDS = {"a": (0.0, 10.0), "b": (-5.0, 5.0), "c": (0.0, 1.0), "y": (-20.0, 20.0
 GENEROUS = 120
 
 
-def _write_fm_sites(tmp: Path, n_rows=(40, 55, 30)) -> None:
+def _write_fm_sites(tmp: Path, n_rows=(400, 550, 300)) -> None:
     rng = np.random.default_rng(0)
     for i, n in enumerate(n_rows):
         X = np.column_stack([rng.uniform(0, 10, n), rng.uniform(-5, 5, n), rng.uniform(0, 1, n)])
@@ -75,7 +75,7 @@ def test_capefm_site_budget_admits_one_run_and_refuses_the_second_before_its_mas
     assert first.accounting["kind"] == "gaussian" and first.accounting["mu"] > 0
     assert first.budget == [1.2, 1e-5]
     assert first.covers == {"files": [str((tmp_path / "site0.csv").resolve())], "columns": FEATURES, "label": "y",
-                            "rows": 40}
+                            "rows": 400}
 
     received.clear()
     agg2 = CapeAggregator(CapeSettings(n_sites=3, model="linear", epsilon=1.0, delta=1e-5, timeout=GENEROUS), "tcp://127.0.0.1:0",
