@@ -19,7 +19,7 @@ from vfl.protocols.alignment import (
 )
 from vfl.protocols.roster import sign_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity
-from vfl.secure.psi import BlindingKey, split_points
+from vfl.secure.psi import POINT_BYTES, BlindingKey, split_points
 
 
 def _id_sets(seed: int, sizes: tuple[int, ...], shared: int) -> list[list[str]]:
@@ -155,7 +155,7 @@ def test_roles_refuse_out_of_order_or_misrouted_messages():
         coordinator.handle(0, first[0])
     with pytest.raises(ProtocolError, match="unexpected list"):       # party 2 is not the next hop of list 0
         parties[2].on_message(relayed[0])
-    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[first[1].payload[0][:-33]])
+    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[first[1].payload[0][:-POINT_BYTES]])
     with pytest.raises(ProtocolError, match="9 points, 10 registered"):
         coordinator.handle(1, short)
     with pytest.raises(ProtocolError, match="unexpected message"):
@@ -182,7 +182,7 @@ class CountingKey(BlindingKey):
         self.reblinded = 0
 
     def reblind(self, blob: bytes, count: int | None = None) -> bytes:
-        self.reblinded += len(blob) // 33
+        self.reblinded += len(blob) // POINT_BYTES
         return super().reblind(blob, count)
 
 
@@ -222,7 +222,7 @@ def test_a_prober_cannot_use_a_party_as_a_membership_oracle():
     _, probe = _probe(guesses)
     with pytest.raises(ProtocolError, match=r"list of party 'bob' holds 1000 points but 'bob' signed 40 row IDs"):
         alice.on_message(_as_bob(probe))                                    # 1000 guesses, bob signed 40
-    forty = probe[:40 * 33]
+    forty = probe[:40 * POINT_BYTES]
     with pytest.raises(IdentityError, match=r"PSI list of party 'bob' after 1 hop\(s\) from 'bob' carries no valid"):
         alice.on_message(_as_bob(forty))                                    # the signed count, unsigned
     with pytest.raises(IdentityError, match="bad signature on the PSI list of party 'bob'"):
