@@ -62,6 +62,7 @@ from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
+from vfl.secure.psi import BlindingKey
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
@@ -151,7 +152,8 @@ class PartyNode(Member):
         self._current: Session | None = None   # the run's FM or BCD session, once its PLAN came
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
-                                      pinned=self.pinned, registration=lambda: self.registration)
+                                      pinned=self.pinned, registration=lambda: self.registration,
+                                      workers=workers)
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
@@ -353,8 +355,9 @@ class RowAlignment:
     common rows."""
 
     def __init__(self, ids: Any, n_rows: int, *, name: str, identity: Any, pinned: Any,
-                 registration: Callable[[], dict]) -> None:
+                 registration: Callable[[], dict], workers: int | None = None) -> None:
         self.ids, self.rows_before, self.name = ids, n_rows, name
+        self.workers = workers   # blinding threads (the party's --workers; default: the usable cores)
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
 
@@ -368,7 +371,8 @@ class RowAlignment:
             if self.party is not None:
                 raise ProtocolError("second psi_start in one run")
             self.party = AlignmentParty(self.ids, identity=self.identity, pinned=self.pinned, name=self.name,
-                                        run=msg.run, registration=self.registration())
+                                        run=msg.run, registration=self.registration(),
+                                        key=BlindingKey(workers=self.workers))
         if self.party is None:
             raise ProtocolError(f"{msg.type.value} before psi_start")
         if msg.type is not MessageType.PSI_RESULT:

@@ -53,7 +53,7 @@ from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.secure.bigint import invert, legendre, mpz
 
 __all__ = ["POINT_BYTES", "MAX_ID_CHARS", "DOMAIN", "normalise_id", "normalise_ids", "BlindingKey", "split_points",
-           "hash_to_group", "usable_cores", "self_test"]
+           "hash_to_group", "montgomery_u", "usable_cores", "self_test"]
 
 #: bytes of one point: the little-endian Montgomery u-coordinate of a Curve25519 point (RFC 7748), canonical (< p)
 POINT_BYTES = 32
@@ -86,8 +86,14 @@ def hash_to_group(x: str) -> bytes:
     """``H(x)``: the u-coordinate of ``crypto_core_ed25519_from_uniform(SHA-512(DOMAIN || x)[:32])`` (module
     docstring), 32 bytes. ``x`` is an already normalised ID."""
     r = hashlib.sha512(DOMAIN + x.encode("utf-8")).digest()[:32]
-    y = mpz(int.from_bytes(sodium.crypto_core_ed25519_from_uniform(r), "little") & _Y_MASK)
-    # y != 1: from_uniform never returns the neutral element (it would need r to map to a point of order <= 8)
+    return montgomery_u(sodium.crypto_core_ed25519_from_uniform(r))
+
+
+def montgomery_u(edwards: bytes) -> bytes:
+    """The Montgomery u-coordinate ``(1 + y) / (1 - y) mod p`` of an edwards25519 point of the prime-order subgroup
+    (RFC 7748 section 4.1), as 32 little-endian bytes: what ``crypto_sign_ed25519_pk_to_curve25519`` returns for it
+    after its own subgroup check. Only for points this module computed (``y != 1``: not the neutral element)."""
+    y = mpz(int.from_bytes(edwards, "little") & _Y_MASK)
     return int((1 + y) * invert(1 - y, _P) % _P).to_bytes(POINT_BYTES, "little")
 
 
