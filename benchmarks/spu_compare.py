@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     doc: dict[str, Any] = {
-        "command": "nice -n 10 python benchmarks/spu_compare.py " + shlex.join(argv or sys.argv[1:]),
+        "command": f"nice -n {os.nice(0)} python benchmarks/spu_compare.py " + shlex.join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": code, "spu": spu.__version__, "cpus": os.cpu_count(), "repeats": args.repeats,
         "vfl_curve": "Curve25519", "vfl_threads": _vfl_threads(),

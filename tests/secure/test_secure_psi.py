@@ -161,3 +161,35 @@ def test_keys_are_checked():
         BlindingKey(b"short")
     with pytest.raises(ValueError, match="workers"):
         BlindingKey(workers=0)
+
+
+def test_another_thread_runs_while_a_long_list_is_blinded(monkeypatch):
+    """A party's heartbeat thread must keep running during blinding: libsodium's calls release the GIL, so even one
+    task holding the whole list (CHUNK raised above its length) leaves the GIL to other threads between and during
+    its calls. With the GIL held for the whole call (the P-256 library's behaviour per call), the ticker's largest
+    gap would be the whole blinding time; it must be a small part of it."""
+    import threading
+    import time
+
+    import vfl.secure.psi as psi_module
+
+    monkeypatch.setattr(psi_module, "CHUNK", 10**9)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    ids = [f"id-{i}" for i in range(5_000)]
+    thread.start()
+    start = time.monotonic()
+    BlindingKey(workers=1).blind(ids)
+    end = time.monotonic()
+    stop.set()
+    thread.join(10)
+    during = [t for t in ticks if start <= t <= end]
+    gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
+    assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
