@@ -162,7 +162,7 @@ class ProductEncryptor:
                         if len(enc.pool) >= count:
                             draws, pre = [enc.pool.popleft() for _ in range(count)], True
                         else:
-                            draws, pre = [enc.draw() for _ in range(count)], False
+                            draws, pre = enc.draw_many(count), False
                         yield (state, part, groups, lay.slot_bits, draws, pre, width, n_items)
 
             results = bounded_map(ex, encrypt_rows_task, arguments(), 2 * parallel + 1)
