@@ -50,6 +50,8 @@ static inline void prefetch_limbs(const mp_limb_t *p, mp_size_t n) {
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *big_calloc(size_t bytes) {
     void *p = NULL;
+    if (bytes < HUGE_PAGE)   /* small tables and buckets (tests, short streams): plain zeroed memory */
+        return calloc(bytes ? bytes : 1, 1);
     size_t size = bytes ? (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE : HUGE_PAGE;
     if (posix_memalign(&p, HUGE_PAGE, size) != 0)
         return NULL;
