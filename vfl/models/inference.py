@@ -28,7 +28,12 @@ Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022), adapt
    public affine map T, the basic bootstrap interval is [T(theta~) - q_{1-a/2}(D), T(theta~) - q_{a/2}(D)] with
    D = T(S^-1 w_f*) - mean; bse = sd(D), z = T(theta~)/bse, p = 2 Phi(-|z|) (statsmodels' names). ``coef`` stays
    the released (shrunk) model; the interval is for the true coefficient and where the floor shrinks hard (small
-   N epsilon) it is wide and may not contain ``coef``.
+   N epsilon) it is wide and may not contain ``coef``;
+5. where the release cannot identify the floor's shrinkage (:func:`unresolved_coefficients`: the release holds less
+   signal in its noise-swamped directions than the bootstrap world assumes) the de-biasing is wrong by an unknown
+   amount: coefficient i then gets the bias-aware interval centre +- cv_alpha(b_i / bse_i) bse_i with b_i the
+   largest shrinkage bias the release allows (Armstrong & Kolesar 2020; :func:`bias_aware_half_width`) and the
+   matching p-value (:func:`bias_aware_pvalues`).
 
 For logistic regression the estimand is the minimiser of the order-2 Taylor objective (Zhang et al. 2012), i.e.
 4 x the least-squares coefficients of y - 1/2 on x: it equals the logistic coefficients only near 0 (docs/inference.md).
@@ -57,7 +62,8 @@ from vfl.rng import make_rng
 
 __all__ = ["InferenceResult", "InferenceMixin", "release_inference", "noise_draws", "batch_solve", "fit_measures",
            "DEFAULT_BOOTSTRAP", "INFERENCE_SEED", "METHOD", "normal_cdf", "affine_map", "analytic_intervals",
-           "unresolved_coefficients", "unreliable_warning", "UNRELIABLE_PREFIX", "WORLD_CHECK_LEVEL"]
+           "unresolved_coefficients", "unreliable_warning", "UNRELIABLE_PREFIX", "WORLD_CHECK_LEVEL",
+           "bias_aware_half_width", "bias_aware_pvalues"]
 
 DEFAULT_BOOTSTRAP = 300
 #: public seed of the bootstrap: the intervals are a deterministic function of the release (post-processing; the
@@ -190,8 +196,11 @@ class InferenceResult:
         if not 0.0 < alpha < 1.0:
             raise ConfigurationError(f"alpha must be in (0, 1), got {alpha}")
         centre = self.center if self.center is not None else self.conf_int_.mean(axis=1)
-        z = _normal_quantile(1.0 - alpha / 2.0)
-        return np.column_stack([centre - z * self.bse, centre + z * self.bse])
+        half = np.full(len(centre), _normal_quantile(1.0 - alpha / 2.0)) * self.bse
+        if self.unreliable is not None and self.bias_bound is not None and self.unreliable.any():
+            wide = bias_aware_half_width(self.bse, self.bias_bound, alpha)
+            half = np.where(self.unreliable, wide, half)
+        return np.column_stack([centre - half, centre + half])
 
     def summary(self) -> str:
         """statsmodels-like text table: name, coef, std err, z, P>|z|, [a/2, 1 - a/2]; fit measures; warnings."""
@@ -286,10 +295,33 @@ UNRELIABLE_PREFIX = "the intervals of "
 
 def unreliable_warning(names: Sequence[str], unresolved: int) -> str:
     """The plain warning line shown by ``summary()``, ``vfl report`` (text and HTML) and kept in the model file."""
-    return (f"{UNRELIABLE_PREFIX}{', '.join(names)} are NOT reliable: {unresolved} direction(s) of the released "
-            "second moments are swamped by the DP noise, the floor shrinks the estimate there by an unknown factor and "
-            "these intervals can miss the true value far more often than their nominal rate (more epsilon, more rows "
-            "or tighter bounds fix it)")
+    return (f"{UNRELIABLE_PREFIX}{', '.join(names)} are NOT reliable at the bootstrap's width: {unresolved} "
+            "direction(s) of the released second moments are swamped by the DP noise and the floor shrinks the "
+            "estimate there by an unknown factor, so vfl shows bias-aware intervals, widened by the largest "
+            "shrinkage bias the release allows (wide; they can still miss if the data hold even less signal there; "
+            "more epsilon, more rows or tighter bounds fix it)")
+
+
+def bias_aware_half_width(bse: np.ndarray, bias: np.ndarray, alpha: float = 0.05) -> np.ndarray:
+    """Half-width cv_alpha(b / se) se of the bias-aware interval estimate +- half-width (Armstrong & Kolesar,
+    "Simple and honest confidence intervals in nonparametric regression", Quantitative Economics 2020): cv_alpha(t)
+    is the 1 - alpha quantile of |N(t, 1)|, so the interval covers at 1 - alpha whatever the bias in [-b, b]
+    (b = 0: the normal interval). Solved by bisection on P(|N(t, 1)| <= c) = Phi(c - t) - Phi(-c - t)."""
+    bse, bias = np.broadcast_arrays(np.asarray(bse, dtype=float), np.abs(np.asarray(bias, dtype=float)))
+    t = np.divide(bias, bse, out=np.zeros_like(bias), where=bse > 0)
+    lo = np.zeros_like(t)
+    hi = t + _normal_quantile(1.0 - alpha / 2.0) + 10.0
+    for _ in range(80):
+        c = 0.5 * (lo + hi)
+        cover = normal_cdf(c - t) - normal_cdf(-c - t)
+        lo, hi = np.where(cover < 1.0 - alpha, c, lo), np.where(cover < 1.0 - alpha, hi, c)
+    return np.where(bse > 0, 0.5 * (lo + hi) * bse, bias)
+
+
+def bias_aware_pvalues(z: np.ndarray, bse: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """P(|N(b / se, 1)| >= |z|): the largest two-sided p-value of H0 coefficient = 0 over biases in [-b, b]."""
+    t = np.divide(np.abs(bias), bse, out=np.zeros(np.shape(z)), where=np.asarray(bse) > 0)
+    return np.minimum(normal_cdf(t - np.abs(z)) + normal_cdf(-t - np.abs(z)), 1.0)
 
 
 def _bias_tolerance(alpha: float) -> float:
@@ -484,7 +516,10 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
         notes.append(f"{reps.fallbacks} of {n_bootstrap} replicates had no eigenvalue above the floor (ridge "
                      "fallback): the noise swamps the data")
     flags, bound, n_unresolved, _ = unresolved_coefficients(objective.M, reps.M, rel.lambda_floor, A, bse, alpha=alpha)
-    if flags.any():
+    if flags.any():   # bias-aware intervals and p-values where the floor's shrinkage is not identified
+        half = bias_aware_half_width(bse, bound, alpha)
+        conf[flags] = np.column_stack([centre - half, centre + half])[flags]
+        pvalues = np.where(flags, bias_aware_pvalues(zval, bse, bound), pvalues)
         notes.append(unreliable_warning([n for n, f in zip(names, flags, strict=True) if f], n_unresolved))
     fit, fit_warnings = fit_measures(rel, w, reps, alpha=alpha, label_half_range=label_half_range)
     return InferenceResult(METHOD, float(alpha), list(names), est, bse, conf, pvalues, int(n_bootstrap), fit,
