@@ -12,9 +12,9 @@ The committed JSON was made by two runs in parallel (one per model), then merged
 
 docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
 merged into that file; docs/data/inference_real.json is
-``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --out ...`` (the flags of
-issue 31; the earlier 200 + 100 run took 731 s); docs/data/inference_flags.json (the unreliable flags on the
-synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
+``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --seed 5000 --out ...``
+(the flags and the opt-in bias-aware intervals of issue 31; the earlier 200 + 100 run took 731 s);
+docs/data/inference_flags.json (the unreliable flags on the synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
 ...``.
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
@@ -206,8 +206,8 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     y = np.clip(data.y, *bounds[data.target_name])
     Z = np.column_stack([X, np.ones(len(X))])
     target = np.linalg.lstsq(Z, y, rcond=None)[0]
-    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
-    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": [], "bias_aware": []}
+    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": [], "bias_aware": []}
     flagged: list[np.ndarray] = []
     for s in range(sets):
         rows = np.random.default_rng(seed + s).integers(0, len(y), len(y))
@@ -216,7 +216,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.fit(X[rows], y[rows])
-            out = {"ci": est.conf_int()}
+            out = {"ci": est.conf_int(), "bias_aware": est.conf_int(bias_aware=True)}
             flags = est._inference().unreliable
         flagged.append(np.zeros(len(target), dtype=bool) if flags is None else flags)
         mech, floor, _, beta, _, _, _ = est._release_
@@ -230,7 +230,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     row: dict[str, Any] = {"model": data.name, "n": len(y), "epsilon": epsilon, "sets": sets, "first_seed": seed,
                            "d": X.shape[1], "dropped": [f for f in data.feature_names if f not in names],
                            "binomial_sd": round(math.sqrt(0.95 * 0.05 / sets), 4)}
-    for key, name in (("ci", ""), ("ols", "ols_"), ("analytic", "analytic_")):
+    for key, name in (("ci", ""), ("ols", "ols_"), ("analytic", "analytic_"), ("bias_aware", "bias_aware_")):
         cover = np.mean(hits[key], axis=0)
         row[f"{name}coverage_mean"] = round(float(cover.mean()), 4)
         row[f"{name}coverage_min"] = round(float(cover.min()), 4)
@@ -249,7 +249,8 @@ def real_markdown(doc: dict) -> str:
     """The real-data table of docs/inference.md."""
     lines = ["| data, ε | N, d | data sets | coverage (mean, min) | median width | analytic coverage (mean, min) | "
              "analytic width | OLS coverage (mean, min) | OLS width | flagged unreliable | coverage unflagged, "
-             "flagged |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "flagged | bias-aware coverage (mean, min) | bias-aware width |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, mark in (("real", ""), ("real_confirm", " (confirm)")):
         for r in doc.get(key, []):
             lines.append(f"| {r['model']}, {r['epsilon']:g}{mark} | {r['n']}, {r['d']} | {r['sets']} | "
@@ -258,8 +259,17 @@ def real_markdown(doc: dict) -> str:
                          f"{r['analytic_median_width_mean']:.4g} | {r['ols_coverage_mean']:.3f}, "
                          f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} | "
                          f"{_opt(r.get('flagged_rate'))} | {_opt(r.get('unflagged_coverage'))}, "
-                         f"{_opt(r.get('flagged_coverage'))} |")
+                         f"{_opt(r.get('flagged_coverage'))} | {_pair(r, 'bias_aware_coverage')} | "
+                         f"{_width(r.get('bias_aware_median_width_mean'))} |")
     return "\n".join(lines)
+
+
+def _pair(r: dict, key: str) -> str:
+    return "n/a" if r.get(f"{key}_mean") is None else f"{r[f'{key}_mean']:.3f}, {r[f'{key}_min']:.3f}"
+
+
+def _width(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
 
 
 def cell_label(row: dict) -> str:
