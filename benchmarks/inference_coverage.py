@@ -14,8 +14,8 @@ docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) i
 merged into that file; docs/data/inference_real.json is
 ``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --seed 5000 --out ...``
 (the flags and the opt-in bias-aware intervals of issue 31; the earlier 200 + 100 run took 731 s);
-docs/data/inference_flags.json (the unreliable flags on the synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
-...``.
+docs/data/inference_flags.json (the unreliable flags on the synthetic cells) is
+``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out ...``.
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
