@@ -108,3 +108,21 @@ def test_bias_aware_intervals_still_miss_where_the_data_hold_less_signal_than_as
                                      range(first_seed, first_seed + SETS))
     assert flagged.mean() > 0.5
     assert hits.mean(axis=0).min() < FLOOR and plain.mean(axis=0).min() < FLOOR
+
+
+def test_bias_aware_interval_survives_the_model_record_and_leaves_unflagged_rows_alone() -> None:
+    """From a record (as a loaded model file holds it): flagged rows are centre +- cv(b/se) se at any level,
+    unflagged rows are the default interval; a record without flags (older files) returns the default."""
+    from vfl.models.inference import InferenceResult
+
+    names = ["a", "b", "intercept"]
+    doc = {"method": "m", "alpha": 0.05, "names": names, "coef": [0.1, 0.2, 0.3], "bse": [0.1, 0.2, 0.1],
+           "conf_int": [[-0.1, 0.3], [-0.2, 0.6], [0.1, 0.5]], "pvalues": [0.3, 0.3, 0.01], "n_bootstrap": 300,
+           "center": [0.1, 0.2, 0.3], "unreliable": [False, True, False], "shrinkage_bias_bound": [0.5, 0.4, 0.0]}
+    rec = InferenceResult.from_dict(doc)
+    for level in (0.05, 0.1):
+        wide, plain = rec.conf_int(level, bias_aware=True), rec.conf_int(level)
+        half = bias_aware_half_width(np.array([0.2]), np.array([0.4]), level)[0]
+        assert np.allclose(wide[1], [0.2 - half, 0.2 + half]) and np.allclose(wide[[0, 2]], plain[[0, 2]])
+    old = {k: v for k, v in doc.items() if k not in ("unreliable", "shrinkage_bias_bound")}
+    assert np.array_equal(InferenceResult.from_dict(old).conf_int(bias_aware=True), np.array(doc["conf_int"]))
