@@ -224,3 +224,21 @@ def test_the_bias_width_split_and_the_bias_aware_claims_are_the_committed_measur
     assert all(r["bias_aware_coverage_min"] == 1.0 for r in rows)          # "covers every coefficient in every row"
     ratio = [r["bias_aware_median_width_mean"] / r["ols_median_width_mean"] for r in rows]
     assert f"at {min(ratio):.0f}–{max(ratio):.0f} times the OLS width" in text
+
+
+def test_the_bias_aware_sentences_on_the_synthetic_cells_follow_from_the_json() -> None:
+    doc = json.loads(FLAGS_JSON.read_text(encoding="utf-8"))
+    text = " ".join(_page_section(REAL_HEADING).split())
+    count = {k: (sum(_inside(r["bias_aware_coverage_mean"]) for r in doc[k]), sum(_inside(r["coverage_mean"])
+                                                                                   for r in doc[k]))
+             for k in ("rows", "confirm")}
+    assert (f"inside [0.93, 0.975] in {count['rows'][0]} of 12 cells of the main run and {count['confirm'][0]} of 12 "
+            f"of the confirmation run (the default's: {count['rows'][1]} and {count['confirm'][1]})") in text
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    lg = by["logistic", 1000, 1.0]
+    ratio = lg["bias_aware_median_width_mean"] / lg["median_width_mean"]
+    assert f"from {lg['coverage_mean']:.3f} to {lg['bias_aware_coverage_mean']:.3f} at {ratio:.2f} times" in text
+    for model in ("linear", "logistic"):
+        r = by[model, 1000, 0.5]
+        assert r["any_flag_rate"] >= 0.99 and r["bias_aware_coverage_mean"] == 1.0
+        assert f"{r['bias_aware_median_width_mean'] / r['median_width_mean']:.2f}" in text
