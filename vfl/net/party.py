@@ -156,6 +156,7 @@ class PartyNode(Member):
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
         self.model_checked = False   # a MODEL_CHECK was accepted in this run: a party signs one model per run
+        self.released = False   # the roster checked and this party's side of the release started (RESULT allowed)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -222,6 +223,7 @@ class PartyNode(Member):
                 if self.roster.signed else "NOT checked (no identities)"))
             self._reserve(session, self._plan_body, t.run_id)   # committed before the first data-dependent message
             self._submit(session.start)
+            self.released = True   # this party's side of the release has started (a RESULT may come from now on)
             return None
         if kind is MessageType.RESULT:
             return self._result(msg, session, t.run_id)
@@ -263,6 +265,11 @@ class PartyNode(Member):
     def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
         """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
         stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
+        if session is None or self.roster is None or self.roster.digest is None or not self.released:
+            # a model only for a run whose plan this party accepted and whose release it took part in: a hub's
+            # RESULT before that is refused (exit non-zero, no file), never returned as this party's model
+            raise ProtocolError("the coordinator sent a result for a run this party has not taken part in (no "
+                                "accepted plan, checked roster and release of its own); no model written")
         doc = msg.body["model"]
         if not isinstance(session, FMParty):
             return FittedModel.from_dict(doc)

@@ -312,7 +312,9 @@ class ServerTransport:
 
     def forget(self, peer: bytes) -> None:
         """Drop what was kept of a peer that is not a member (a stray answered or ignored by the hub): its last-seen
-        time, sequence number and CURVE key, so that a stranger opening new connections costs no memory."""
+        time, sequence number and CURVE key, so that a stranger opening new connections costs no memory; a member
+        dropped from the run (scoring) loses its name binding, so its old peer can no longer speak as that name."""
+        self.peer_names.pop(peer, None)
         self.last_seen.pop(peer, None)
         self._peer_seq.pop(peer, None)
         self.peer_keys.pop(peer, None)
