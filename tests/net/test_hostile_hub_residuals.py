@@ -280,3 +280,35 @@ def test_a_dropped_scoring_party_no_longer_speaks_as_its_name(procs, tmp_path, i
         sock.close(linger=0)
         hub.close()
     assert procs.finish(alice)[0] == 0 and procs.finish(bob)[0] == 0
+
+
+# ----------------------------------------------------------------------------- 3b. every validator: fullmatch
+def test_every_name_hex_and_run_id_check_refuses_a_trailing_newline():
+    """Each pattern that validates a network or config value (`git grep "re.compile" vfl`) refuses ``value\\n``
+    (``^...$`` with ``re.match`` accepted it) and still accepts ``value``."""
+    import vfl.data.config as config
+    import vfl.net.message_specs as specs
+    import vfl.net.messages as messages
+    import vfl.secure.identity as identity
+    import vfl.secure.products.wire as wire
+    from vfl.validation import is_name
+
+    cases = [(is_name, "alice"), (lambda v: bool(messages._RUN_RE.fullmatch(v)), "ab" * 16),
+             (specs._is_hex(4), "abcd"), (lambda v: bool(identity._NAME_RE.fullmatch(v)), "alice"),
+             (lambda v: bool(wire._HEX32.fullmatch(v)), "ab" * 16),
+             (lambda v: bool(config._INDEX_RANGE.fullmatch(v)), "2-5")]
+    for check, good in cases:
+        assert check(good) and not check(good + "\n"), good
+    with pytest.raises(Exception, match="malformed"):
+        wire._str_field({"session": "ab" * 16 + "\n"}, "session", wire._HEX32)
+    with pytest.raises(Exception, match="invalid party name"):
+        identity._check_name("alice\n")
+
+
+def test_shown_escapes_and_bounds_peer_text():
+    from vfl.net.notices import shown
+
+    assert shown("plain text") == "plain text"
+    line = shown("a\x1b[2Jb\nc\r\u202ed" + "x" * 5000, limit=100)
+    assert line.startswith("a\\x1b[2Jb\\nc\\r\\u202ed") and line.endswith("(4911 more characters not shown)")
+    assert all(ch.isprintable() for ch in line)
