@@ -312,3 +312,27 @@ def test_shown_escapes_and_bounds_peer_text():
     line = shown("a\x1b[2Jb\nc\r\u202ed" + "x" * 5000, limit=100)
     assert line.startswith("a\\x1b[2Jb\\nc\\r\\u202ed") and line.endswith("(4911 more characters not shown)")
     assert all(ch.isprintable() for ch in line)
+
+
+def test_a_plan_naming_a_party_with_terminal_text_is_refused_before_it_is_printed(fake, tmp_path, identity_dir):
+    """The party's "plan: ..." line printed the plan's party names unchecked (on main: the escape codes reached the
+    terminal before the roster refused the run); now a plan naming a party that is not a name is refused first."""
+    proc = _party(fake, tmp_path, identity_dir)
+    try:
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties = [{"name": ESCAPES, "n_features": 2, "features": ["a0"], "label_owner": True, "intercept": True},
+                   {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
+                    "intercept": False}]
+        fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params={
+            "epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
+            "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}, n_samples=N, label_owner=0)
+        got = fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=GENEROUS)
+        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan (on main)
+            proc.kill()
+        code, stdout, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    line = _one_line(err)
+    assert code != 0 and "not a party name" in line, (code, err)
+    assert "\x1b" not in stdout + err and "FAKE" not in stdout, stdout

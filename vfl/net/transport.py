@@ -40,7 +40,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.net.messages import MAX_FRAMES, MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
-from vfl.net.notices import RateLimitedLog
+from vfl.net.notices import RateLimitedLog, shown
 
 __all__ = [
     "CurveServerKeys",
@@ -394,7 +394,7 @@ class ServerTransport:
         self.rejected += 1
         self.last_rejection = reason
         who = self.peer_names.get(peer or b"") or "an unregistered peer"
-        self._limited(f"wire {who}", f"rejected wire input from {who}: {reason}", self.on_reject)
+        self._limited(f"wire {who}", f"rejected wire input from {who}: {shown(reason)}", self.on_reject)
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
         close_monitor(self.sock, self._monitor)
