@@ -58,7 +58,7 @@ from vfl.protocols.fm_release import FMParty
 from vfl.protocols.gd_phase import GDRunParty
 from vfl.protocols.local_data import LocalData, check_declared_bounds, missing_bounds
 from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
-from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
+from vfl.protocols.roster import RELAYED, ROSTER_ENTRY, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
@@ -156,7 +156,7 @@ class PartyNode(Member):
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
         self.model_checked = False   # a MODEL_CHECK was accepted in this run: a party signs one model per run
-        self.released = False   # the roster checked and this party's side of the release started (RESULT allowed)
+        self.released = False   # it sent a message of the release after its roster verified (RESULT allowed)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -195,8 +195,12 @@ class PartyNode(Member):
         return []
 
     def outgoing(self) -> list[Message]:
-        """What this party's worker thread finished (its first failure is raised here, on the main thread)."""
-        return self._work.drain()
+        """What this party's worker thread finished (its first failure is raised here, on the main thread). A message
+        sent after the roster verified is this party's part of the release (:attr:`released`: RESULT allowed)."""
+        out = self._work.drain()
+        if out and self.roster is not None and self.roster.digest is not None:
+            self.released = self.released or any(m.type.value != ROSTER_ENTRY for m in out)
+        return out
 
     def _handle(self, t: ClientTransport, msg: Message, session: Session | None) -> Any:
         kind = msg.type   # ABORT ends the run in Member.serve
@@ -223,7 +227,6 @@ class PartyNode(Member):
                 if self.roster.signed else "NOT checked (no identities)"))
             self._reserve(session, self._plan_body, t.run_id)   # committed before the first data-dependent message
             self._submit(session.start)
-            self.released = True   # this party's side of the release has started (a RESULT may come from now on)
             return None
         if kind is MessageType.RESULT:
             return self._result(msg, session, t.run_id)
