@@ -10,8 +10,8 @@ Invariants and attackers:
 * any peer-supplied text shown to an operator is printable, one line, bounded; attacker: a hub whose ABORT
   (``OperatorStop`` or any other) carries terminal escape codes and fake lines, a party whose ERROR does the same
   to the coordinator (on main printed verbatim);
-* a name is a name without a trailing newline; attacker: a peer registering as ``alice\\n`` (on main welcomed:
-  ``^...$`` with ``re.match`` accepts it, so two parties looked alike);
+* a name is a name without a trailing newline; attacker: a peer registering as ``alice\\n`` (on main a valid
+  name: ``^...$`` with ``re.match`` accepts it, so two parties could look alike);
 * a scoring party dropped from the session no longer speaks as its name; attacker: the dropped peer identity sends
   as ``alice`` after the real alice rejoined (on main its input was still attributed to alice).
 """
@@ -208,8 +208,9 @@ def test_a_partys_error_text_reaches_the_coordinators_terminal_printable(procs, 
 
 # ----------------------------------------------------------------------------- 3. names: fullmatch
 def test_a_name_with_a_trailing_newline_is_not_a_name(procs, tmp_path):
-    """``alice\\n`` in a REGISTER's sender and body: on main welcomed (``re.match`` with ``$`` accepts a trailing
-    newline), a second "alice" the operator cannot tell from the first; now rejected as wire input, unanswered."""
+    """``alice\\n`` in a REGISTER's sender and body: on main a valid name (``re.match`` with ``$`` accepts a
+    trailing newline; the wire input was not rejected), a second "alice" the operator cannot tell from the first; now
+    rejected as wire input, unanswered."""
     from tests.net.test_scoring_network import _free_endpoint
 
     url = _free_endpoint()

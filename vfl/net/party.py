@@ -94,6 +94,28 @@ def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: 
     return f"privacy of this plan, as this party sees it: {text}{why}"
 
 
+def plan_spend(session: Session, plan_body: dict) -> Spend:
+    """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
+    if isinstance(session, (FMParty, GDRunParty)):
+        return spend_of_report(session.mech.privacy_report())
+    plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
+    return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
+
+
+def releases(sent: Sequence[Message], roster: Roster | None) -> bool:
+    """Whether ``sent`` holds this party's part of the release: a message sent after its roster verified."""
+    return bool(sent) and roster is not None and roster.digest is not None and any(
+        m.type.value != ROSTER_ENTRY for m in sent)
+
+
+def took_part(released: bool) -> None:
+    """A party returns or writes a model only for a run whose plan it accepted and whose release it took part in
+    (:func:`releases`); a hub's RESULT before that is refused with one line (ProtocolError), no file written."""
+    if not released:
+        raise ProtocolError("the coordinator sent a result for a run this party has not taken part in (no "
+                            "accepted plan, checked roster and release of its own); no model written")
+
+
 class PartyNode(Member):
     """One party of a run: ``PartyNode(...).run()`` returns the released model or raises.
 
@@ -198,8 +220,7 @@ class PartyNode(Member):
         """What this party's worker thread finished (its first failure is raised here, on the main thread). A message
         sent after the roster verified is this party's part of the release (:attr:`released`: RESULT allowed)."""
         out = self._work.drain()
-        if out and self.roster is not None and self.roster.digest is not None:
-            self.released = self.released or any(m.type.value != ROSTER_ENTRY for m in out)
+        self.released = self.released or releases(out, self.roster)
         return out
 
     def _handle(self, t: ClientTransport, msg: Message, session: Session | None) -> Any:
@@ -215,7 +236,7 @@ class PartyNode(Member):
             session = self._session(msg)
             self._plan_body = msg.body
             # read-only: a plan over budget is refused before the ROSTER_ENTRY, so no co-party reserves for it
-            self.guard.check(t.run_id, self._spend(session, msg.body))
+            self.guard.check(t.run_id, plan_spend(session, msg.body))
             self._submit(self._enter_roster, session, msg.body, t.run_id)
             return session
         if kind is MessageType.ROSTER:
@@ -268,11 +289,7 @@ class PartyNode(Member):
     def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
         """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
         stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
-        if session is None or self.roster is None or self.roster.digest is None or not self.released:
-            # a model only for a run whose plan this party accepted and whose release it took part in: a hub's
-            # RESULT before that is refused (exit non-zero, no file), never returned as this party's model
-            raise ProtocolError("the coordinator sent a result for a run this party has not taken part in (no "
-                                "accepted plan, checked roster and release of its own); no model written")
+        took_part(session is not None and self.released)   # else refused: exit non-zero, no file
         doc = msg.body["model"]
         if not isinstance(session, FMParty):
             return FittedModel.from_dict(doc)
@@ -286,21 +303,13 @@ class PartyNode(Member):
                      + f" stored in {path}")
         return model
 
-    @staticmethod
-    def _spend(session: Session, plan_body: dict) -> Spend:
-        """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
-        if isinstance(session, (FMParty, GDRunParty)):
-            return spend_of_report(session.mech.privacy_report())
-        plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
-        return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
-
     def _reserve(self, session: Session, plan_body: dict, run: str) -> None:
         """Compose this plan's spend with the ledger's history of its budget and reserve it in one committed
         transaction, or refuse the plan with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`):
         after the roster verified, before the first data-dependent message."""
         if self.ledger is None:
             return
-        spend = self._spend(session, plan_body)
+        spend = plan_spend(session, plan_body)
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
 
