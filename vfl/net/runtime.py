@@ -42,6 +42,7 @@ from vfl.net.notices import (
     Reminder,
     abort_body,
     abort_text,
+    shown,
     silence_reason,
     waiting_line,
 )
@@ -186,7 +187,7 @@ class Hub:
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
         self.refused[peer] = _bare(error or ConfigurationError(reason))
-        self._limited("registration", f"  refused a registration: {reason}", self.log)
+        self._limited("registration", f"  refused a registration: {shown(reason)}", self.log)
         try:
             self.transport.send(peer, Message(MessageType.ABORT, {
                 "reason": reason[:2000],
@@ -279,7 +280,7 @@ class Hub:
 
     def _failed(self, member: Registered, msg: Message) -> None:
         self.lost = member.name
-        raise PartyFailure(f"{self.member_word} {member.name} failed: {msg.body['reason']}")
+        raise PartyFailure(f"{self.member_word} {member.name} failed: {shown(msg.body['reason'])}")
 
 
 def _bare(error: VFLError) -> VFLError:
