@@ -52,13 +52,15 @@ def _seed(monkeypatch, value: int) -> None:
     monkeypatch.setattr(secrets, "token_hex", lambda n=16: rnd.randbytes(n).hex())
 
 
-def _cluster(workers: int = 2):
-    # worker processes (the party's deployment), no nanny: a killed worker stays dead
-    return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, nanny=False,
+def _cluster(workers: int = 2, processes: bool = True):
+    # worker processes (the party's deployment; a killed one is restarted by its nanny at a new address)
+    return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
                                     dashboard_address=None)
 
 
-def test_dask_workers_keep_buckets_bit_identical_to_the_local_pool(keypair, monkeypatch):
+@pytest.mark.parametrize("processes", [True, False], ids=["worker-processes", "threaded-workers"])
+def test_dask_workers_keep_buckets_bit_identical_to_the_local_pool(keypair, monkeypatch, processes):
+    """Threaded workers share one process: their buckets are kept apart by slot (dask_pool.run_in_slot)."""
     rng = np.random.default_rng(34)
     A, B = rng.uniform(-1, 1, (480, 3)), rng.uniform(-1, 1, (480, 4))
     limit = 40 * ciphertext_byte_length(keypair[0])   # 12 chunks of 40 rows
@@ -70,7 +72,7 @@ def test_dask_workers_keep_buckets_bit_identical_to_the_local_pool(keypair, monk
     streamed_product(keypair, A[:5], B[:5], max_frame_bytes=limit)   # the key's per-process encrypter exists
     _seed(monkeypatch, 11)
     pool, pool_bytes = run(workers=2)
-    with _cluster() as cluster:
+    with _cluster(processes=processes) as cluster:
         _seed(monkeypatch, 11)
         kept, kept_bytes = run(executor=cluster.scheduler_address)
         with distributed.Client(cluster) as client:

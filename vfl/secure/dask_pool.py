@@ -28,10 +28,29 @@ from typing import Any
 from vfl.exceptions import ConfigurationError, WorkerStalled
 from vfl.secure.workers import _deliver, _deliver_exception
 
-__all__ = ["DaskPinnedPool", "POLL_SECONDS"]
+__all__ = ["DaskPinnedPool", "POLL_SECONDS", "run_in_slot", "current_slot"]
 
 POLL_SECONDS = 1.0
 """How often the watcher asks the scheduler for its workers (one small message)."""
+
+
+_SLOT = threading.local()
+
+
+def run_in_slot(slot: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in the worker of slot ``slot``, which :func:`current_slot` names meanwhile: two slots
+    may share one process (a Dask worker with several threads, or threaded workers), so state kept across tasks is
+    keyed by the slot as well as by the run token."""
+    _SLOT.value = slot
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _SLOT.value = None
+
+
+def current_slot() -> int | None:
+    """The slot the running task was sent to (:func:`run_in_slot`), or ``None`` (a local pool's own process)."""
+    return getattr(_SLOT, "value", None)
 
 
 class DaskPinnedPool(Executor):
@@ -78,7 +97,7 @@ class DaskPinnedPool(Executor):
 
     def submit_to(self, index: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` in the worker process of slot ``index`` (and nowhere else)."""
-        return self._track(lambda: self._client.submit(fn, *args, workers=[self._slots[index]],
+        return self._track(lambda: self._client.submit(run_in_slot, index, fn, *args, workers=[self._slots[index]],
                                                        allow_other_workers=False, pure=False, **kwargs))
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:

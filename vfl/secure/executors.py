@@ -37,7 +37,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError
 from vfl.secure.bigint import mpz
-from vfl.secure.dask_pool import DaskPinnedPool
+from vfl.secure.dask_pool import DaskPinnedPool, current_slot
 from vfl.secure.fastmath import Encrypter, bucket_accumulator, frame_bases, multiexp
 from vfl.secure.forksafe import fork_safe_lock
 from vfl.secure.packing import pack
@@ -208,8 +208,8 @@ def residues_task(state: tuple, draws: list[Any]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- buckets kept in a pinned worker
-_FOLD_BUCKETS: dict[str, Any] = {}
-_FOLD_CHUNKS: dict[str, int] = {}
+_FOLD_BUCKETS: dict[tuple[str, int | None], Any] = {}   # by (run token, slot: two Dask slots may share a process)
+_FOLD_CHUNKS: dict[tuple[str, int | None], int] = {}
 
 
 def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, frame: bytes, width: int,
@@ -219,25 +219,27 @@ def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, f
     built). Only for ``submit_to`` of a :data:`PINNED_EXECUTORS` pool (state stays in the worker process until
     :func:`bucket_result_task`)."""
     exps = np.asarray(exponents)
+    key = (token, current_slot())
     with _TASK_LOCK:
-        entry = _FOLD_BUCKETS.get(token)
+        entry = _FOLD_BUCKETS.get(key)
         if entry is None:
             products = exps.shape[1] * n_groups
-            entry = _FOLD_BUCKETS[token] = (bucket_accumulator(products, exponent_bits, window, modulus), products,
+            entry = _FOLD_BUCKETS[key] = (bucket_accumulator(products, exponent_bits, window, modulus), products,
                                             threading.Lock())
     with entry[2]:   # a Dask worker with several threads may run two chunks of one fold at once
         entry[0].add_frame(frame, width, n_groups, exps)
         with _TASK_LOCK:
-            _FOLD_CHUNKS[token] = _FOLD_CHUNKS.get(token, 0) + 1
+            _FOLD_CHUNKS[key] = _FOLD_CHUNKS.get(key, 0) + 1
 
 
 def bucket_result_task(token: str) -> tuple[list[int], int, int]:
     """The products of fold ``token`` in this worker (ordered ``k * n_groups + g``), their multiplication count and
     the number of chunks put into them, releasing its buckets (``([], 0, 0)`` if no chunk reached this worker: the
     caller checks the count against the chunks it sent, so lost buckets can never pass as an empty product)."""
+    key = (token, current_slot())
     with _TASK_LOCK:
-        entry = _FOLD_BUCKETS.pop(token, None)
-        chunks = _FOLD_CHUNKS.pop(token, 0)
+        entry = _FOLD_BUCKETS.pop(key, None)
+        chunks = _FOLD_CHUNKS.pop(key, 0)
     if entry is None:
         return [], 0, 0
     acc, products, lock = entry
@@ -249,6 +251,7 @@ def bucket_result_task(token: str) -> tuple[list[int], int, int]:
 
 def bucket_discard_task(token: str) -> None:
     """Drop fold ``token``'s buckets (an abandoned fold on an executor that outlives it)."""
+    key = (token, current_slot())
     with _TASK_LOCK:
-        _FOLD_BUCKETS.pop(token, None)
-        _FOLD_CHUNKS.pop(token, None)
+        _FOLD_BUCKETS.pop(key, None)
+        _FOLD_CHUNKS.pop(key, None)
