@@ -21,6 +21,7 @@ connected ``distributed.Client``.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
@@ -97,8 +98,10 @@ class DaskPinnedPool(Executor):
 
     def submit_to(self, index: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` in the worker process of slot ``index`` (and nowhere else)."""
-        return self._track(lambda: self._client.submit(run_in_slot, index, fn, *args, workers=[self._slots[index]],
-                                                       allow_other_workers=False, pure=False, **kwargs))
+        key = f"{getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex}"   # named after fn, not the wrapper
+        return self._track(lambda: self._client.submit(run_in_slot, index, fn, *args, key=key,
+                                                       workers=[self._slots[index]], allow_other_workers=False,
+                                                       pure=False, **kwargs))
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on whichever worker the scheduler picks (a pure task)."""
