@@ -160,23 +160,22 @@ def _task_encrypter(state: tuple, count: int) -> Encrypter:
 
 
 def encrypt_rows_task(state: tuple, encoded: np.ndarray, groups: list[tuple[int, int]], slot_bits: int,
-                      draws: list[Any], precomputed: bool, width: int) -> bytes:
+                      draws: list[Any], precomputed: bool, width: int, planned: int = 0) -> bytes:
     """Pack and encrypt rows: ``Enc(sum_{j in g} x'_ij 2^(w slot(j)))`` per row ``i`` and group ``g`` (row-major).
 
     ``encoded`` holds offset-encoded non-negative ints; ``draws[t]`` is the randomness of ciphertext ``t``
-    (:meth:`Encrypter.draw`, or the ``n``-th residue itself when ``precomputed``). Returns the fixed-width
-    big-endian ciphertexts, ready to be a wire frame.
+    (:meth:`Encrypter.draw`, or the ``n``-th residue itself when ``precomputed``). ``planned``: the encryptions of
+    the whole stream this task belongs to; the process's cached fixed-base tables are sized for them (issue 34), not
+    for this task alone. Returns the fixed-width big-endian ciphertexts, ready to be a wire frame.
     """
-    enc = _task_encrypter(state, len(draws))
+    enc = _task_encrypter(state, max(len(draws), planned))
     n, n2 = enc.n, enc.n2
+    plaintexts = [pack(row[lo:hi], slot_bits) for row in np.asarray(encoded).tolist() for lo, hi in groups]
+    if not precomputed:
+        return enc.encrypt_frame(plaintexts, draws, width)
     out = bytearray()
-    t = 0
-    for row in np.asarray(encoded).tolist():
-        for lo, hi in groups:
-            rho = mpz(draws[t]) if precomputed else enc.residue_from(draws[t])
-            t += 1
-            c = (1 + mpz(pack(row[lo:hi], slot_bits)) * n) * rho % n2
-            out += int(c).to_bytes(width, "big")
+    for m, rho in zip(plaintexts, draws, strict=True):
+        out += int((1 + mpz(m) * n) * mpz(rho) % n2).to_bytes(width, "big")
     return bytes(out)
 
 
