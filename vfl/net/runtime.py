@@ -369,6 +369,7 @@ class OrderedWorker:
         self._results: queue.Queue = queue.Queue()
         self._last: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failed = threading.Event()   # a task failed: the tasks after it never start (their state is broken)
         self._failure: BaseException | None = None
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -378,12 +379,13 @@ class OrderedWorker:
         def work() -> None:
             if prev is not None:
                 prev.join()
-            if self._stop.is_set():
+            if self._stop.is_set() or self._failed.is_set():
                 return
             try:
                 for item in fn(*args):
                     self._results.put(self.prepare(item))
             except BaseException as exc:  # delivered to the main loop, which reports and raises
+                self._failed.set()
                 if not isinstance(exc, VFLError):
                     traceback.print_exc(file=sys.stderr)
                 self._results.put(exc)
