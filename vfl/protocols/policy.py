@@ -35,7 +35,7 @@ from vfl.exceptions import ConfigurationError
 from vfl.models.bcd import BCD_MECHANISMS
 from vfl.privacy.gradient_release import GD_MECHANISMS
 from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
-from vfl.validation import Interval, check_param
+from vfl.validation import Interval, check_param, is_name
 
 __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "NOT_FORMALLY_DP", "BOUNDED_MECHANISMS",
            "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary", "SitePolicy", "check_plan", "check_site_plan",
@@ -47,9 +47,10 @@ UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
 NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
 #: the registries (vfl.privacy.mechanisms, vfl.models.bcd), not a copy; vfl.protocols.settings collects the same
 ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS + GD_MECHANISMS)
-#: formally DP against an honest-but-curious co-party, but a hostile co-party that encrypts another bounded operand
-#: than its own X w raises the per-round sensitivity against the other party by up to ~35 % (docs/threat_model.md):
-#: a party runs noisy-gd rounds only when its operator lists them in ``allow_mechanisms``
+#: formally DP against a co-party that encrypts any operand inside the plan's layout (sigma is calibrated to that
+#: case), but a co-party that crafts a ciphertext beyond the per-row bound passes every check and amplifies one of
+#: the other party's rows in the iterates it sees (docs/threat_model.md): a party runs noisy-gd rounds only when its
+#: operator lists them in ``allow_mechanisms``
 OPT_IN_MECHANISMS = frozenset(GD_MECHANISMS)
 DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP - OPT_IN_MECHANISMS
 #: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
@@ -174,6 +175,8 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     described: list[tuple[str, int, bool]] = []
     intercept_party: str | None = None
     for p in parties:
+        if not is_name(p.get("name")):   # before it is printed in the plan line: a name, not terminal text
+            raise ConfigurationError(f"the plan names a party {p.get('name')!r:.80}: not a party name; refused")
         count = p.get("n_features")
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < max(n_rows, 2):
             raise ConfigurationError(f"the plan gives party {p.get('name')!r} {count!r} columns for {n_rows} rows; "
