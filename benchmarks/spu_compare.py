@@ -527,6 +527,8 @@ def med(runs: list[dict], key: str) -> float:
 
 def psi_markdown(doc: dict) -> str:
     curve = doc.get("vfl_curve", "P-256")
+    if "vfl_x25519" in doc:
+        curve += ", X25519: " + doc["vfl_x25519"]
     lines = [f"| IDs per party | common | vfl CPU s ({curve}, 1 process, all roles) | peer: SPU protocol or vfl@REF | "
              "peer CPU s | vfl / peer CPU | vfl wall s | peer wall s | load (1 min) |",
              "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
@@ -612,6 +614,14 @@ def _vfl_threads() -> int:
     return usable_cores()
 
 
+def _vfl_x25519() -> str:
+    """Which X25519 vfl's PSI blinding runs on in this interpreter (vfl.secure.psi.fast_backend)."""
+    from vfl.secure.psi import fast_backend
+
+    return ("crypto_mb mbx_x25519_mb8 (blind), libsodium (reblind)" if fast_backend() is not None
+            else "libsodium")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--psi", default="10000,100000", help="IDs per party, comma-separated ('' skips PSI)")
@@ -658,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": f"nice -n {os.nice(0)} python benchmarks/spu_compare.py " + shlex.join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": code, "spu": spu.__version__, "cpus": os.cpu_count(), "repeats": args.repeats,
-        "vfl_curve": "Curve25519", "vfl_threads": _vfl_threads(),
+        "vfl_curve": "Curve25519", "vfl_threads": _vfl_threads(), "vfl_x25519": _vfl_x25519(),
         "psi": [], "products": [], "wan": [],
     }
 
