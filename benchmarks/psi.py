@@ -84,7 +84,27 @@ def _time(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.process_time() - cpu, out
 
 
-def primitives(n: int) -> list[dict]:
+def hash_parts(ids: list[str], out: dict[str, float]) -> None:
+    """CPU microseconds per ID of vfl's ``H`` alone and of its three steps (SHA-512, libsodium's
+    ``crypto_core_ed25519_from_uniform``, the u-map), single-threaded: is the hash the cost once the mult is fast?"""
+    import hashlib
+
+    import nacl.bindings as nb
+
+    from vfl.secure.psi import DOMAIN, hash_to_group, montgomery_u
+
+    n = len(ids)
+    t_all, _ = _time(lambda: [hash_to_group(x) for x in ids])
+    t_sha, r = _time(lambda: [hashlib.sha512(DOMAIN + x.encode("utf-8")).digest()[:32] for x in ids])
+    t_ell, es = _time(lambda: [nb.crypto_core_ed25519_from_uniform(h) for h in r])
+    t_map, _ = _time(lambda: [montgomery_u(e) for e in es])
+    out.update({"hash_us": 1e6 * t_all / n, "sha512_us": 1e6 * t_sha / n, "from_uniform_us": 1e6 * t_ell / n,
+                "u_map_us": 1e6 * t_map / n})
+    print(f"vfl's H alone {out['hash_us']:.1f} us per ID: SHA-512 {out['sha512_us']:.1f}, from_uniform "
+          f"{out['from_uniform_us']:.1f}, u-map {out['u_map_us']:.1f}", flush=True)
+
+
+def primitives(n: int) -> tuple[list[dict], dict[str, float]]:
     """Per-ID CPU microseconds of 'hash to the group + one scalar multiplication' and of 'one scalar
     multiplication' for each candidate, single-threaded (rows of the docs' table)."""
     import ctypes
@@ -93,20 +113,29 @@ def primitives(n: int) -> list[dict]:
 
     import nacl.bindings as nb
 
-    from vfl.secure.psi import DOMAIN, BlindingKey, hash_to_group, montgomery_u
+    from vfl.secure.psi import DOMAIN, BlindingKey, fast_backend, hash_to_group, montgomery_u
 
     ids = [secrets.token_hex(8) for _ in range(n)]
-    rows = []
+    rows: list[dict] = []
+    hashes: dict[str, float] = {}
 
-    def row(name: str, hashed: float, mult: float) -> None:
-        rows.append({"backend": name, "hash_and_mult_us": 1e6 * hashed / n, "mult_us": 1e6 * mult / n})
+    def row(name: str, hashed: float, mult: float, **extra: Any) -> None:
+        rows.append({"backend": name, "hash_and_mult_us": 1e6 * hashed / n, "mult_us": 1e6 * mult / n, **extra})
         print(f"{name:60s} {1e6 * hashed / n:8.1f} {1e6 * mult / n:8.1f}", flush=True)
 
+    mb = fast_backend()
     key = BlindingKey(workers=1)
     t_hash, blob = _time(lambda: key.blind(ids))
     t_exp, _ = _time(lambda: key.reblind(blob))
-    row("vfl: libsodium Elligator 2 + u-map + X25519 (PyNaCl, this tree)", t_hash, t_exp)
+    row("vfl: libsodium Elligator 2 + u-map + X25519 (PyNaCl, this tree" +
+        ("; blind on crypto_mb mbx_x25519_mb8)" if mb is not None else ")"), t_hash, t_exp)
+    if mb is not None:
+        k = secrets.token_bytes(32)
+        t_hash, out = _time(lambda: mb.scalarmult(k, b"".join(hash_to_group(x) for x in ids)))
+        t_exp, _ = _time(lambda: mb.scalarmult(k, out[0]))
+        row("Intel crypto_mb mbx_x25519_mb8 (8 lanes, ctypes; own points only)", t_hash, t_exp, own_points_only=True)
 
+    hash_parts(ids, hashes)
     k = secrets.token_bytes(32)
     r = [hashlib.sha512(DOMAIN + x.encode()).digest()[:32] for x in ids]
     t_hash, us = _time(lambda: [nb.crypto_scalarmult(k, nb.crypto_sign_ed25519_pk_to_curve25519(
@@ -149,7 +178,7 @@ def primitives(n: int) -> list[dict]:
     lib = ctypes.CDLL(path) if path else None
     if lib is None or not hasattr(lib, "crypto_scalarmult_ristretto255"):
         print("ristretto255: no system libsodium with ristretto255 (PyNaCl does not expose it)")
-        return rows
+        return rows, hashes
     lib.sodium_init()
     sk, out, h = (ctypes.create_string_buffer(32) for _ in range(3))
     lib.crypto_core_ristretto255_scalar_random(sk)
@@ -165,12 +194,16 @@ def primitives(n: int) -> list[dict]:
     t_hash, rpts = _time(ristretto_hash)
     t_exp, _ = _time(lambda: [lib.crypto_scalarmult_ristretto255(out, sk, p) for p in rpts])
     row("libsodium ristretto255 (ctypes, system library)", t_hash, t_exp)
-    return rows
+    return rows, hashes
 
 
 def primitives_markdown(doc: dict) -> str:
     lines = ["| backend | hash + mult (CPU us per ID) | mult (CPU us per ID) |", "|---|---:|---:|"]
     lines += [f"| {r['backend']} | {r['hash_and_mult_us']:.1f} | {r['mult_us']:.1f} |" for r in doc["rows"]]
+    if "hash" in doc:
+        h = doc["hash"]
+        lines += ["", f"vfl's hash `H` alone: {h['hash_us']:.1f} CPU us per ID (SHA-512 {h['sha512_us']:.1f}, "
+                  f"`crypto_core_ed25519_from_uniform` {h['from_uniform_us']:.1f}, u-map {h['u_map_us']:.1f})."]
     return "\n".join(lines)
 
 
@@ -193,13 +226,13 @@ def main() -> None:
     from vfl.protocols.alignment import align_in_process  # noqa: F401  (import vfl before any timing)
     if args.primitives:
         print(f"per-ID CPU microseconds at n = {args.primitives}, one thread:{'':13s} hash+mult    mult")
-        rows = primitives(args.primitives)
+        rows, hashes = primitives(args.primitives)
         if args.json:
             code = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True).stdout.strip()
             doc = {"command": "python benchmarks/psi.py " + " ".join(sys.argv[1:]), "code": code, "n": args.primitives,
                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "load": os.getloadavg()[0], "rows": rows}
+                   "load": os.getloadavg()[0], "rows": rows, "hash": hashes}
             args.json.write_text(json.dumps(doc, indent=1) + "\n")
         return
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -22,7 +22,9 @@ def test_the_primitives_table_is_the_json_and_the_chosen_row_is_the_cheapest() -
     assert bench.primitives_markdown(doc) in text
     assert doc["command"].split("python ", 1)[1] in text and doc["code"] in text and doc["date"][:10] in text
     ours = next(r for r in doc["rows"] if r["backend"].startswith("vfl:"))
-    others = [r for r in doc["rows"] if r is not ours]
+    # crypto_mb's row is for a party's own points only (it mishandles some peer-chosen points: docs/psi.md), so the
+    # ring's choice is compared against the rows that could replace it everywhere
+    others = [r for r in doc["rows"] if r is not ours and not r.get("own_points_only")]
     assert len(others) >= 3   # the checked conversion, the RFC 9380 RO shape and Ed25519 at least
     # the ring's cost per ID and party is one hash + mult and one mult (K = 2)
     assert all(ours["hash_and_mult_us"] + ours["mult_us"] < r["hash_and_mult_us"] + r["mult_us"] for r in others)
