@@ -50,6 +50,26 @@ def test_the_psi_table_and_sentences_are_the_json() -> None:
     assert sizes >= {10**4, 10**5, 10**6}
 
 
+#: the same comparison with crypto_mb's eight-lane blinding installed (vfl[psi-fast]; SPU's ECDH-PSI only)
+MB8_JSONS = sorted((ROOT / "docs" / "data").glob("spu_compare_psi_mb8*.json"))
+
+
+def test_the_crypto_mb_psi_tables_are_the_json() -> None:
+    bench = load_benchmark("spu_compare")
+    text = section(PSI_DOC, PSI_HEADING)
+    assert MB8_JSONS
+    for path in MB8_JSONS:
+        doc = json.loads(path.read_text())
+        assert bench.psi_markdown(doc) in text and _flat(bench.psi_summary(doc)) in _flat(text)
+        assert doc["command"].split(" python ", 1)[1] in _flat(text) and doc["date"][:10] in text
+        assert doc["code"] in text and doc["vfl_x25519"].startswith("crypto_mb")
+        for size in doc["psi"]:
+            assert "ECDH-25519" in size["runs"]
+            for runs in size["runs"].values():
+                assert len(runs) == doc["repeats"]
+                assert all(r["exact"] and r["common"] == size["common"] for r in runs)
+
+
 def test_the_products_table_and_sentences_are_the_json() -> None:
     bench, doc = load_benchmark("spu_compare"), json.loads(JSON.read_text())
     text = section(PERF_DOC, PERF_HEADING)
