@@ -40,7 +40,8 @@ _BASE_U = (9).to_bytes(_POINT, "little")   # the X25519 base point, used to pad 
 _DIST = "ipp-crypto"
 _LIBNAME = "libcrypto_mb.so"
 #: the Intel compiler runtime libcrypto_mb.so links against (no RPATH in the wheel, so they are loaded first, from
-#: the ``intel-cmplr-lib-rt`` distribution, dependencies before dependants)
+#: the ``intel-cmplr-lib-rt`` distribution, dependencies before dependants; RTLD_LOCAL: the loader matches
+#: libcrypto_mb's needs by soname, and libimf's math functions never replace libm's for modules loaded later)
 _RUNTIME_DIST = "intel-cmplr-lib-rt"
 _RUNTIME = ("libintlc.so.5", "libimf.so", "libsvml.so", "libirng.so")
 
@@ -91,7 +92,7 @@ class MultiBuffer:
         for name in _RUNTIME:                 # next to the library first (one prefix), else the runtime's own list
             dep = path.parent / name if (path.parent / name).is_file() else _dist_file(_RUNTIME_DIST, name)
             if dep is not None:
-                ctypes.CDLL(str(dep), mode=ctypes.RTLD_GLOBAL)
+                ctypes.CDLL(str(dep), mode=ctypes.RTLD_LOCAL)   # found by soname, not exported to others
         lib = ctypes.CDLL(str(path))          # OSError if it (or a runtime library it needs) cannot be loaded
         fn = lib.mbx_x25519_mb8
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
