@@ -389,3 +389,33 @@ def test_table_windows_grow_with_the_planned_encryptions_within_the_memory_cap()
         c = fastmath.best_table_window(count, bits)
         assert -(-bits // c) * (1 << c) * fastmath.TABLE_ENTRY_BYTES <= fastmath.TABLE_BYTES_CAP
     assert fastmath.best_table_window(10**8, bits, cap_bytes=1 << 40) == 16
+
+
+# ----------------------------------------------------------------------------- review7: a stale compiled extension
+@needs_c
+def test_a_stale_extension_without_crt_encrypt_falls_back_with_one_clear_line(keypair, monkeypatch):
+    """An extension built before ``crt_encrypt`` existed (an old build left in place, ``pip install -e .`` not re-run)
+    is not used: the loader names what it lacks and how to rebuild in one line, and the key holder's encryptions run
+    in Python with the same bytes -- never an AttributeError in the middle of a run."""
+    import types
+
+    real = sys.modules["vfl.secure._fastloops"]
+    stale = types.ModuleType("vfl.secure._fastloops")
+    for name in ("Buckets", "FixedBase", "GMP_VERSION", "GMP_REDC_N", "mulmod_repeat"):
+        setattr(stale, name, getattr(real, name))
+    monkeypatch.setitem(sys.modules, "vfl.secure._fastloops", stale)
+    monkeypatch.setattr(sys.modules["vfl.secure"], "_fastloops", stale, raising=False)
+    module, line = native._load()
+    assert module is None and "\n" not in line
+    assert "crt_encrypt" in line and "pip install -e ." in line
+    monkeypatch.setattr(native, "fastloops", module)
+    monkeypatch.setattr(native, "IMPLEMENTATION", line)
+    monkeypatch.setattr(executors, "_TASK_ENCRYPTERS", {})
+    pk, sk = keypair
+    holder = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    rows = np.random.default_rng(7).integers(0, 2**20, (30, 3))
+    draws = [random.Random(700 + i).getrandbits(fastmath.SHORT_EXPONENT_BITS) for i in range(60)]
+    width = ciphertext_byte_length(pk)
+    frame = executors.encrypt_rows_task(holder.task_state(with_factors=True), rows, [(0, 2), (2, 3)], 30, draws,
+                                        False, width, 10**5)
+    assert frame == _reference_frames(int(pk.n), int(holder.h_s), rows, draws, width)
