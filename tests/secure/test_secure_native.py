@@ -419,3 +419,41 @@ def test_a_stale_extension_without_crt_encrypt_falls_back_with_one_clear_line(ke
     frame = executors.encrypt_rows_task(holder.task_state(with_factors=True), rows, [(0, 2), (2, 3)], 30, draws,
                                         False, width, 10**5)
     assert frame == _reference_frames(int(pk.n), int(holder.h_s), rows, draws, width)
+
+
+@needs_c
+def test_another_thread_runs_while_crt_encrypt_works(keypair):
+    """With ``--workers 1`` the key holder's encryption tasks run inline on the party's worker thread, so one
+    ``crt_encrypt`` call (a whole task) must release the GIL as the other C loops do, or the party's heartbeat
+    thread stops for the whole task. A ticker thread's largest gap must be a small part of the call's time (with the
+    GIL held it is the whole call)."""
+    import threading
+    import time
+
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**5)
+    tp, tq = enc._crt_tables
+    width = ciphertext_byte_length(pk)
+    count = 6000
+    rng = random.Random(71)
+    alphas = [rng.getrandbits(fastmath.SHORT_EXPONENT_BITS) for _ in range(count)]
+    plains = [rng.randrange(int(pk.n)) for _ in range(count)]
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    native.crt_encrypt(tp, tq, plains, alphas, enc.n, enc.p2_inv_q2, width)
+    end = time.monotonic()
+    stop.set()
+    thread.join(10)
+    during = [t for t in ticks if start <= t <= end]
+    gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
+    assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
