@@ -457,3 +457,17 @@ def test_another_thread_runs_while_crt_encrypt_works(keypair):
     during = [t for t in ticks if start <= t <= end]
     gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
     assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, indirect=True)
+def test_both_encryption_paths_refuse_a_plaintext_not_below_n(impl, keypair):
+    """``Enc(m)`` is only defined for ``0 <= m < n``: the C call refuses ``m >= n``, and the Python loop of
+    :meth:`Encrypter.encrypt_frame` must too (it encrypted ``m mod n`` silently: a different frame, not an error)."""
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**4)
+    width = ciphertext_byte_length(pk)
+    assert len(enc.encrypt_frame([int(pk.n) - 1], [7], width)) == width
+    for bad in (int(pk.n), int(pk.n) + 5, -1):
+        with pytest.raises(ValueError, match="not below n|non-negative"):
+            enc.encrypt_frame([bad], [7], width)
