@@ -193,3 +193,19 @@ def test_another_thread_runs_while_a_long_list_is_blinded(monkeypatch):
     during = [t for t in ticks if start <= t <= end]
     gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
     assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
+
+
+@pytest.mark.parametrize("y, what", [(1, "neutral"), (2**255 - 19 + 2, "non-canonical"), (2**255 - 1, "non-canonical")])
+def test_the_u_map_refuses_the_neutral_element_and_non_canonical_y(y, what):
+    """``u = (1 + y) / (1 - y)`` is undefined at the neutral element ``y = 1`` (it would divide by zero) and a
+    non-canonical ``y >= p`` would be reduced silently (a second encoding of a point): ``montgomery_u`` refuses both
+    with a ValueError naming the case instead of a ZeroDivisionError or a silently reduced u."""
+    from vfl.secure.psi import montgomery_u
+
+    with pytest.raises(ValueError, match=what):
+        montgomery_u(y.to_bytes(32, "little"))
+    # canonical y of a subgroup point: libsodium's own conversion agrees
+    import nacl.bindings as nb
+
+    e = nb.crypto_core_ed25519_from_uniform(bytes(range(32)))
+    assert montgomery_u(e) == nb.crypto_sign_ed25519_pk_to_curve25519(e)
