@@ -471,3 +471,19 @@ def test_both_encryption_paths_refuse_a_plaintext_not_below_n(impl, keypair):
     for bad in (int(pk.n), int(pk.n) + 5, -1):
         with pytest.raises(ValueError, match="not below n|non-negative"):
             enc.encrypt_frame([bad], [7], width)
+
+
+@needs_c
+def test_crt_encrypt_matches_plain_pow_at_the_edges_of_both_ranges(keypair):
+    """``alpha`` in {0, 1, 2^256 - 1} (all-zero digits, one digit, every digit full) and ``m`` in {0, 1, n - 1}: the C
+    call's bytes equal ``(1 + m n) h_s^alpha mod n^2`` computed with plain ``pow``."""
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**5)
+    tp, tq = enc._crt_tables
+    n, width = int(pk.n), ciphertext_byte_length(pk)
+    alphas = [0, 1, (1 << fastmath.SHORT_EXPONENT_BITS) - 1]
+    pairs = [(m, a) for m in (0, 1, n - 1) for a in alphas]
+    got = native.crt_encrypt(tp, tq, [m for m, _ in pairs], [a for _, a in pairs], n, enc.p2_inv_q2, width)
+    want = b"".join(((1 + m * n) * pow(int(enc.h_s), a, n * n) % (n * n)).to_bytes(width, "big") for m, a in pairs)
+    assert got == want
