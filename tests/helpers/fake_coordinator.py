@@ -161,7 +161,7 @@ def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registr
     probe = key.blind(guesses)
     if pad_to is not None and pad_to > len(guesses):
         probe = (probe * (pad_to // len(guesses) + 1))[:pad_to * 33]
-    body: dict[str, Any] = {"origin": 1, "hops": 1}
+    body: dict[str, Any] = {"origin": 1, "hops": 1, "offset": 0}
     if sign is not None:
         from vfl.protocols.alignment import PsiRing
         ring = PsiRing.from_start(start, index=1, name=None, n_ids=registrations[1]["n_rows"], pinned=None,

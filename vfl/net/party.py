@@ -376,8 +376,7 @@ class RowAlignment:
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
         self.party.on_message(msg)
-        assert self.party.rows is not None
-        return self.party.rows
+        return self.party.rows   # None until the last chunk of the positions
 
     def summary(self, n_common: int) -> str:
         ring = None if self.party is None else self.party.ring

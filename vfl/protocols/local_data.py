@@ -151,7 +151,8 @@ class LocalData:
     def take(self, rows: np.ndarray) -> LocalData:
         """The same party restricted to ``rows`` in that order (after the row alignment; bounds unchanged)."""
         fm_view = None if self.fm_view is None else (self.fm_view[0][rows], self.fm_view[1])
-        ids = None if self.ids is None else [self.ids[int(i)] for i in rows]
+        ids = None if self.ids is None else (self.ids.take(rows) if hasattr(self.ids, "take")
+                                             else [self.ids[int(i)] for i in rows])
         return LocalData(self.name, self.X[rows], self.feature_names, None if self.y is None else self.y[rows],
                          self.bounds, self.label_bounds, ids, fm_view, self.label_name, self.preprocessing)
 
