@@ -88,6 +88,7 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
     logs = {r: workdir / f"{r}_{n}.log" for r in ROLES}
     env = {**os.environ, "VFL_LEDGER": str(workdir / "ledgers"), "PYTHONUNBUFFERED": "1"}
     load_start = os.getloadavg()[0]
+    code, niceness = scale.code_version(), (f"nice -n {os.nice(0)} " if os.nice(0) else "")   # the tree measured
     start = time.perf_counter()
     procs = {r: subprocess.Popen(argv[r], stdout=open(logs[r], "w"), stderr=subprocess.STDOUT, env=env)
              for r in ROLES}
@@ -126,10 +127,10 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
     if said is None or int(said.group(1)) != int(round(overlap * n)):
         raise SystemExit(f"psi_cli.py: the coordinator found {said and said.group(1)} common IDs, not "
                          f"{int(round(overlap * n))}")
-    return {"ids_per_party": n, "overlap": overlap, "common": int(round(overlap * n)), "code": scale.code_version(),
+    return {"ids_per_party": n, "overlap": overlap, "common": int(round(overlap * n)), "code": code,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_1min_start_end": [load_start, os.getloadavg()[0]], "key_bits": key_bits,
-            "command": "nice -n 10 python " + " ".join(sys.argv), "at_alignment": at_alignment,
+            "command": niceness + "python " + " ".join(sys.argv), "at_alignment": at_alignment,
             "whole_run": None if until_aligned else {"wall_s": time.perf_counter() - start, "cpu_s": cpu,
                                                      "peak_rss_mb": {k: v / 2**20 for k, v in sampler.peak.items()}}}
 
