@@ -188,7 +188,6 @@ def main() -> None:
         print(markdown(runs) + ("\n\n" + scaling_text(runs) if len(runs) > 1 else ""))
         return
     args.workdir.mkdir(parents=True, exist_ok=True)
-    kept = json.loads(args.json.read_text())["runs"] if args.json is not None and args.json.exists() else []
     runs: list[dict] = []
     for n in sizes:
         runs.append(run_once(n, args.overlap, args.workdir, key_bits=args.key_bits, timeout=args.timeout,
@@ -196,7 +195,9 @@ def main() -> None:
         print(markdown(runs[-1:]).splitlines()[-1], flush=True)
         if args.json is not None:   # after every size: a long run that fails later keeps what it measured
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.json.with_suffix(".tmp")
+            tmp = args.json.with_suffix(f".{os.getpid()}.tmp")
+            # read at write time: a run of another size writing the same file meanwhile is kept
+            kept = json.loads(args.json.read_text())["runs"] if args.json.exists() else []
             done = {r["ids_per_party"] for r in runs}
             every = sorted([r for r in kept if r["ids_per_party"] not in done] + runs,
                            key=lambda r: r["ids_per_party"])
