@@ -70,6 +70,7 @@ def id_array(values: Sequence[Any], what: str = "row-ID column") -> np.ndarray:
         if raw is not None and not changed and np.array_equal(block, raw[start:start + _ROWS]):
             continue   # already normal: keep the caller's array
         if not changed:
+            assert raw is not None
             parts = [raw[:start]]
             changed = True
         parts.append(block)
