@@ -58,5 +58,18 @@ class IdColumn(Sequence[str]):
         for start in range(0, len(self), ROWS):
             yield from (b.decode() for b in self.data[start:start + ROWS])
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to an IdColumn or a list/tuple holding the same strings in the same order."""
+        if isinstance(other, IdColumn):
+            return len(self) == len(other) and bool(np.array_equal(self.data, other.data))
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None   # type: ignore[assignment]  (mutable-like: compared by value)
+
+    def __repr__(self) -> str:
+        return f"IdColumn({len(self)} IDs)"
+
     def take(self, rows: np.ndarray) -> IdColumn:
         return IdColumn(self.data[np.asarray(rows, dtype=np.int64)])
