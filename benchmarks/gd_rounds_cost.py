@@ -58,7 +58,7 @@ def _blocks(n: int, widths: tuple[int, int], seed: int) -> tuple[tuple[np.ndarra
 def measure(n: int, widths: tuple[int, int], *, steps: int, rounds: int, key_bits: int, seed: int) -> dict[str, Any]:
     """Run ``rounds`` of a ``steps``-round plan; CPU seconds per role, messages and bytes on the wire."""
     blocks, y, radii = _blocks(n, widths, seed)
-    rel = GradientRelease("linear", n, sum(widths), 1.0, 1e-5, steps=steps)
+    rel = GradientRelease("linear", n, sum(widths), 1.0, 1e-5, steps=steps, party_radii=radii)  # type: ignore[arg-type]
     params = GDParams(release=rel, party_radii=radii, widths=widths, key_bits=key_bits)  # type: ignore[arg-type]
     t0 = time.process_time()
     keys = tuple(generate_keypair(key_bits, allow_insecure=key_bits < 2048) for _ in range(2))

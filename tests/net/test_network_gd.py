@@ -41,8 +41,9 @@ def _reference(Xa, Xb, y, model, seed, steps, epsilon=1.0):
     Ub, _ = prepare_party_block(Xb, bounds=ColumnBounds(np.zeros(2), np.full(2, 5.0)), domain="l2", n_features_total=d)
     Ub = np.hstack([Ub, np.full((len(y), 1), 1.0 / math.sqrt(d))])
     yu, _ = prepare_labels(y, model, y_bounds=(-4.0, 4.0) if model == "linear" else None)
-    rel = GradientRelease(model, len(y), d, epsilon, 1e-5, steps=steps)
-    params = GDParams(release=rel, party_radii=(math.sqrt(3 / d), math.sqrt(3 / d)), widths=(3, 3),
+    radii = (math.sqrt(3 / d), math.sqrt(3 / d))
+    rel = GradientRelease(model, len(y), d, epsilon, 1e-5, steps=steps, party_radii=radii)
+    params = GDParams(release=rel, party_radii=radii, widths=(3, 3),
                       key_bits=KEY_BITS)
     seq = np.random.SeedSequence(seed).spawn(3)   # vfl.fit: party i's generator is child i
     keys = tuple(generate_keypair(KEY_BITS, allow_insecure=True) for _ in range(2))

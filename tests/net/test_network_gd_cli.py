@@ -121,7 +121,8 @@ def test_party_refuses_a_round_outside_the_plan_or_the_ball_before_any_request(p
         fake.close()
 
 
-@pytest.mark.parametrize("key,factor", [("sigma", 0.5), ("sensitivity", 0.5), ("party_radii", 0.9)])
+@pytest.mark.parametrize("key,factor", [("sigma", 0.5), ("sensitivity", 0.5), ("party_radii", 0.9),
+                                        ("party_sensitivities", 0.5)])
 def test_party_refuses_a_plan_whose_numbers_it_cannot_rederive(procs, tmp_path, key, factor):
     """A plan with less noise (or a smaller sensitivity or radius) than its epsilon, T, R and columns give is refused
     before the roster entry: the party re-derives every number it signs."""

@@ -60,7 +60,9 @@ __all__ = ["party"]
               help="Seed this party's noise (reproducible experiments only; the privacy report flags it).")
 @click.option("--allow-mechanisms", default=",".join(sorted(DEFAULT_PLAN_MECHANISMS)), show_default=True,
               help="Mechanisms this party agrees to run (comma separated); the default holds only formally DP ones. "
-                   "'none' and 'bcd' add no noise and 'dp-bcd' is never formally DP: they run only if listed here.")
+                   "'none' and 'bcd' add no noise and 'dp-bcd' is never formally DP: they run only if listed here. "
+                   "'noisy-gd' too: a co-party that crafts its encrypted operand can amplify one of this party's rows "
+                   "(docs/threat_model.md).")
 @click.option("--min-epsilon", type=float, default=None,
               help="Refuse a plan whose epsilon is below this (default: no minimum).")
 @click.option("--max-epsilon", type=float, default=DEFAULT_PLAN_MAX_EPSILON, show_default=True,

@@ -59,8 +59,10 @@ def _plan_bounds(bounds: str | None, party_columns: list[int]) -> tuple[list | N
               help="Columns of each party, comma separated (global order; the label owner's without the intercept).")
 @click.option("--model", type=click.Choice(["linear", "logistic"]), default="linear", show_default=True,
               help="Regression model.")
-@click.option("--mechanism", type=click.Choice(["gaussian-fm", "laplace-fm", "relaxed-fm"]), default="gaussian-fm",
-              show_default=True, help="Functional mechanism of the run.")
+@click.option("--mechanism", type=click.Choice(["gaussian-fm", "laplace-fm", "relaxed-fm", "noisy-gd"]),
+              default="gaussian-fm", show_default=True,
+              help="Release of the run: a functional mechanism, or noisy-gd (T = 25 noisy gradient rounds, R = 1; "
+                   "two-sided: two parties, sigma calibrated against a hostile co-party).")
 @click.option("--epsilon", "epsilons", default="0.25,0.5,1,2,4,8", show_default=True,
               help="Grid of epsilon values, comma separated.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="Privacy parameter delta.")

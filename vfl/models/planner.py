@@ -16,6 +16,14 @@ the model, the mechanism, delta, and optionally the declared bounds -- and gets,
   Ferrando, Wang & Sheldon 2022) cannot be narrower than this and cover;
 * the share of runs whose noisy objective has no eigenvalue above the floor (a networked run then writes no model).
 
+``mechanism="noisy-gd"`` (:mod:`vfl.privacy.gradient_release`, Bassily, Smith & Thakurta 2014) releases T noisy
+gradients instead of the matrix: the noise row is then the per-round sigma per gradient coordinate (networked,
+``noise_sharing="two-sided"``: each of the two parties draws sigma, calibrated against a hostile co-party as
+:func:`vfl.protocols.gd_phase.gd_params` does, so the gradient carries sqrt(2) sigma; ``"central"``: one draw of the
+in-process estimator's sigma), no floor, and each replicate runs the same T projected steps from w_0 = 0 on the
+replicate's exact FM objective plus that noise (:func:`vfl.privacy.gradient_release.run_noisy_gradient`, the average
+iterate as the model).
+
 How. The noise law of the functional mechanism (Zhang et al. 2012; Gaussian FM, Tasnim et al. 2023) depends on
 public facts only, but the error it causes depends on the data, which the planner has not seen. It therefore
 simulates the release on a **reference data set drawn within the bounds** (the assumption is printed with the
@@ -53,6 +61,14 @@ from vfl.fm.domain import ColumnBounds, from_unit_interval_coefficients, to_unit
 from vfl.fm.solver import DEFAULT_REGULARIZATION, REGULARIZATIONS, solve_details
 from vfl.models.base import sigmoid
 from vfl.privacy.floor_selection import release_floor
+from vfl.privacy.gradient_release import (
+    DEFAULT_RADIUS,
+    DEFAULT_STEPS,
+    GD_MECHANISMS,
+    GradientRelease,
+    objective_gradient,
+    run_noisy_gradient,
+)
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, MECHANISMS, Mechanism, make_mechanism
 from vfl.rng import RandomState, make_rng
 
@@ -206,10 +222,15 @@ class _Release:
         try:
             res = solve_details(objective, lambda_floor=floor, fallback="ridge" if noisy else "raise",
                                 regularization=self.regularization if noisy else "floor",
-                                alpha_noise_var=self.mech.alpha_noise_variance())
+                                alpha_noise_var=self.mech.alpha_noise_variance() if noisy else None)
         except DegenerateNoisyObjective:
             res = solve_details(objective, lambda_floor=1e-12, fallback="ridge")
-        w, w_x = res.w, np.empty(len(self.order))
+        coef, icpt = self.declared(res.w)
+        return coef, icpt, res.fallback_used
+
+    def declared(self, w: np.ndarray) -> tuple[np.ndarray, float]:
+        """(coef, intercept) in declared units of the unit-domain coefficients ``w``."""
+        w_x = np.empty(len(self.order))
         L, start, pos = self.plan.label_owner, 0, 0
         icpt_w = 0.0
         for k, dk in enumerate(self.plan.feature_counts):
@@ -224,17 +245,69 @@ class _Release:
         if self.ref.model == "linear":
             lo, hi = self.ref.label_bounds
             if not self.fit_intercept:
-                m = max(abs(lo), abs(hi))
-                return m * coef, 0.0, res.fallback_used
+                return max(abs(lo), abs(hi)) * coef, 0.0
             half = (hi - lo) / 2.0
-            return half * coef, lo + half * (1.0 + icpt), res.fallback_used
-        return coef, icpt, res.fallback_used
+            return half * coef, lo + half * (1.0 + icpt)
+        return coef, icpt
+
+    def describe(self) -> tuple[float | None, list[BlockNoise], float]:
+        """(true epsilon, the noise per released block, the public floor) of this release."""
+        m = self.mech
+        draws = {b.name: m.cross_block_draws if b.cross else 1 for b in self.plan.blocks}
+        noise = [BlockNoise(b.name, b.kind, tuple(b.parties), m.entry_noise(b).std, draws[b.name],
+                            m.entry_noise(b).std * math.sqrt(draws[b.name])) for b in self.plan.blocks]
+        return m.privacy_report().epsilon, noise, float(m.lambda_floor)
 
     def _noise(self, block: Any, rng: np.random.Generator) -> np.ndarray:
         noise = self.mech.block_noise(block, rng)
         for _ in range(self.mech.cross_block_draws - 1 if block.cross else 0):
             noise = noise + self.mech.block_noise(block, rng)
         return noise
+
+
+class _GradientRun(_Release):
+    """A noisy-gd run (module docstring): the same statistics and units; the noisy fit is T noisy projected
+    gradient steps on the exact objective, each gradient carrying ``draws`` independent draws of sigma."""
+
+    def __init__(self, plan: DissectionPlan, order: list[int], ref: _Reference, fit_intercept: bool,
+                 release: GradientRelease, draws: int) -> None:
+        super().__init__(plan, order, ref, "l2", fit_intercept, None, "floor")  # type: ignore[arg-type]
+        self.release, self.draws = release, draws
+
+    def solve(self, values: dict[str, np.ndarray], noisy: bool, rng: np.random.Generator
+              ) -> tuple[np.ndarray, float, bool]:
+        if not noisy:
+            return super().solve(values, False, rng)
+        rel = self.release
+        w, _ = run_noisy_gradient(objective_gradient(self.plan.assemble(values)), self.plan.n_features,
+                                  steps=int(rel.steps), eta=rel.eta, radius=float(rel.radius),
+                                  sigma=rel.sigma * math.sqrt(self.draws), rng=rng)
+        coef, icpt = self.declared(w)
+        return coef, icpt, False
+
+    def describe(self) -> tuple[float | None, list[BlockNoise], float]:
+        rel = self.release
+        name = f"gradient per round (T = {rel.steps})"
+        noise = [BlockNoise(name, "d-vector", tuple(range(len(self.plan.feature_counts))), rel.sigma, self.draws,
+                            rel.sigma * math.sqrt(self.draws))]
+        return rel.privacy_report().epsilon, noise, 0.0
+
+
+def _gradient_run(plan: DissectionPlan, ref: _Reference, fit_intercept: bool, n_rows: int, eps: float, delta: float,
+                  noise_sharing: str) -> _GradientRun:
+    """The release a noisy-gd run of this plan makes: networked (two parties, two-sided, sigma calibrated against a
+    hostile co-party with r_k = sqrt(d_k / d), as vfl.protocols.gd_phase.gd_params) or central (in-process)."""
+    d, counts, owner = plan.n_features, plan.feature_counts, plan.label_owner
+    radii = None
+    if noise_sharing == "two-sided":
+        if len(counts) != 2:
+            raise ConfigurationError("a networked noisy-gd run has exactly two parties (use central noise for an "
+                                     "in-process fit)")
+        radii = (math.sqrt(counts[1 - owner] / d), math.sqrt(counts[owner] / d))
+    release = GradientRelease(ref.model, n_rows, d, eps, delta, steps=DEFAULT_STEPS, radius=DEFAULT_RADIUS,
+                              party_radii=radii)
+    return _GradientRun(plan, list(range(len(ref.bounds))), ref, fit_intercept, release,
+                        2 if noise_sharing == "two-sided" else 1)
 
 
 def _check(n_rows: int, party_columns: Sequence[int], model: str, mechanism: str, epsilons: Sequence[float],
@@ -246,8 +319,9 @@ def _check(n_rows: int, party_columns: Sequence[int], model: str, mechanism: str
         raise ConfigurationError(f"columns per party must be >= 0 with at least one column, got {list(party_columns)}")
     if model not in ("linear", "logistic"):
         raise ConfigurationError(f"model must be linear or logistic, got {model!r}")
-    if mechanism not in MECHANISMS:
-        raise ConfigurationError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    if mechanism not in MECHANISMS + GD_MECHANISMS:
+        raise ConfigurationError(f"mechanism must be one of {', '.join(MECHANISMS + GD_MECHANISMS)}, got "
+                                 f"{mechanism!r}")
     if not epsilons or any(not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0) for e in epsilons):
         raise ConfigurationError(f"every epsilon must be a positive number, got {list(epsilons)}")
     if replicates < 20:
@@ -297,7 +371,7 @@ def plan_epsilon(n_rows: int, party_columns: Sequence[int], *, model: str = "lin
     ref = _Reference(model, col_bounds, label_bounds, spread, r2, logit_sd)
     plan_counts = [c + (1 if (k == label_owner and fit_intercept) else 0) for k, c in enumerate(counts)]
     plan = DissectionPlan(plan_counts, label_owner, model=model)  # type: ignore[arg-type]
-    domain = DEFAULT_DOMAIN[mechanism]
+    domain = DEFAULT_DOMAIN.get(mechanism, "l2")   # noisy-gd: the l2 domain its sensitivity needs
     regularization = regularization or DEFAULT_REGULARIZATION[model]
     rng = make_rng(random_state)
     X_pop, y_pop = ref.draw(POPULATION_ROWS, rng)
@@ -314,10 +388,14 @@ def plan_epsilon(n_rows: int, party_columns: Sequence[int], *, model: str = "lin
         names=col_names + (["intercept"] if fit_intercept else []),
         error_measure="MSE" if model == "linear" else "log-loss")
     for eps in epsilons:
-        options = {"budget_split": budget_split} if mechanism == "gaussian-fm" else {}
-        mech = make_mechanism(mechanism, plan=plan, n_samples=int(n_rows), epsilon=float(eps), delta=delta,
-                              domain=domain, noise_sharing=noise_sharing, **options)
-        rel = _Release(plan, list(range(p)), ref, domain, fit_intercept, mech, regularization)
+        rel: _Release
+        if mechanism in GD_MECHANISMS:
+            rel = _gradient_run(plan, ref, fit_intercept, int(n_rows), float(eps), delta, noise_sharing)
+        else:
+            options = {"budget_split": budget_split} if mechanism == "gaussian-fm" else {}
+            mech = make_mechanism(mechanism, plan=plan, n_samples=int(n_rows), epsilon=float(eps), delta=delta,
+                                  domain=domain, noise_sharing=noise_sharing, **options)
+            rel = _Release(plan, list(range(p)), ref, domain, fit_intercept, mech, regularization)
         pop = rel.blocks(X_pop, y_pop)
         result.rows.append(_simulate(rel, pop, int(n_rows), float(eps), replicates, rng, X_test, y_test, z))
     return result
@@ -348,14 +426,10 @@ def _simulate(rel: _Release, pop: dict[str, np.ndarray], n: int, eps: float, rep
         coefs.append(np.append(c1, i1) if rel.fit_intercept else c1)
     e = np.asarray(excess)
     rmse = np.sqrt(np.mean((np.asarray(coefs) - truth) ** 2, axis=0))
-    report = rel.mech.privacy_report()
-    noise = [BlockNoise(b.name, b.kind, tuple(b.parties), rel.mech.entry_noise(b).std,
-                        rel.mech.cross_block_draws if b.cross else 1,
-                        rel.mech.entry_noise(b).std * math.sqrt(rel.mech.cross_block_draws if b.cross else 1))
-             for b in rel.plan.blocks]
+    true_epsilon, noise, floor = rel.describe()
     var_y = float(np.var(y_test))
-    return PlanRow(epsilon=eps, true_epsilon=report.epsilon, noise=noise,
-                   lambda_floor=float(rel.mech.lambda_floor), excess_error_mean=float(e.mean()),
+    return PlanRow(epsilon=eps, true_epsilon=true_epsilon, noise=noise,
+                   lambda_floor=floor, excess_error_mean=float(e.mean()),
                    excess_error_mean_se=float(e.std(ddof=1) / math.sqrt(e.size)),
                    excess_error_median=float(np.median(e)),
                    relative_excess_median=float(np.median(e) / var_y) if rel.ref.model == "linear" else float("nan"),

@@ -25,6 +25,31 @@ for linear, y in {0, 1} for logistic, and ||w_t|| <= R by the projection). For r
 Delta = (2R + 4)/N and (R/4 + 1)/N in average form. No per-row clipping is needed, which is what makes the release
 computable across vertically split parties: M w_t needs only the cross-party products X_A^T (X_B w_B).
 
+**Against a hostile co-party** (networked form, :mod:`vfl.protocols.gd_rounds`; party P = A or the label owner
+B, co-party Q). There g = c (X^T v_P + X^T v_Q) per block, where v_P = s X_P w_P + l (P's operand: s = 1, c = 2/N
+linear; s = 1/4, c = 1/N logistic; l = -y resp. 1/2 - y at B, |l| <= lam_P with lam_B = 1 resp. 1/2, lam_A = 0) and
+v_Q is **Q's choice**: Q may encrypt any operand its encoder accepts, |v_Q,i| <= b per row (b = max_l b_l, the
+common scale of the plan's layout, value bound 1 on v/b), and answer P's request with any rows ||z_i|| <= r_Q. The
+(2R + 4)/N above assumed v_Q = s X_Q w_Q with the same w in the ball; a hostile Q is not bound by it. Fix Q's row
+(z, q = v_Q,i) and replace P's part (u, l) of row i by (u', l') (||u||, ||u'|| <= r_P; Q's own term X_Q^T v_Q does
+not move). The row's contribution to the released gradient moves, per block, by::
+
+    block P:  s (u u^T - u' u'^T) w_P + u (l + q) - u' (l' + q)   <= s r_P^2 R + 2 r_P (b + lam_P)
+    block Q:  z (s (u - u')^T w_P + l - l')                          <= r_Q (2 s r_P R + 2 lam_P)
+
+(||w_P|| <= R; the last two terms of block P by the triangle inequality, |l + q| <= b + lam_P), so against P::
+
+    Delta_P = c_1 sqrt((s r_P^2 R + 2 r_P (b + lam_P))^2 + (2 r_Q (s r_P R + lam_P))^2) / N,   c_1 = 2 / 1
+
+from public facts only (R, r_A, r_B, N, the model). It covers the honest co-party (|s z^T w_Q + l_Q| <= b_Q <= b).
+Each party's unknown noise is its own draw (std sigma); the coordinator sees two draws (2 sigma^2) and a full row's
+change. With ``party_radii`` set (the networked release) sigma is calibrated to
+Delta* = max(Delta_A, Delta_B, Delta/sqrt(2)), so epsilon holds against either party whatever the other encrypts
+inside the layout, and against the coordinator with noise sqrt(2) sigma and max(Delta, Delta_A, Delta_B). What
+this does **not** cover: an operand outside the layout's per-row bound that the slot and magnitude checks still
+pass (crafted ciphertexts, or a responder's rows beyond r_Q; docs/threat_model.md, "Amplification inside the
+declared range"); no check enforces the per-row bound on a crafted ciphertext.
+
 **Composition.** T adaptive Gaussian rounds of sensitivity Delta and std sigma are one Gaussian mechanism with
 mu = sqrt(T) Delta / sigma (Dong, Roth & Su 2022, Cor. 3.3), so sigma = sqrt(T) Delta / mu*(eps, delta) with mu* of
 :func:`vfl.privacy.calibration.calibrate_mu` (the exact conversion of Balle & Wang 2018) -- the same accountant as
@@ -45,7 +70,8 @@ from vfl.privacy.accounting import PrivacyReport, noisy_gd_epsilon_exact, noisy_
 from vfl.privacy.calibration import validate_delta, validate_epsilon
 
 __all__ = ["GradientRelease", "round_sensitivity", "step_size", "run_noisy_gradient", "objective_gradient",
-           "DEFAULT_STEPS", "DEFAULT_RADIUS", "project_ball", "GD_MECHANISMS", "GD_OPTIONS"]
+           "DEFAULT_STEPS", "DEFAULT_RADIUS", "project_ball", "GD_MECHANISMS", "GD_OPTIONS",
+           "operand_bound", "party_sensitivity"]
 
 #: public defaults (docs/privacy.md, "Choosing the release"): T rounds and the iterate radius R of the unit domain
 DEFAULT_STEPS = 25
@@ -60,6 +86,29 @@ def round_sensitivity(model: str, radius: float, n_samples: int) -> float:
     model = validate_model(model)
     per_row = 2.0 * radius + 4.0 if model == "linear" else radius / 4.0 + 1.0
     return per_row / n_samples
+
+
+def operand_bound(model: str, radius: float, party_radius: float, label_owner: bool) -> float:
+    """Public bound b_l on an honest |v_l| (:mod:`vfl.protocols.gd_rounds`): |s x_l^T w_l| <= s r_l R, plus the label
+    term at the owner (1 linear, 1/2 logistic)."""
+    s = 1.0 if model == "linear" else 0.25
+    extra = 0.0 if not label_owner else (1.0 if model == "linear" else 0.5)
+    return s * party_radius * radius + extra
+
+
+def party_sensitivity(model: str, radius: float, party_radii: tuple[float, float], party: int,
+                      n_samples: int) -> float:
+    """Delta_P (module docstring, "Against a hostile co-party"): the L2 sensitivity of one round's released gradient
+    to party ``party``'s part of one row (0 = A, 1 = the label owner B) when the co-party encrypts any operand
+    |v_Q,i| <= b (the common scale) and answers with any rows of norm <= r_Q."""
+    model = validate_model(model)
+    s, c1, lam = (1.0, 2.0, 1.0) if model == "linear" else (0.25, 1.0, 0.5)
+    lam_p = lam if party == 1 else 0.0
+    b = max(operand_bound(model, radius, party_radii[k], label_owner=k == 1) for k in (0, 1))
+    r_p, r_q = party_radii[party], party_radii[1 - party]
+    block_p = s * r_p * r_p * radius + 2.0 * r_p * (b + lam_p)
+    block_q = 2.0 * r_q * (s * r_p * radius + lam_p)
+    return c1 * math.hypot(block_p, block_q) / n_samples
 
 
 def step_size(model: str) -> float:
@@ -111,6 +160,9 @@ class GradientRelease:
     #: public step size eta; None: 1/L (:func:`step_size`). Any eta > 0 keeps the guarantee (the iterates are
     #: post-processing); a larger one than 1/L may diverge to the ball's surface
     learning_rate: float | None = None
+    #: (r_A, r_B) of a networked release: sigma is calibrated against a hostile co-party (module docstring); None:
+    #: one process draws all the noise (in-process), calibrated to the full-row Delta
+    party_radii: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         self.model = validate_model(self.model)
@@ -132,13 +184,28 @@ class GradientRelease:
         return round_sensitivity(self.model, float(self.radius), self.n_samples)
 
     @property
+    def party_sensitivities(self) -> tuple[float, float] | None:
+        """(Delta_A, Delta_B) against a hostile co-party (networked), or None (in-process)."""
+        if self.party_radii is None:
+            return None
+        radii = (float(self.party_radii[0]), float(self.party_radii[1]))
+        return tuple(party_sensitivity(self.model, float(self.radius), radii, k, self.n_samples)  # type: ignore
+                     for k in (0, 1))
+
+    @property
+    def calibration_sensitivity(self) -> float:
+        """The Delta sigma is calibrated to: Delta in-process; max(Delta_A, Delta_B, Delta/sqrt(2)) networked."""
+        ps = self.party_sensitivities
+        return self.sensitivity if ps is None else max(*ps, self.sensitivity / math.sqrt(2.0))
+
+    @property
     def eta(self) -> float:
         return step_size(self.model) if self.learning_rate is None else float(self.learning_rate)
 
     @property
     def sigma(self) -> float:
-        """Per-round noise std: sqrt(T) Delta / mu*(eps, delta)."""
-        return noisy_gd_sigma_for(self.epsilon, self.delta, int(self.steps), self.sensitivity)
+        """Per-round noise std: sqrt(T) Delta* / mu*(eps, delta) (Delta* = :attr:`calibration_sensitivity`)."""
+        return noisy_gd_sigma_for(self.epsilon, self.delta, int(self.steps), self.calibration_sensitivity)
 
     def run(self, gradient: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator) -> np.ndarray:
         """The released model w^ (average iterate) for the exact gradient oracle ``gradient``."""
@@ -147,13 +214,18 @@ class GradientRelease:
         return w_avg
 
     def privacy_report(self) -> PrivacyReport:
-        eps = noisy_gd_epsilon_exact(int(self.steps), self.sensitivity, self.sigma, self.delta)
+        ps = self.party_sensitivities
+        against = self.sensitivity if ps is None else max(ps)
+        eps = noisy_gd_epsilon_exact(int(self.steps), against, self.sigma, self.delta)
         form = "(2R + 4)/N" if self.model == "linear" else "(R/4 + 1)/N"
+        sens = {f"L2 per round {form}": self.sensitivity}
+        if ps is not None:
+            sens.update({"L2 per round against A, hostile B": ps[0], "L2 per round against B, hostile A": ps[1]})
         return PrivacyReport(
             "noisy-gd", self.model, self.epsilon, eps, self.delta, domain="l2 (||x||_2 <= 1)",
             calibration=f"T = {self.steps} Gaussian rounds composed as one Gaussian mechanism, mu = sqrt(T) "
                         "Delta / sigma (Dong, Roth & Su 2022); analytic calibration (Balle & Wang 2018)",
-            sensitivities={f"L2 per round {form}": self.sensitivity},
+            sensitivities=sens,
             noise_scales={"sigma": self.sigma},
             notes=["noisy projected gradient descent on the FM objective (Bassily, Smith & Thakurta 2014): the "
                    "released gradients are d-vectors alpha + 2 M w_t; iterates are post-processing",

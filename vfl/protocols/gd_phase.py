@@ -53,6 +53,7 @@ def plan_params(release: GradientRelease, params: GDParams, allow_insecure_keys:
     return {"epsilon": release.epsilon, "delta": release.delta, "steps": int(release.steps),
             "iterate_radius": float(release.radius), "learning_rate": float(release.eta),
             "sigma": float(release.sigma), "sensitivity": float(release.sensitivity),
+            "party_sensitivities": [float(v) for v in release.party_sensitivities or ()],
             "party_radii": [float(r) for r in params.party_radii], "widths": [int(w) for w in params.widths],
             "precision_bits": int(params.precision_bits), "key_bits": int(params.key_bits),
             "allow_insecure_keys": bool(allow_insecure_keys)}
@@ -65,9 +66,9 @@ def gd_params(model: str, n_samples: int, widths: tuple[int, int], *, epsilon: f
     d = sum(widths)
     if widths[0] < 1 or d < 1:
         raise ConfigurationError("noisy-gd needs columns at both parties (the party without the label has none)")
-    release = GradientRelease(model, n_samples, d, epsilon, delta, steps=steps, radius=radius,
-                              learning_rate=learning_rate)
     radii = (math.sqrt(widths[0] / d), math.sqrt(widths[1] / d))
+    release = GradientRelease(model, n_samples, d, epsilon, delta, steps=steps, radius=radius,
+                              learning_rate=learning_rate, party_radii=radii)
     return release, GDParams(release=release, party_radii=radii, widths=widths, precision_bits=precision_bits,
                              key_bits=key_bits)
 

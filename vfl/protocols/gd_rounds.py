@@ -30,9 +30,16 @@ One round t (coordinator :class:`GDCoordinator`, parties :class:`GDParty`; both 
 
 **Privacy.** Each party draws the full per-round sigma of :class:`~vfl.privacy.gradient_release.GradientRelease`
 on every gradient coordinate, so the released g~ has noise variance 2 sigma^2; a party knows its own draws, so
-against either party the unknown noise has variance sigma^2 and the calibrated (epsilon, delta) holds; against the
-coordinator, which sees exactly g~ (one sum per block, never the terms), the T rounds are one Gaussian mechanism
-with mu = sqrt(T) Delta / (sqrt(2) sigma), a smaller epsilon. Every iterate is post-processing of g~.
+against either party the unknown noise has variance sigma^2. sigma is calibrated (``party_radii`` of the release,
+required here) to Delta* = max(Delta_A, Delta_B, Delta/sqrt(2)), where Delta_P bounds the change of P's part of a
+row whatever operand |v_Q / b| <= 1 the co-party Q encrypts and whatever rows ||z|| <= r_Q it answers with
+(:func:`~vfl.privacy.gradient_release.party_sensitivity`), so the calibrated (epsilon, delta) holds against either
+party even if the other one does not encrypt X_Q w_Q; against the coordinator, which sees exactly g~ (one sum per
+block, never the terms), the T rounds are one Gaussian mechanism with mu = sqrt(T) max(Delta, Delta_A, Delta_B) /
+(sqrt(2) sigma), a smaller epsilon. Every iterate is post-processing of g~. Not covered: an operand a crafted
+ciphertext puts beyond |v / b| <= 1 at some row while the sum still passes the slot and magnitude checks
+(:func:`product_magnitude_limit` allows |lam| <= 2 N at one row), nor a responder's rows beyond r_Q; see
+docs/threat_model.md.
 The parties see only ciphertexts and uniformly masked plaintexts (:mod:`vfl.secure.products`).
 """
 
@@ -48,7 +55,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, ProtocolError
 from vfl.privacy.accounting import PrivacyReport, epsilon_against, noisy_gd_epsilon_exact
-from vfl.privacy.gradient_release import GradientRelease, project_ball
+from vfl.privacy.gradient_release import GradientRelease, operand_bound, project_ball
 from vfl.protocols.contracts import Incoming, Out, kind_of
 from vfl.protocols.fm_release import NOISE_TAIL_STDS
 from vfl.secure.discrete_noise import discrete_gaussian_array
@@ -82,13 +89,6 @@ def gradient_scale(model: str, n_samples: int) -> float:
     return (2.0 if model == "linear" else 1.0) / n_samples
 
 
-def operand_bound(model: str, radius: float, party_radius: float, label_owner: bool) -> float:
-    """Public bound b_l on |v_l| (module docstring): |x_l^T w_l| <= r_l R, plus the label term at the owner."""
-    s = 1.0 if model == "linear" else 0.25
-    extra = 0.0 if not label_owner else (1.0 if model == "linear" else 0.5)
-    return s * party_radius * radius + extra
-
-
 @dataclass(frozen=True, kw_only=True)
 class GDParams:
     """The public parameters of a networked noisy-gradient run (the PLAN's ``params``)."""
@@ -106,6 +106,10 @@ class GDParams:
                                      "the noise is calibrated to)")
         if sum(r * r for r in self.party_radii) > 1.0 + 1e-12:
             raise ConfigurationError("the party radii must satisfy r_A^2 + r_B^2 <= 1 (the l2 domain)")
+        rr = self.release.party_radii
+        if rr is None or any(abs(float(a) - float(b)) > 1e-12 for a, b in zip(rr, self.party_radii, strict=True)):
+            raise ConfigurationError("a networked noisy-gd release must be calibrated against a hostile co-party: "
+                                     "GradientRelease(party_radii=...) equal to the plan's party radii")
         if sum(self.widths) != self.release.n_features:
             raise ConfigurationError("the block widths must add up to the release's feature count")
 
@@ -377,12 +381,15 @@ class GDCoordinator:
             raise ProtocolError("the noisy-gradient phase has not run all its rounds")
         rel = self.params.release
         report = rel.privacy_report()
-        eps_coord = noisy_gd_epsilon_exact(int(rel.steps), rel.sensitivity, math.sqrt(2.0) * rel.sigma, rel.delta)
+        worst = max(rel.sensitivity, *(rel.party_sensitivities or ()))   # a hostile party's operand, too
+        eps_coord = noisy_gd_epsilon_exact(int(rel.steps), worst, math.sqrt(2.0) * rel.sigma, rel.delta)
         report.noise_sharing = "two-sided"
         report.epsilon_against = epsilon_against("two-sided", calibrated=report.epsilon, coordinator=eps_coord,
                                                  party_sees_noise_free=False)
         report.notes.append("networked: two parties, each adds a full per-round draw sigma on every gradient "
-                            "coordinate (two-sided noise); the coordinator sees 2 sigma^2")
+                            "coordinate (two-sided noise); the coordinator sees 2 sigma^2; sigma is calibrated to "
+                            "the larger per-party sensitivity against a co-party that encrypts any operand inside "
+                            "the plan's layout")
         report.extra["parties"] = 2
         return self.total / rel.steps, report
 

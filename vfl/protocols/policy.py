@@ -47,9 +47,10 @@ UNPROTECTED_MECHANISMS = frozenset({"none", "bcd"})
 NOT_FORMALLY_DP = UNPROTECTED_MECHANISMS | {"dp-bcd"}
 #: the registries (vfl.privacy.mechanisms, vfl.models.bcd), not a copy; vfl.protocols.settings collects the same
 ALL_MECHANISMS = frozenset(FM_MECHANISMS + BCD_MECHANISMS + GD_MECHANISMS)
-#: formally DP against an honest-but-curious co-party, but a hostile co-party that encrypts another bounded operand
-#: than its own X w raises the per-round sensitivity against the other party by up to ~35 % (docs/threat_model.md):
-#: a party runs noisy-gd rounds only when its operator lists them in ``allow_mechanisms``
+#: formally DP against a co-party that encrypts any operand inside the plan's layout (sigma is calibrated to that
+#: case), but a co-party that crafts a ciphertext beyond the per-row bound passes every check and amplifies one of
+#: the other party's rows in the iterates it sees (docs/threat_model.md): a party runs noisy-gd rounds only when its
+#: operator lists them in ``allow_mechanisms``
 OPT_IN_MECHANISMS = frozenset(GD_MECHANISMS)
 DEFAULT_MECHANISMS = ALL_MECHANISMS - NOT_FORMALLY_DP - OPT_IN_MECHANISMS
 #: the mechanisms whose guarantee rests on public column and label bounds (the noisy FM releases): a party whose
