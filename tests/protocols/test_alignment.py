@@ -19,7 +19,7 @@ from vfl.protocols.alignment import (
 )
 from vfl.protocols.roster import sign_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity
-from vfl.secure.psi import BlindingKey, split_points
+from vfl.secure.psi import POINT_BYTES, BlindingKey, split_points
 
 
 def _id_sets(seed: int, sizes: tuple[int, ...], shared: int) -> list[list[str]]:
@@ -157,11 +157,12 @@ def test_roles_refuse_out_of_order_or_misrouted_messages():
     with pytest.raises(ProtocolError, match="unexpected list"):       # party 2 is not the next hop of list 0
         parties[2].on_message(relayed[0])
     # chunks (issue 34): a 9-point chunk is a valid start; repeated, it is refused, and so is one past the count
-    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 0}, payload=[first[1].payload[0][:-33]])
+    whole = first[1].payload[0]
+    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 0}, payload=[whole[:-POINT_BYTES]])
     assert coordinator.handle(1, short)[0].body["offset"] == 0
     with pytest.raises(ProtocolError, match=r"at point 0, not 9 \(missing, repeated or out of order\)"):
         coordinator.handle(1, short)
-    over = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 9}, payload=[first[1].payload[0][:66]])
+    over = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 9}, payload=[whole[:2 * POINT_BYTES]])
     with pytest.raises(ProtocolError, match="11 points, 10 registered"):
         coordinator.handle(1, over)
     with pytest.raises(ProtocolError, match="unexpected message"):
