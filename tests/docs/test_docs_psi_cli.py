@@ -52,3 +52,5 @@ def test_the_streamed_table_is_the_committed_runs_and_every_process_stays_below_
         assert all(0 < v <= 1024 for v in r["at_alignment"]["peak_rss_mb"].values())
     peak = max(max(r["at_alignment"]["peak_rss_mb"].values()) for r in doc["runs"])
     assert f"largest peak RSS of any process: {peak:.0f} MB" in " ".join(text.split())
+    if len(doc["runs"]) > 1:   # the per-ID slopes and the 10^7 extrapolation quoted are the JSON's two largest runs
+        assert bench.scaling_text(doc["runs"]) in " ".join(text.split())
