@@ -12,10 +12,10 @@ The committed JSON was made by two runs in parallel (one per model), then merged
 
 docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) is the same with ``--sizes 1000,10000``
 merged into that file; docs/data/inference_real.json is
-``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --out ...`` (the flags of
-issue 31; the earlier 200 + 100 run took 731 s); docs/data/inference_flags.json (the unreliable flags on the
-synthetic cells) is ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out
-...``.
+``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --seed 5000 --out ...``
+(the flags and the opt-in bias-aware intervals of issue 31; the earlier 200 + 100 run took 731 s);
+docs/data/inference_flags.json (the unreliable flags on the synthetic cells) is
+``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out ...``.
 
 For every cell (model in {linear, logistic}, N in {10^3, 10^4, 10^5}, d = 10, epsilon in {0.5, 1, 4}, delta = 1e-5,
 Gaussian FM, the estimators' defaults otherwise) the benchmark draws ``--splits`` independent data sets from a known
@@ -121,6 +121,7 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> 
         warnings.simplefilter("ignore")
         est.fit(X, y)
         ci = est.conf_int()
+        wide = est.conf_int(bias_aware=True)
         flags = est._inference().unreliable
     mech, floor, _, beta, _, _, _ = est._release_
     analytic = analytic_intervals(est.objective_, mech, lambda_floor=floor, to_original=est._original_units,
@@ -128,15 +129,15 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> 
     b, se = ols(model, X, y)
     coef = np.append(est.coef_, est.intercept_)
     return {"ci": ci, "ols": np.column_stack([b - Z975 * se, b + Z975 * se]),
-            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic,
+            "naive": np.column_stack([coef - Z975 * se, coef + Z975 * se]), "analytic": analytic, "bias_aware": wide,
             "flags": np.zeros(len(coef), dtype=bool) if flags is None else flags}
 
 
 def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: np.ndarray) -> dict[str, Any]:
     """Coverage and median widths over ``sets`` data sets of one cell."""
     start = time.perf_counter()
-    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "naive": [], "analytic": []}
-    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "naive": [], "analytic": [], "bias_aware": []}
+    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": [], "bias_aware": []}
     flagged: list[np.ndarray] = []
     for s in range(sets):
         out = fit(model, n, epsilon, seed + s, seed + s + 10**6)
@@ -160,6 +161,9 @@ def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, target: n
             "analytic_coverage_mean": round(float(np.mean(hits["analytic"])), 4),
             "analytic_coverage_min": round(float(np.mean(hits["analytic"], axis=0).min()), 4),
             "analytic_median_width_mean": round(float(np.median(widths["analytic"], axis=0).mean()), 5),
+            "bias_aware_coverage_mean": round(float(np.mean(hits["bias_aware"])), 4),
+            "bias_aware_coverage_min": round(float(np.mean(hits["bias_aware"], axis=0).min()), 4),
+            "bias_aware_median_width_mean": round(float(np.median(widths["bias_aware"], axis=0).mean()), 5),
             **flag_fields(np.array(flagged), np.array(hits["ci"])), "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -175,12 +179,13 @@ def flag_fields(flag: np.ndarray, hit: np.ndarray) -> dict[str, Any]:
 def flags_markdown(doc: dict) -> str:
     """The synthetic flag table of docs/inference.md (main run, then the confirmation run on disjoint seeds)."""
     lines = ["| cell | data sets | coverage (mean) | flagged unreliable | data sets with a flag | coverage unflagged, "
-             "flagged |", "|---|---|---|---|---|---|"]
+             "flagged | bias-aware coverage (mean, min) | bias-aware width / default width |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, mark in (("rows", ""), ("confirm", " (confirm)")):
         for r in doc.get(key, []):
             lines.append(f"| {cell_label(r)}{mark} | {r['sets']} | {r['coverage_mean']:.3f} | "
                          f"{r['flagged_rate']:.3f} | {r['any_flag_rate']:.3f} | {_opt(r['unflagged_coverage'])}, "
-                         f"{_opt(r['flagged_coverage'])} |")
+                         f"{_opt(r['flagged_coverage'])} | {_pair(r, 'bias_aware_coverage')} | {_ratio(r)} |")
     return "\n".join(lines)
 
 
@@ -206,8 +211,8 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     y = np.clip(data.y, *bounds[data.target_name])
     Z = np.column_stack([X, np.ones(len(X))])
     target = np.linalg.lstsq(Z, y, rcond=None)[0]
-    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
-    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": []}
+    hits: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": [], "bias_aware": []}
+    widths: dict[str, list[np.ndarray]] = {"ci": [], "ols": [], "analytic": [], "bias_aware": []}
     flagged: list[np.ndarray] = []
     for s in range(sets):
         rows = np.random.default_rng(seed + s).integers(0, len(y), len(y))
@@ -216,7 +221,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.fit(X[rows], y[rows])
-            out = {"ci": est.conf_int()}
+            out = {"ci": est.conf_int(), "bias_aware": est.conf_int(bias_aware=True)}
             flags = est._inference().unreliable
         flagged.append(np.zeros(len(target), dtype=bool) if flags is None else flags)
         mech, floor, _, beta, _, _, _ = est._release_
@@ -230,7 +235,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     row: dict[str, Any] = {"model": data.name, "n": len(y), "epsilon": epsilon, "sets": sets, "first_seed": seed,
                            "d": X.shape[1], "dropped": [f for f in data.feature_names if f not in names],
                            "binomial_sd": round(math.sqrt(0.95 * 0.05 / sets), 4)}
-    for key, name in (("ci", ""), ("ols", "ols_"), ("analytic", "analytic_")):
+    for key, name in (("ci", ""), ("ols", "ols_"), ("analytic", "analytic_"), ("bias_aware", "bias_aware_")):
         cover = np.mean(hits[key], axis=0)
         row[f"{name}coverage_mean"] = round(float(cover.mean()), 4)
         row[f"{name}coverage_min"] = round(float(cover.min()), 4)
@@ -249,7 +254,8 @@ def real_markdown(doc: dict) -> str:
     """The real-data table of docs/inference.md."""
     lines = ["| data, ε | N, d | data sets | coverage (mean, min) | median width | analytic coverage (mean, min) | "
              "analytic width | OLS coverage (mean, min) | OLS width | flagged unreliable | coverage unflagged, "
-             "flagged |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "flagged | bias-aware coverage (mean, min) | bias-aware width |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, mark in (("real", ""), ("real_confirm", " (confirm)")):
         for r in doc.get(key, []):
             lines.append(f"| {r['model']}, {r['epsilon']:g}{mark} | {r['n']}, {r['d']} | {r['sets']} | "
@@ -258,8 +264,22 @@ def real_markdown(doc: dict) -> str:
                          f"{r['analytic_median_width_mean']:.4g} | {r['ols_coverage_mean']:.3f}, "
                          f"{r['ols_coverage_min']:.3f} | {r['ols_median_width_mean']:.4g} | "
                          f"{_opt(r.get('flagged_rate'))} | {_opt(r.get('unflagged_coverage'))}, "
-                         f"{_opt(r.get('flagged_coverage'))} |")
+                         f"{_opt(r.get('flagged_coverage'))} | {_pair(r, 'bias_aware_coverage')} | "
+                         f"{_width(r.get('bias_aware_median_width_mean'))} |")
     return "\n".join(lines)
+
+
+def _ratio(r: dict) -> str:
+    wide = r.get("bias_aware_median_width_mean")
+    return "n/a" if wide is None else f"{wide / r['median_width_mean']:.2f}"
+
+
+def _pair(r: dict, key: str) -> str:
+    return "n/a" if r.get(f"{key}_mean") is None else f"{r[f'{key}_mean']:.3f}, {r[f'{key}_min']:.3f}"
+
+
+def _width(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
 
 
 def cell_label(row: dict) -> str:

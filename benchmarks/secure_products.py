@@ -172,7 +172,7 @@ def holder_encryption_seconds(run: dict, randomness: str, costs: dict[str, float
     if precomputed:
         return costs["mul"]
     if randomness == "short-exponent":
-        window = best_table_window(run["max_task_encryptions"], SHORT_EXPONENT_BITS)
+        window = best_table_window(run["encryptions"], SHORT_EXPONENT_BITS)
         if window is None:
             return costs["enc"] + costs["mul"]
         return (math.ceil(SHORT_EXPONENT_BITS / window) + 1) * costs["mul"]
@@ -545,6 +545,27 @@ def floor_main(args: argparse.Namespace) -> int:
     return 0 if all(r["exact"] for r in rep["shapes"] + rep["guard"] + [rep["buckets"], rep["multiexp_sorted"]]) else 1
 
 
+def against_main(args: argparse.Namespace) -> int:
+    """Issue 34: this tree's product against revision ``args.against``'s, interleaved child processes
+    (benchmarks/secure_products_baseline.py)."""
+    import secure_products_baseline as baseline
+
+    shapes = ["forest 517 x 13 x 14", "10^4 x 10 x 10"] + (["10^5 x 10 x 10"] if args.large else [])
+    load = os.getloadavg()[0]
+    rep = baseline.compare(args.against, shapes, args.repeats, args.key_bits)
+    rep.update(date=time.strftime("%Y-%m-%d"), load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2),
+               cores=os.cpu_count(), key_bits=args.key_bits, precision_bits=P, repeats=args.repeats,
+               command=f"python benchmarks/secure_products.py --against {args.against}"
+               + (" --large" if args.large else "") + f" --repeats {args.repeats}"
+               + (f" --out {args.out}" if args.out else ""))
+    print(f"# {rep['date']}, against {rep['baseline_commit'][:7]}, load {load:.2f} -> {rep['load_after']:.2f}, "
+          f"CPU = getrusage(self + children), median of {args.repeats} children per tree")
+    print(baseline.markdown_speedup(rep))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rep, indent=1) + "\n", encoding="utf-8")
+    return 0 if all(r["exact"] for r in rep["shapes"]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="time naive on a row subsample and extrapolate")
@@ -556,12 +577,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="with --floor: runs per shape (median)")
     ap.add_argument("--out", help="with --floor: write the report as JSON here")
     ap.add_argument("--markdown", help="print the docs tables of a --floor JSON file and exit")
+    ap.add_argument("--against", metavar="REV",
+                    help="issue 34: CPU of this tree's product against git revision REV's, interleaved child processes "
+                         "(forest and 10^4 x 10 x 10; --large adds 10^5; --repeats children per tree and shape)")
     args = ap.parse_args(argv)
     if args.markdown:
         print(markdown_floor(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
         return 0
     if args.floor:
         return floor_main(args)
+    if args.against:
+        return against_main(args)
 
     keypair = generate_keypair(args.key_bits, allow_insecure=args.key_bits < 2048)
     pk, sk = keypair

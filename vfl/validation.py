@@ -26,7 +26,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 def is_name(v: Any) -> bool:
     """Whether ``v`` is a valid name (:data:`NAME_RE`)."""
-    return isinstance(v, str) and bool(NAME_RE.match(v))
+    return isinstance(v, str) and bool(NAME_RE.fullmatch(v))
 
 
 def validate_name(name: str, what: str = "party name") -> str:

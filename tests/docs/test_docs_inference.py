@@ -203,3 +203,42 @@ def test_the_real_data_cells_run(tmp_path: Path) -> None:
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert [r["model"] for r in doc["real"]] == ["garment", "garment", "forestfires", "forestfires"]
     assert all(0.0 <= r["coverage_mean"] <= 1.0 and r["sets"] == 3 for r in doc["real"])
+
+
+BIAS_JSON = ROOT / "docs" / "data" / "inference_bias_width.json"
+
+
+def test_the_bias_width_split_and_the_bias_aware_claims_are_the_committed_measurement() -> None:
+    """The "Bias, not width" table and sentence, and the bias-aware interval's coverage and width ratios."""
+    doc = json.loads(BIAS_JSON.read_text(encoding="utf-8"))
+    section = _page_section(REAL_HEADING)
+    assert load_benchmark("inference_bias_width").markdown(doc) in section and f"({doc['seconds']} s;" in section
+    text = " ".join(section.split())
+    ratios = [r["width_ratio_median"] for r in doc["rows"]]
+    medians = [r["abs_bias_sd_median"] for r in doc["rows"]]
+    assert f"(std err / sd {min(ratios):.2f}–{max(ratios):.2f})" in text
+    assert f"{min(medians):.1f}–{max(medians):.1f} standard deviations off" in text
+    assert f"up to {max(r['abs_bias_sd_max'] for r in doc['rows']):.1f})" in text
+    real = json.loads(REAL_JSON.read_text(encoding="utf-8"))
+    rows = real["real"] + real["real_confirm"]
+    assert all(r["bias_aware_coverage_min"] == 1.0 for r in rows)          # "covers every coefficient in every row"
+    ratio = [r["bias_aware_median_width_mean"] / r["ols_median_width_mean"] for r in rows]
+    assert f"at {min(ratio):.0f}–{max(ratio):.0f} times the OLS width" in text
+
+
+def test_the_bias_aware_sentences_on_the_synthetic_cells_follow_from_the_json() -> None:
+    doc = json.loads(FLAGS_JSON.read_text(encoding="utf-8"))
+    text = " ".join(_page_section(REAL_HEADING).split())
+    count = {k: (sum(_inside(r["bias_aware_coverage_mean"]) for r in doc[k]), sum(_inside(r["coverage_mean"])
+                                                                                   for r in doc[k]))
+             for k in ("rows", "confirm")}
+    assert (f"inside [0.93, 0.975] in {count['rows'][0]} of 12 cells of the main run and {count['confirm'][0]} of 12 "
+            f"of the confirmation run (the default's: {count['rows'][1]} and {count['confirm'][1]})") in text
+    by = {(r["model"], r["n"], r["epsilon"]): r for r in doc["rows"]}
+    lg = by["logistic", 1000, 1.0]
+    ratio = lg["bias_aware_median_width_mean"] / lg["median_width_mean"]
+    assert f"from {lg['coverage_mean']:.3f} to {lg['bias_aware_coverage_mean']:.3f} at {ratio:.2f} times" in text
+    for model in ("linear", "logistic"):
+        r = by[model, 1000, 0.5]
+        assert r["any_flag_rate"] >= 0.99 and r["bias_aware_coverage_mean"] == 1.0
+        assert f"{r['bias_aware_median_width_mean'] / r['median_width_mean']:.2f}" in text

@@ -19,6 +19,7 @@ import pytest
 
 from vfl.demo import free_port
 from vfl.secure.identity import PUBLIC_SUFFIX, write_identities
+from vfl.secure.psi import POINT_BYTES
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
@@ -166,7 +167,7 @@ def test_three_parties_psi_and_the_coordinator_sees_no_id(procs, tmp_path):
     np.testing.assert_allclose(model.w, np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-6)
 
     wire = b"\x00".join(received)
-    psi_bytes = sum(len(f) for f in received if len(f) % 33 == 0 and len(f) >= 33 * 100)
+    psi_bytes = sum(len(f) for f in received if len(f) % POINT_BYTES == 0 and len(f) >= POINT_BYTES * 100)
     assert psi_bytes > 0                                   # the point lists did pass through this socket
     outside = [pid for pid in all_ids if pid not in set(common)]
     assert len(outside) > 50

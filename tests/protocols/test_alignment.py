@@ -195,7 +195,7 @@ class CountingKey(BlindingKey):
         self.reblinded = 0
 
     def reblind(self, blob: bytes, count: int | None = None) -> bytes:
-        self.reblinded += len(blob) // 33
+        self.reblinded += len(blob) // POINT_BYTES
         return super().reblind(blob, count)
 
 
@@ -235,7 +235,7 @@ def test_a_prober_cannot_use_a_party_as_a_membership_oracle():
     _, probe = _probe(guesses)
     with pytest.raises(ProtocolError, match=r"list of party 'bob' holds 1000 points but 'bob' signed 40 row IDs"):
         alice.on_message(_as_bob(probe))                                    # 1000 guesses, bob signed 40
-    forty = probe[:40 * 33]
+    forty = probe[:40 * POINT_BYTES]
     with pytest.raises(IdentityError, match=r"PSI list of party 'bob' after 1 hop\(s\) from 'bob' carries no valid"):
         alice.on_message(_as_bob(forty))                                    # the signed count, unsigned
     with pytest.raises(IdentityError, match="bad signature on the PSI list of party 'bob'"):

@@ -149,3 +149,20 @@ def test_bucket_accumulator_over_several_chunks_equals_the_product_of_powers():
     assert acc.result(0) == want and acc.result(1) == 1
     assert fastmath.persistent_bucket_window(10**5, 26, 10, 512) == 13
     assert fastmath.persistent_bucket_window(10**5, 26, 10, 512, cap_bytes=1 << 20) < 13
+
+
+def test_batched_short_exponent_draws_are_uniform_256_bit_integers():
+    """Issue 34: ``draw_many`` gives ``count`` independent uniform ``alpha`` of SHORT_EXPONENT_BITS bits: every bit
+    position is set in about half of 4000 draws (binomial: 4.5 standard deviations allowed per bit, so a fixed or
+    truncated bit fails and a fair one passes except with probability < 2e-3 over all 256 bits)."""
+    from vfl.secure.fastmath import SHORT_EXPONENT_BITS, Encrypter
+
+    enc = Encrypter((1 << 127) - 1, randomness="short-exponent", h_s=3)
+    draws = enc.draw_many(4000)
+    assert len(draws) == 4000 and len(set(draws)) == 4000
+    assert all(0 <= a < 1 << SHORT_EXPONENT_BITS for a in draws)
+    sd = (4000 * 0.25) ** 0.5
+    for bit in range(SHORT_EXPONENT_BITS):
+        ones = sum((a >> bit) & 1 for a in draws)
+        assert abs(ones - 2000) < 4.5 * sd, bit
+    assert Encrypter((1 << 127) - 1, randomness="standard").draw_many(3).__len__() == 3

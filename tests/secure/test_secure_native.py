@@ -330,3 +330,62 @@ def test_without_the_extension_whole_products_fall_back_to_python_and_are_exact(
     rng = np.random.default_rng(3)
     A, B = rng.uniform(-1, 1, (200, 3)), rng.uniform(-1, 1, (200, 2))
     assert fallback[1] == to_fixed_point_ints(A, 16, 1.0).T.dot(to_fixed_point_ints(B, 16, 1.0)).tolist()
+
+
+# ----------------------------------------------------------------------------- issue 34: batched CRT encryption
+@needs_c
+def test_the_key_holder_task_encrypts_in_one_c_call_with_the_same_bytes(keypair, monkeypatch):
+    """With the C tables, a task's CRT short-exponent encryptions are one ``crt_encrypt`` call, and its frame is the
+    frame of the per-ciphertext Python loop (and of plain pow) for the same randomness."""
+    pk, sk = keypair
+    monkeypatch.setattr(executors, "_TASK_ENCRYPTERS", {})
+    holder = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    rows = np.random.default_rng(34).integers(0, 2**20, (30, 3))
+    draws = [random.Random(100 + i).getrandbits(fastmath.SHORT_EXPONENT_BITS) for i in range(60)]
+    width = ciphertext_byte_length(pk)
+    calls = []
+    real = native.crt_encrypt
+    monkeypatch.setattr(native, "crt_encrypt", lambda *a, **k: calls.append(1) or real(*a, **k))
+    frame = executors.encrypt_rows_task(holder.task_state(with_factors=True), rows, [(0, 2), (2, 3)], 30, draws,
+                                        False, width)
+    assert calls == [1]
+    enc = executors._TASK_ENCRYPTERS[holder.task_state(with_factors=True)]
+    assert isinstance(enc._crt_tables[0], native.CFixedBaseTable)
+    monkeypatch.setattr(enc, "_crt_tables", tuple(FixedBaseTable(int(holder.h_s) % int(t.modulus), t.modulus,
+                                                                 fastmath.SHORT_EXPONENT_BITS, t.window)
+                                                  for t in enc._crt_tables))
+    from vfl.secure.packing import pack
+
+    plaintexts = [pack(r[lo:hi], 30) for r in rows.tolist() for lo, hi in [(0, 2), (2, 3)]]
+    assert enc.encrypt_frame(plaintexts, draws, width) == frame   # the Python loop, Python tables
+    assert frame == _reference_frames(int(pk.n), int(holder.h_s), rows, draws, width)
+
+
+@needs_c
+def test_crt_encrypt_refuses_what_its_tables_cannot_take(keypair):
+    """An exponent longer than the tables or a plaintext not below n is refused (ValueError), never truncated."""
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(1000)
+    tp, tq = enc._crt_tables
+    width = ciphertext_byte_length(pk)
+    ok = native.crt_encrypt(tp, tq, [5], [7], enc.n, enc.p2_inv_q2, width)
+    assert len(ok) == width
+    with pytest.raises(ValueError, match="more bits than the tables|fit their tables"):
+        native.crt_encrypt(tp, tq, [5], [1 << (tp.window * tp.n_windows)], enc.n, enc.p2_inv_q2, width)
+    with pytest.raises(ValueError, match="not below n"):
+        native.crt_encrypt(tp, tq, [int(pk.n)], [7], enc.n, enc.p2_inv_q2, width)
+    with pytest.raises(ValueError, match="non-negative"):
+        native.crt_encrypt(tp, tq, [-1], [7], enc.n, enc.p2_inv_q2, width)
+
+
+def test_table_windows_grow_with_the_planned_encryptions_within_the_memory_cap():
+    """Issue 34: the fixed-base window follows the whole stream's encryptions (13 bits at 10^5 for 2048-bit keys,
+    where the cap of 10 bits stood before), and no window whose table exceeds the cap is ever chosen."""
+    bits = fastmath.SHORT_EXPONENT_BITS
+    assert fastmath.best_table_window(8192, bits) == 10
+    assert fastmath.best_table_window(100_000, bits) == 13
+    for count in (10**5, 10**6, 10**8):
+        c = fastmath.best_table_window(count, bits)
+        assert -(-bits // c) * (1 << c) * fastmath.TABLE_ENTRY_BYTES <= fastmath.TABLE_BYTES_CAP
+    assert fastmath.best_table_window(10**8, bits, cap_bytes=1 << 40) == 16

@@ -192,7 +192,9 @@ def _main(argv: list[str] | None) -> int:
         click.echo(f"vfl: error: {exc.format_message()}", err=True)
         return exc.exit_code if exc.exit_code else 2
     except VFLError as exc:
-        click.echo(f"vfl: error: {exc}", err=True)
+        # an error may quote a peer's text: printed printable, on one line, bounded
+        from vfl.net.notices import shown
+        click.echo(f"vfl: error: {shown(exc, limit=10_000)}", err=True)
         return exit_code_for(exc)
     except KeyboardInterrupt as exc:
         _end_children()

@@ -287,7 +287,7 @@ def select_columns(spec: list[str] | str, header: list[str], *, source: str = "d
         elif ":" in item and all(part.strip() in position for part in item.split(":", 1)):
             a, b = (position[part.strip()] for part in item.split(":", 1))
             chosen += header[min(a, b):max(a, b) + 1]
-        elif _INDEX_RANGE.match(item):
+        elif _INDEX_RANGE.fullmatch(item):
             parts = item.split("-", 1)
             a, b = int(parts[0]), int(parts[-1])
             if not (0 <= a < len(header) and 0 <= b < len(header)):

@@ -29,6 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from email.message import Message as HeaderMessage
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
@@ -46,10 +47,11 @@ class HTTPRefusal(Exception):
         self.status, self.reason = status, reason
 
 
-def body_length(headers: Mapping[str, str], cap: int) -> int:
+def body_length(headers: Mapping[str, str] | HeaderMessage, cap: int) -> int:
     """The request body's length from its headers, or :class:`HTTPRefusal` -- decided before anything is read:
     411 without ``Content-Length`` (chunked bodies are not accepted), 400 when it is not one non-negative decimal
-    integer, 413 above ``cap`` bytes."""
+    integer, 413 above ``cap`` bytes. ``headers``: a request handler's ``self.headers`` (an
+    :class:`email.message.Message`) or a plain mapping."""
     if headers.get("Transfer-Encoding") is not None:
         raise HTTPRefusal(411, "send the body with a Content-Length, not Transfer-Encoding")
     text = headers.get("Content-Length")

@@ -120,7 +120,7 @@ def _is_dict(v: Any) -> bool:
 
 
 def _is_hex(length: int) -> Check:
-    return lambda v: isinstance(v, str) and len(v) == length and bool(_HEX_RE.match(v))
+    return lambda v: isinstance(v, str) and len(v) == length and bool(_HEX_RE.fullmatch(v))
 
 
 _FEATURE = _is_str(256)

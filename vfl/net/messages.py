@@ -340,7 +340,7 @@ def _decode(frames: Sequence[Any], max_bytes: int, accept: Callable[[Message], N
     except (ValueError, TypeError):
         raise ProtocolError(f"unknown message type {header['type']!r}") from None
     run, sender, seq = header["run"], header["from"], header["seq"]
-    if not isinstance(run, str) or not _RUN_RE.match(run):
+    if not isinstance(run, str) or not _RUN_RE.fullmatch(run):
         raise ProtocolError("invalid run id")
     if not (sender == "" or _is_name(sender)):
         raise ProtocolError("invalid sender name")

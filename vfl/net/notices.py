@@ -10,6 +10,9 @@
 * :func:`check_bind`: a coordinator or aggregator that listens on anything but the loopback interface without
   CURVE would let anyone who reaches that interface read and inject the run's messages; it is refused (one line,
   before anything is bound) unless its operator passes ``--allow-plaintext-public``.
+* :func:`shown`: text a peer supplied (an ABORT or ERROR reason, a refused name) as it may reach an operator's
+  terminal: printable, one line, bounded -- a hostile hub or peer cannot send terminal escape codes, fake lines or
+  megabytes to it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from vfl.exceptions import ConfigurationError
 
 __all__ = ["Reminder", "RateLimitedLog", "is_loopback", "check_bind", "waiting_line", "silence_reason",
            "FIRST_NOTICE_SECONDS", "NOTICE_SECONDS", "LATE_NOTICE_SECONDS", "REFUSAL_LOG_SECONDS",
-           "OPERATOR_STOP", "REGISTRATION_REFUSED", "abort_body", "abort_text"]
+           "OPERATOR_STOP", "REGISTRATION_REFUSED", "abort_body", "abort_text", "shown", "SHOWN_CHARS"]
 
 FIRST_NOTICE_SECONDS = 10.0
 NOTICE_SECONDS = 10.0
@@ -32,6 +35,8 @@ REFUSAL_LOG_SECONDS = 10.0
 #: SIGTERM), or this member's REGISTER was refused while the run goes on without it (a name taken twice)
 OPERATOR_STOP = "OperatorStop"
 REGISTRATION_REFUSED = "RegistrationRefused"
+#: at most this many characters of a peer-supplied text reach an operator's terminal (:func:`shown`)
+SHOWN_CHARS = 1000
 #: transports that never leave the machine (a Unix socket, a socket inside one process)
 LOCAL_TRANSPORTS = ("ipc://", "inproc://")
 
@@ -125,6 +130,17 @@ def check_bind(bind: str, *, curve: bool, allow_plaintext_public: bool, role: st
         "tcp://127.0.0.1:5555, or --allow-plaintext-public on a network you trust")
 
 
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as an operator may see it: every character that is not printable (a newline, a terminal escape
+    ``\\x1b``, a bidirectional override, any other control or format character) written as its escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), and at most ``limit`` characters of it, the rest counted. Applied wherever text
+    from a peer reaches a terminal or a log line, so that one line stays one line and a screen stays readable."""
+    raw = str(text)
+    head = raw[:limit]
+    out = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in head)
+    return out + (f"... ({len(raw) - len(head)} more characters not shown)" if len(raw) > len(head) else "")
+
+
 def waiting_line(name: str, t: object, waited: float, timeout: float) -> str:
     """One "still waiting" line of a party or site whose hub is silent (``t``: its ClientTransport)."""
     hub, where = getattr(t, "hub", "coordinator"), getattr(t, "connect_to", "?")
@@ -154,9 +170,9 @@ def abort_body(exc: BaseException, hub: str = "coordinator") -> dict[str, str]:
 
 def abort_text(body: dict, hub: str = "coordinator") -> str:
     """What a member says when its hub's ABORT arrives."""
-    kind, reason = body.get("error"), body.get("reason")
+    kind, reason = body.get("error"), shown(body.get("reason"))   # the hub's text: printable, one line, bounded
     if kind == OPERATOR_STOP:
-        return str(reason)
+        return reason
     if kind == REGISTRATION_REFUSED:
         return f"the {hub} refused this registration (the run goes on without this process): {reason}"
     return f"the {hub} aborted the run: {reason}"

@@ -58,10 +58,11 @@ from vfl.protocols.fm_release import FMParty
 from vfl.protocols.gd_phase import GDRunParty
 from vfl.protocols.local_data import LocalData, check_declared_bounds, missing_bounds
 from vfl.protocols.policy import PartyPolicy, check_plan, describe_plan
-from vfl.protocols.roster import RELAYED, Roster, plan_digest, sign_registration
+from vfl.protocols.roster import RELAYED, ROSTER_ENTRY, Roster, plan_digest, sign_registration
 from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
+from vfl.secure.psi import BlindingKey
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
@@ -92,6 +93,28 @@ def plan_privacy_line(plan: PlanBody, session: Any, data: LocalData, *, seeded: 
                    if plan.mechanism == "dp-bcd" and isinstance(eps, (int, float)) else "no noise"))
     why = f" (not formally DP: {'; '.join(reasons)})" if reasons else ""
     return f"privacy of this plan, as this party sees it: {text}{why}"
+
+
+def plan_spend(session: Session, plan_body: dict) -> Spend:
+    """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
+    if isinstance(session, (FMParty, GDRunParty)):
+        return spend_of_report(session.mech.privacy_report())
+    plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
+    return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
+
+
+def releases(sent: Sequence[Message], roster: Roster | None) -> bool:
+    """Whether ``sent`` holds this party's part of the release: a message sent after its roster verified."""
+    return bool(sent) and roster is not None and roster.digest is not None and any(
+        m.type.value != ROSTER_ENTRY for m in sent)
+
+
+def took_part(released: bool) -> None:
+    """A party returns or writes a model only for a run whose plan it accepted and whose release it took part in
+    (:func:`releases`); a hub's RESULT before that is refused with one line (ProtocolError), no file written."""
+    if not released:
+        raise ProtocolError("the coordinator sent a result for a run this party has not taken part in (no "
+                            "accepted plan, checked roster and release of its own); no model written")
 
 
 class PartyNode(Member):
@@ -151,11 +174,13 @@ class PartyNode(Member):
         self._current: Session | None = None   # the run's FM or BCD session, once its PLAN came
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
-                                      pinned=self.pinned, registration=lambda: self.registration)
+                                      pinned=self.pinned, registration=lambda: self.registration,
+                                      workers=workers)
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
         self.model_checked = False   # a MODEL_CHECK was accepted in this run: a party signs one model per run
+        self.released = False   # it sent a message of the release after its roster verified (RESULT allowed)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FittedModel:
@@ -194,8 +219,11 @@ class PartyNode(Member):
         return []
 
     def outgoing(self) -> list[Message]:
-        """What this party's worker thread finished (its first failure is raised here, on the main thread)."""
-        return self._work.drain()
+        """What this party's worker thread finished (its first failure is raised here, on the main thread). A message
+        sent after the roster verified is this party's part of the release (:attr:`released`: RESULT allowed)."""
+        out = self._work.drain()
+        self.released = self.released or releases(out, self.roster)
+        return out
 
     def _handle(self, t: ClientTransport, msg: Message, session: Session | None) -> Any:
         kind = msg.type   # ABORT ends the run in Member.serve
@@ -210,7 +238,7 @@ class PartyNode(Member):
             session = self._session(msg)
             self._plan_body = msg.body
             # read-only: a plan over budget is refused before the ROSTER_ENTRY, so no co-party reserves for it
-            self.guard.check(t.run_id, self._spend(session, msg.body))
+            self.guard.check(t.run_id, plan_spend(session, msg.body))
             self._submit(self._enter_roster, session, msg.body, t.run_id)
             return session
         if kind is MessageType.ROSTER:
@@ -263,6 +291,7 @@ class PartyNode(Member):
     def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
         """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
         stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
+        took_part(session is not None and self.released)   # else refused: exit non-zero, no file
         doc = msg.body["model"]
         if not isinstance(session, FMParty):
             return FittedModel.from_dict(doc)
@@ -276,21 +305,13 @@ class PartyNode(Member):
                      + f" stored in {path}")
         return model
 
-    @staticmethod
-    def _spend(session: Session, plan_body: dict) -> Spend:
-        """This plan's spend: this party's own privacy report (the true epsilon and its accounting object)."""
-        if isinstance(session, (FMParty, GDRunParty)):
-            return spend_of_report(session.mech.privacy_report())
-        plan = PlanBody.from_body(plan_body)   # (DP-)BCD: no formal (epsilon, delta) guarantee, no budget covers it
-        return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
-
     def _reserve(self, session: Session, plan_body: dict, run: str) -> None:
         """Compose this plan's spend with the ledger's history of its budget and reserve it in one committed
         transaction, or refuse the plan with one line (spent, requested, left; :class:`~vfl.exceptions.BudgetError`):
         after the roster verified, before the first data-dependent message."""
         if self.ledger is None:
             return
-        spend = self._spend(session, plan_body)
+        spend = plan_spend(session, plan_body)
         coordinator = self.connect + ("" if self.curve is None else f" (CURVE {self.curve.server_public.hex()})")
         self.guard.reserve(run, spend, coordinator=coordinator, plan_digest=plan_digest(plan_body).hex())
 
@@ -353,8 +374,9 @@ class RowAlignment:
     common rows."""
 
     def __init__(self, ids: Any, n_rows: int, *, name: str, identity: Any, pinned: Any,
-                 registration: Callable[[], dict]) -> None:
+                 registration: Callable[[], dict], workers: int | None = None) -> None:
         self.ids, self.rows_before, self.name = ids, n_rows, name
+        self.workers = workers   # blinding threads (the party's --workers; default: the usable cores)
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
 
@@ -368,7 +390,8 @@ class RowAlignment:
             if self.party is not None:
                 raise ProtocolError("second psi_start in one run")
             self.party = AlignmentParty(self.ids, identity=self.identity, pinned=self.pinned, name=self.name,
-                                        run=msg.run, registration=self.registration())
+                                        run=msg.run, registration=self.registration(),
+                                        key=BlindingKey(workers=self.workers))
         if self.party is None:
             raise ProtocolError(f"{msg.type.value} before psi_start")
         if msg.type is MessageType.PSI_START:   # the ring is checked here; the own list is blinded chunk by chunk

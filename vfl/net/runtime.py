@@ -42,6 +42,7 @@ from vfl.net.notices import (
     Reminder,
     abort_body,
     abort_text,
+    shown,
     silence_reason,
     waiting_line,
 )
@@ -186,7 +187,7 @@ class Hub:
         if peer in self.refused or len(self.refused) >= MAX_REFUSED_PEERS:
             return
         self.refused[peer] = _bare(error or ConfigurationError(reason))
-        self._limited("registration", f"  refused a registration: {reason}", self.log)
+        self._limited("registration", f"  refused a registration: {shown(reason)}", self.log)
         try:
             self.transport.send(peer, Message(MessageType.ABORT, {
                 "reason": reason[:2000],
@@ -279,7 +280,7 @@ class Hub:
 
     def _failed(self, member: Registered, msg: Message) -> None:
         self.lost = member.name
-        raise PartyFailure(f"{self.member_word} {member.name} failed: {msg.body['reason']}")
+        raise PartyFailure(f"{self.member_word} {member.name} failed: {shown(msg.body['reason'])}")
 
 
 def _bare(error: VFLError) -> VFLError:
@@ -368,6 +369,7 @@ class OrderedWorker:
         self._results: queue.Queue = queue.Queue()
         self._last: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failed = threading.Event()   # a task failed: the tasks after it never start (their state is broken)
         self._failure: BaseException | None = None
         self._submitting = threading.Lock()   # a task may submit the next one (PSI: own chunks between others)
 
@@ -382,12 +384,13 @@ class OrderedWorker:
         def work() -> None:
             if prev is not None:
                 prev.join()
-            if self._stop.is_set():
+            if self._stop.is_set() or self._failed.is_set():
                 return
             try:
                 for item in fn(*args):
                     self._results.put(self.prepare(item))
             except BaseException as exc:  # delivered to the main loop, which reports and raises
+                self._failed.set()
                 if not isinstance(exc, VFLError):
                     traceback.print_exc(file=sys.stderr)
                 self._results.put(exc)

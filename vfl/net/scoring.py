@@ -34,6 +34,7 @@ from vfl.exceptions import (
 from vfl.models.modelio import FittedModel, PartyColumns, atomic_write_text
 from vfl.models.predict import format_value, output_column
 from vfl.net.messages import MAX_MESSAGE_BYTES, Message, MessageType, message_of, validate_name
+from vfl.net.notices import shown
 from vfl.net.runtime import Done, Hub, Member, Peer, run_reporting_failures
 from vfl.net.transport import ClientTransport, CurveClientKeys, CurveServerKeys, ServerTransport
 from vfl.protocols.contracts import Out
@@ -185,7 +186,11 @@ class ScoringHubNode(Hub):
         self._send_out(self.phase.plan_messages())
 
     def drop(self, name: str) -> None:
-        """Forget a failed party (its session is over for everyone): it may register again and rejoin."""
+        """Forget a failed party (its session is over for everyone): it may register again and rejoin. Its old peer
+        is unbound from its name at the transport too, so that identity can no longer speak as that party."""
+        for m in self.members:
+            if m.name == name:
+                self.transport.forget(m.peer)
         self.members = [m for m in self.members if m.name != name]
         self.plan_sent = False
         self.phase = ScoringHub(self.plan)
@@ -355,7 +360,7 @@ class ScoringPartyNode(Member):
         return body if self.identity is None else sign_registration(self.identity, body)
 
     def aborted(self, body: dict) -> PartyFailure:
-        return PartyFailure(f"the scoring hub ended the session: {body['reason']}")
+        return PartyFailure(f"the scoring hub ended the session: {shown(body.get('reason'))}")
 
     def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
         if msg.type is MessageType.SCORE_DONE:

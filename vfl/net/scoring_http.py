@@ -46,6 +46,7 @@ from vfl.net.http_guard import (
     body_length,
     client_key,
 )
+from vfl.net.notices import shown
 from vfl.net.scoring import Scores, ScoringHubNode
 
 __all__ = ["ScoringService", "HTTPLimits", "parse_http_address", "MAX_BODY_BYTES"]
@@ -152,7 +153,7 @@ class ScoringService:
         except PartyFailure as exc:
             self._lost(exc)
         except VFLError as exc:                  # a stale or malformed message: the session starts afresh
-            self.log(f"scoring session reset: {exc}")
+            self.log(f"scoring session reset: {shown(exc)}")
             self.hub.drop("")
             self.problem = str(exc)
 

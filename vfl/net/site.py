@@ -208,6 +208,7 @@ class SiteNode(Member):
         self.index: int | None = None
         self._session: Any = None
         self._plan: dict[str, Any] = {}
+        self.released = False   # this site sent a data-dependent message of the plan's release (RESULT allowed)
         #: this site's reservations in its privacy ledger (the same helper as a vertical party's, vfl.net.party);
         #: the dataset key comes from ``data.ledger_key(dataset_name)``
         key = data.ledger_key(dataset_name) if ledger is not None else DatasetKey("", dataset_name)
@@ -252,6 +253,7 @@ class SiteNode(Member):
         if self.guard.ledger is not None and self.guard.reserved is None \
                 and any(m.kind not in KEY_KINDS for m in messages):
             self._reserve(self._session, self._plan, t.run_id)
+        self.released = self.released or any(m.kind not in KEY_KINDS for m in messages)
         return [message_of(m) for m in messages]
 
     def register_body(self) -> dict[str, Any]:
@@ -275,6 +277,10 @@ class SiteNode(Member):
 
     def on_message(self, t: ClientTransport, msg: Message) -> Done | list[Message]:
         if msg.type is MessageType.RESULT:
+            if self._session is None or not self.released:   # only a run whose plan it accepted and whose
+                raise ProtocolError(   # release it took part in: otherwise no model is returned or written
+                    "the aggregator sent a result for a run this site has not taken part in (no accepted plan and "
+                    "no release of its own); no model written")
             return Done(self.result_parser(msg))
         if msg.type is MessageType.CAPE_PLAN:
             if self._session is not None:

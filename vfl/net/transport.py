@@ -40,7 +40,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from vfl.exceptions import ConfigurationError, PartyFailure, ProtocolError
 from vfl.net.messages import MAX_FRAMES, MAX_MESSAGE_BYTES, Message, MessageType, decode, encode, validate_name
-from vfl.net.notices import RateLimitedLog
+from vfl.net.notices import RateLimitedLog, shown
 
 __all__ = [
     "CurveServerKeys",
@@ -312,7 +312,9 @@ class ServerTransport:
 
     def forget(self, peer: bytes) -> None:
         """Drop what was kept of a peer that is not a member (a stray answered or ignored by the hub): its last-seen
-        time, sequence number and CURVE key, so that a stranger opening new connections costs no memory."""
+        time, sequence number and CURVE key, so that a stranger opening new connections costs no memory; a member
+        dropped from the run (scoring) loses its name binding, so its old peer can no longer speak as that name."""
+        self.peer_names.pop(peer, None)
         self.last_seen.pop(peer, None)
         self._peer_seq.pop(peer, None)
         self.peer_keys.pop(peer, None)
@@ -392,7 +394,7 @@ class ServerTransport:
         self.rejected += 1
         self.last_rejection = reason
         who = self.peer_names.get(peer or b"") or "an unregistered peer"
-        self._limited(f"wire {who}", f"rejected wire input from {who}: {reason}", self.on_reject)
+        self._limited(f"wire {who}", f"rejected wire input from {who}: {shown(reason)}", self.on_reject)
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
         close_monitor(self.sock, self._monitor)

@@ -35,7 +35,7 @@ from vfl.exceptions import ConfigurationError
 from vfl.models.bcd import BCD_MECHANISMS
 from vfl.privacy.gradient_release import GD_MECHANISMS
 from vfl.privacy.mechanisms import MECHANISMS as FM_MECHANISMS
-from vfl.validation import Interval, check_param
+from vfl.validation import Interval, check_param, is_name
 
 __all__ = ["DEFAULT_MECHANISMS", "UNPROTECTED_MECHANISMS", "NOT_FORMALLY_DP", "BOUNDED_MECHANISMS",
            "MAX_PLAN_PARTIES", "PartyPolicy", "PlanSummary", "SitePolicy", "check_plan", "check_site_plan",
@@ -175,6 +175,8 @@ def check_plan(body: dict[str, Any], policy: PartyPolicy, *, name: str, n_rows: 
     described: list[tuple[str, int, bool]] = []
     intercept_party: str | None = None
     for p in parties:
+        if not is_name(p.get("name")):   # before it is printed in the plan line: a name, not terminal text
+            raise ConfigurationError(f"the plan names a party {p.get('name')!r:.80}: not a party name; refused")
         count = p.get("n_features")
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < max(n_rows, 2):
             raise ConfigurationError(f"the plan gives party {p.get('name')!r} {count!r} columns for {n_rows} rows; "

@@ -96,11 +96,25 @@ def fixed_base_table(base: Any, modulus: Any, exponent_bits: int, window: int) -
     return FixedBaseTable(base, modulus, exponent_bits, window)
 
 
-def best_table_window(count: int, exponent_bits: int) -> int | None:
-    """Window minimising table build plus ``count`` lookups, or ``None`` if plain powmod is cheaper."""
+TABLE_BYTES_CAP = 96 * 1024 * 1024
+"""Memory cap on one encrypter's fixed-base tables (issue 34; before it, a fixed cap of 10-bit windows)."""
+TABLE_ENTRY_BYTES = 512
+"""Bytes of one table entry across an encrypter's tables for 2048-bit keys: one residue modulo ``n^2``, or one
+modulo ``p^2`` and one modulo ``q^2`` (CRT)."""
+
+
+def best_table_window(count: int, exponent_bits: int, entry_bytes: int = TABLE_ENTRY_BYTES,
+                      cap_bytes: int = TABLE_BYTES_CAP) -> int | None:
+    """Window minimising table build plus ``count`` lookups, or ``None`` if plain powmod is cheaper.
+
+    The table holds ``ceil(b / c) 2^c`` entries of ``entry_bytes``; windows whose table exceeds ``cap_bytes`` are
+    not considered (at most 16 bits, the C tables' limit). For 256-bit exponents and 2048-bit keys that allows
+    ``c <= 13`` (84 MB), the best window from about 6.10^4 encryptions on."""
     best, best_cost = None, float(_DIRECT_POWMOD_COST)
-    for c in range(2, 11):
+    for c in range(2, 17):
         k = math.ceil(exponent_bits / c)
+        if k * (1 << c) * entry_bytes > cap_bytes:
+            break
         cost = k * (1 << c) / max(count, 1) + k
         if cost < best_cost:
             best, best_cost = c, cost
@@ -157,7 +171,9 @@ class Encrypter:
         """Build (or widen) the fixed-base table if ``count`` upcoming encryptions make it pay (short-exponent)."""
         if self.randomness != "short-exponent":
             return
-        window = best_table_window(count, SHORT_EXPONENT_BITS)
+        entry = (2 * ((int(self.p2).bit_length() + 7) // 8) if self.p is not None
+                 else (int(self.n2).bit_length() + 7) // 8)   # bytes of one entry across the tables built below
+        window = best_table_window(count, SHORT_EXPONENT_BITS, entry)
         if window is None:
             return
         if self.p is not None:   # the key holder: two tables modulo p^2 and q^2 (CRT; issue 25)
@@ -190,6 +206,16 @@ class Encrypter:
             if math.gcd(r, int(self.n)) == 1:
                 return r
 
+    def draw_many(self, count: int) -> list[Any]:
+        """``count`` draws (:meth:`draw`); short-exponent ``alpha`` values cut from one :func:`secrets.randbits` call
+        of ``count`` times their bits (the same independent uniform 256-bit integers, without a system call per
+        ciphertext; issue 34)."""
+        if self.randomness != "short-exponent" or count <= 0:
+            return [self.draw() for _ in range(max(count, 0))]
+        size = SHORT_EXPONENT_BITS // 8
+        raw = secrets.randbits(SHORT_EXPONENT_BITS * count).to_bytes(size * count, "little")
+        return [int.from_bytes(raw[i:i + size], "little") for i in range(0, size * count, size)]
+
     def residue_from(self, draw: Any) -> Any:
         """``rho`` from the random input of :meth:`draw` (deterministic)."""
         if self.randomness == "short-exponent":
@@ -217,6 +243,20 @@ class Encrypter:
     def encrypt(self, m: int) -> Any:
         """``(1 + m n) rho mod n^2`` for ``0 <= m < n``."""
         return (1 + mpz(m) * self.n) * self.fresh_nth_residue() % self.n2
+
+    def encrypt_frame(self, plaintexts: Sequence[int], draws: Sequence[Any], width: int) -> bytes:
+        """``Enc(m_t) = (1 + m_t n) rho_t mod n^2`` with ``rho_t = residue_from(draws[t])``, as ``width``-byte
+        big-endian ciphertexts. With the factors, short-exponent randomness and the C tables built, all of them in
+        one C call (:func:`vfl.secure.native.crt_encrypt`, issue 34); otherwise one at a time here: the same
+        integers either way."""
+        tables = self._crt_tables
+        if (self.randomness == "short-exponent" and tables is not None and native.fastloops is not None
+                and isinstance(tables[0], native.CFixedBaseTable) and isinstance(tables[1], native.CFixedBaseTable)):
+            return native.crt_encrypt(tables[0], tables[1], plaintexts, draws, self.n, self.p2_inv_q2, width)
+        out = bytearray()
+        for m, draw in zip(plaintexts, draws, strict=True):
+            out += int((1 + mpz(m) * self.n) * self.residue_from(draw) % self.n2).to_bytes(width, "big")
+        return bytes(out)
 
     def rerandomise(self, c: Any) -> Any:
         """Multiply in a fresh ``Enc(0) = rho``: same plaintext, fresh uniform randomness."""

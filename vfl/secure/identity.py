@@ -56,7 +56,7 @@ _HEX_RE = re.compile(r"^[0-9a-f]+$")
 
 
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ConfigurationError(f"invalid party name {name!r}: use 1-64 letters, digits, '_', '.', '-'")
     return name
 
@@ -148,7 +148,7 @@ def _read_hex(path: Path, what: str) -> bytes:
         text = path.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"cannot read {what} {path}: {exc}") from None
-    if len(text) != 64 or not _HEX_RE.match(text):
+    if len(text) != 64 or not _HEX_RE.fullmatch(text):
         raise ConfigurationError(f"{what} {path} must hold 64 lower-case hex characters (create it with `vfl keys`)")
     return bytes.fromhex(text)
 
@@ -199,7 +199,7 @@ class PinnedKeys:
 
 def verify_signature(key: VerifyKey | bytes | str, digest: bytes, signature: Any, what: str) -> None:
     """Check a hex Ed25519 signature on ``digest``; IdentityError("bad signature on <what>") otherwise."""
-    if not isinstance(signature, str) or len(signature) != SIGNATURE_HEX or not _HEX_RE.match(signature):
+    if not isinstance(signature, str) or len(signature) != SIGNATURE_HEX or not _HEX_RE.fullmatch(signature):
         raise IdentityError(f"{what} carries no valid signature; refusing it")
     try:
         vk = key if isinstance(key, VerifyKey) else VerifyKey(bytes.fromhex(key) if isinstance(key, str) else key)
@@ -216,7 +216,7 @@ def load_pinned(directory: str | Path) -> PinnedKeys:
     keys: dict[str, VerifyKey] = {}
     for path in sorted(root.glob(f"*{PUBLIC_SUFFIX}")):
         name = path.name[: -len(PUBLIC_SUFFIX)]
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):
             raise ConfigurationError(f"{path}: {name!r} is not a valid party name")
         keys[name] = VerifyKey(_read_hex(path, "public identity"))
     if not keys:

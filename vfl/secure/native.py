@@ -165,6 +165,25 @@ def c_multiexp(bases: Sequence[Any], exponents: Sequence[int], modulus: Any, win
     return value, acc.mults + int(acc._c.combination_mults)
 
 
+def crt_encrypt(table_p: CFixedBaseTable, table_q: CFixedBaseTable, plaintexts: Sequence[int],
+                alphas: Sequence[int], n: Any, p2_inv_q2: Any, width: int) -> bytes:
+    """``(1 + m n) CRT(h_s^alpha mod p^2, h_s^alpha mod q^2) mod n^2`` for every pair ``(m, alpha)``, in one C call,
+    as ``width``-byte big-endian ciphertexts: the integers of :meth:`fastmath.Encrypter.encrypt_frame`'s loop."""
+    if fastloops is None:
+        raise RuntimeError(f"the C loops are not available: {IMPLEMENTATION}")
+    if len(plaintexts) != len(alphas):
+        raise ValueError("crt_encrypt needs one exponent per plaintext")
+    alpha_len = max(table_p._nbytes, table_q._nbytes)
+    plain_len = (int(n).bit_length() + 7) // 8
+    try:
+        a = b"".join(int(x).to_bytes(alpha_len, "little") for x in alphas)
+        m = b"".join(int(x).to_bytes(plain_len, "big") for x in plaintexts)
+    except OverflowError as exc:
+        raise ValueError("crt_encrypt: exponents and plaintexts must be non-negative and fit their tables") from exc
+    return fastloops.crt_encrypt(table_p._c, table_q._c, a, alpha_len, m, plain_len, _to_bytes(n),
+                                 _to_bytes(p2_inv_q2), width)
+
+
 def mulmod_repeat(a: int, b: int, modulus: int, count: int, montgomery: bool = False) -> int:
     """``count`` multiplications modulo ``N`` in C (the unit cost of one at C speed): ``a b^count mod N`` by GMP's
     ``mpz_mul`` + ``mpz_tdiv_r``, or with ``montgomery=True`` (odd ``N``, ``a, b < N``) by the Montgomery product the

@@ -162,8 +162,8 @@ class ProductEncryptor:
                         if len(enc.pool) >= count:
                             draws, pre = [enc.pool.popleft() for _ in range(count)], True
                         else:
-                            draws, pre = [enc.draw() for _ in range(count)], False
-                        yield (state, part, groups, lay.slot_bits, draws, pre, width)
+                            draws, pre = enc.draw_many(count), False
+                        yield (state, part, groups, lay.slot_bits, draws, pre, width, n_items)
 
             results = bounded_map(ex, encrypt_rows_task, arguments(), 2 * parallel + 1)
             for t in range(header.n_chunks):

@@ -99,7 +99,7 @@ def _int_field(header: dict[str, Any], name: str, lo: int, hi: int) -> int:
 
 def _str_field(header: dict[str, Any], name: str, pattern: re.Pattern[str]) -> str:
     value = header.get(name)
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ProtocolError(f"header field {name!r} is malformed")
     return value
 
