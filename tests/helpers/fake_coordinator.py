@@ -164,7 +164,7 @@ def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registr
         probe = (probe * (pad_to // len(guesses) + 1))[:pad_to * POINT_BYTES]
     for i, point in (replace or {}).items():    # hostile encodings in place of blinded guesses
         probe = probe[:i * POINT_BYTES] + point + probe[(i + 1) * POINT_BYTES:]
-    body: dict[str, Any] = {"origin": 1, "hops": 1}
+    body: dict[str, Any] = {"origin": 1, "hops": 1, "offset": 0}
     if sign is not None:
         from vfl.protocols.alignment import PsiRing
         ring = PsiRing.from_start(start, index=1, name=None, n_ids=registrations[1]["n_rows"], pinned=None,

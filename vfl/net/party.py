@@ -36,7 +36,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -394,13 +394,27 @@ class RowAlignment:
                                         key=BlindingKey(workers=self.workers))
         if self.party is None:
             raise ProtocolError(f"{msg.type.value} before psi_start")
+        if msg.type is MessageType.PSI_START:   # the ring is checked here; the own list is blinded chunk by chunk
+            self._own_step(iter(self.party.on_message(msg)), submit)
+            return None
         if msg.type is not MessageType.PSI_RESULT:
             submit(self.party.on_message, msg)
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
         self.party.on_message(msg)
-        assert self.party.rows is not None
-        return self.party.rows
+        return self.party.rows   # None until the last chunk of the positions
+
+    def _own_step(self, chunks: Iterator[Any], submit: Callable[..., None]) -> None:
+        """Queue the blinding of this party's next own chunk behind the co-parties' chunks received so far, so the
+        worker alternates between its own list and theirs and no co-party list piles up in memory (issue 34)."""
+        def step() -> list:
+            item = next(chunks, None)
+            if item is None:
+                return []
+            self._own_step(chunks, submit)
+            return [item]
+
+        submit(step)
 
     def summary(self, n_common: int) -> str:
         ring = None if self.party is None else self.party.ring

@@ -371,9 +371,14 @@ class OrderedWorker:
         self._stop = threading.Event()
         self._failed = threading.Event()   # a task failed: the tasks after it never start (their state is broken)
         self._failure: BaseException | None = None
+        self._submitting = threading.Lock()   # a task may submit the next one (PSI: own chunks between others)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it."""
+        with self._submitting:
+            self._chain(fn, *args)
+
+    def _chain(self, fn: Callable[..., Any], *args: Any) -> None:
         prev = self._last
 
         def work() -> None:
