@@ -32,10 +32,10 @@ X25519 ladders per call through :mod:`vfl.secure.x25519_mb` (``mbx_x25519_mb8``,
 bit-identical to libsodium's ``crypto_scalarmult`` on its own hash outputs (checked when it loads, and by the tests;
 an all-zero result is refused here, since crypto_mb only flags it in a status word). :meth:`BlindingKey.reblind`
 stays on libsodium: its points come from peers, and crypto_mb 2026.2.0 returns a wrong result for some valid,
-canonical curve points (every ``u = p - d`` with ``2 < d < ~1400`` we tried, and ``u = 2^254 - 9``; measured against
-libsodium and the RFC 7748 ladder, tests/secure/test_x25519_mb.py), so a hostile peer could make a party compute a
-faulty multiple of its key; vfl does not hand a peer that oracle. Random points (the hash's outputs) never hit it in
-our runs (0 mismatches in 4 * 10^4 random curve points). Without the library: libsodium as above.
+canonical curve points (``u = p - d`` for every ``d`` from 1 to 1393 we tried, and ``u = 2^254 - 9``; measured
+against libsodium and the RFC 7748 ladder, tests/secure/test_x25519_mb.py), so a hostile peer could make a party
+compute a faulty multiple of its key; vfl does not hand a peer that oracle. Random points (the hash's outputs) never
+hit it in our runs (0 mismatches in 4 * 10^4 random curve points). Without the library: libsodium as above.
 
 Batched and parallel: IDs/points are cut into :data:`CHUNK`-sized pieces that run on a thread pool of
 :func:`usable_cores` threads (or ``workers``); libsodium's calls through cffi release the GIL, so the threads run

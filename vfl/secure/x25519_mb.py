@@ -125,8 +125,9 @@ class MultiBuffer:
 
 
 def _agrees(backend: MultiBuffer) -> bool:
-    """The backend equals libsodium's ``crypto_scalarmult`` on random keys and points (including an unclamped key,
-    a group that needs padding and points of the prime-order subgroup and of the whole curve)."""
+    """The backend equals libsodium's ``crypto_scalarmult`` on random (unclamped) keys and random points of the
+    prime-order subgroup, one group of eight and groups that need padding (tests/secure/test_x25519_mb.py covers
+    whole-curve and edge inputs)."""
     for n in (1, LANES, 2 * LANES + 3):
         key = secrets.token_bytes(_POINT)
         us = [sodium.crypto_scalarmult_base(secrets.token_bytes(_POINT)) for _ in range(n)]
