@@ -337,3 +337,35 @@ def test_a_plan_naming_a_party_with_terminal_text_is_refused_before_it_is_printe
     line = _one_line(err)
     assert code != 0 and "not a party name" in line, (code, err)
     assert "\x1b" not in stdout + err and "FAKE" not in stdout, stdout
+
+
+# ----------------------------------------------------------------------------- 1b. review6: READY is no release
+def test_a_noisy_gd_party_refuses_a_result_after_its_ready_before_its_rounds(procs, tmp_path, identity_dir):
+    """review6. Invariant: a party returns a model only for a run whose release it took part in. Attacker: a
+    coordinator that sends a valid noisy-gd PLAN, plays the co-party in the roster, waits for the party's READY
+    (public bounds, no round computed) and then sends RESULT with a model of its own. On main READY counted as
+    "its release" and the party exited 0 printing "done: model released" with the hub's model (noisy-gd models
+    are unsigned, so nothing else stops it); now exit non-zero, one line, and no GD_REQUEST ever left it."""
+    from tests.net.test_network_gd_cli import _bob_process
+    from tests.net.test_network_gd_cli import _plan as _gd_plan
+
+    fake = FakeCoordinator()
+    try:
+        bob = _bob_process(procs, tmp_path, fake.endpoint)
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties, params = _gd_plan()
+        fake.plan(peer, index=1, parties=parties, mechanism="noisy-gd", params=params, n_samples=N, label_owner=0)
+        assert fake.roster(peer, identity_dir, timeout=GENEROUS) is not None
+        ready = fake.wait_for(MessageType.READY, MessageType.ERROR, timeout=GENEROUS)
+        assert ready is not None and ready[1].type is MessageType.READY, ready
+        model = _fake_model()
+        model["mechanism"] = "noisy-gd"
+        fake.send(peer, MessageType.RESULT, {"model": model})
+        code, stdout, err = procs.finish(bob)
+    finally:
+        fake.close()
+    assert code != 0 and "model released" not in stdout, (code, stdout)
+    line = _one_line(err)
+    assert code != 0 and "has not taken part in" in line, (code, err)
+    assert "model released" not in stdout
+    assert fake.sent_by_party(MessageType.GD_REQUEST) == [] and fake.sent_by_party(MessageType.GD_SHARE) == []
