@@ -369,3 +369,67 @@ def test_a_noisy_gd_party_refuses_a_result_after_its_ready_before_its_rounds(pro
     assert code != 0 and "has not taken part in" in line, (code, err)
     assert "model released" not in stdout
     assert fake.sent_by_party(MessageType.GD_REQUEST) == [] and fake.sent_by_party(MessageType.GD_SHARE) == []
+
+
+# ----------------------------------------------------------------------------- 2b. review6: peer column names
+#: a column name a hostile party registers: clear the screen, colour, a bidirectional override (no comma, no newline:
+#: a real `vfl party` reads it from its own CSV header and bounds file)
+EVIL_COLUMN = "\x1b[2J\x1b[31mFAKE\u202espend"
+
+
+def test_a_column_name_with_terminal_codes_never_reaches_the_coordinators_terminal(procs, tmp_path):
+    """review6. Invariant: peer-supplied text on an operator's terminal is printable. Attacker: a party whose
+    REGISTER names a column with terminal escape codes (here a real `vfl party` reading them from its own CSV header
+    and bounds file). On e5d4639 the run completed and the coordinator printed the name verbatim in its coefficient
+    table (the screen cleared, a right-to-left override); now the party refuses its own column name in one line and
+    nothing of it reaches any terminal (a hostile party that sends it anyway: the next test)."""
+    from vfl.demo import free_port, make_demo_data
+
+    data = make_demo_data(tmp_path / "data", 200, seed=3)
+    bob_csv = data["bob"].read_text().splitlines()
+    data["bob"].write_text("\n".join([bob_csv[0].replace("spend", EVIL_COLUMN), *bob_csv[1:]]) + "\n")
+    toml = data["bounds"].read_text().replace("spend = ", '"\\u001b[2J\\u001b[31mFAKE\\u202espend" = ')
+    data["bounds"].write_text(toml)
+    url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "m.json"
+    common = ["--no-progress", "--timeout", str(GENEROUS), "--insecure-test-keys"]
+    coord = procs.start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
+                        "--timeout", str(GENEROUS), "--mechanism", "gaussian-fm", "--epsilon", "4",
+                        "--insecure-test-keys")
+    alice = procs.start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
+                        "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]), *common)
+    bob = procs.start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",
+                      f"visits,{EVIL_COLUMN}", "--id", "id", "--bounds", str(data["bounds"]), *common)
+    code, stdout, err = procs.finish(bob)   # on e5d4639: after the whole run, exit 0
+    for p in (coord, alice):   # waiting for a bob who will not come: stopped here (the test needs no timeout)
+        if p.poll() is None:
+            p.kill()
+    shown_text = stdout + err + "".join(procs.finish(p)[1] + procs.finish(p)[2] for p in (coord, alice))
+    assert "\x1b" not in shown_text and "\u202e" not in shown_text, repr(shown_text[-3000:])
+    line = _one_line(err)
+    assert code != 0 and "not printable" in line and "rename the column" in line, (code, err)
+    assert not out.exists()
+
+
+def test_a_hostile_register_with_a_terminal_code_column_name_is_rejected_as_wire_input(procs, tmp_path):
+    """review6. The same column name sent by a hostile peer that skips the party's own check: rejected as wire input
+    (no WELCOME), and the rejection line the coordinator prints is escaped. On e5d4639 it was WELCOMEd and the name
+    later printed in the coefficient table."""
+    from tests.net.test_scoring_network import _free_endpoint
+
+    url = _free_endpoint()
+    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
+                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
+                    "--insecure-test-keys")
+    procs.wait_for_line(c, "listening on")
+    sock = _raw_peer(url)
+    try:
+        body = _register_body("mallory")
+        body["features"] = [EVIL_COLUMN]
+        _send_raw(sock, MessageType.REGISTER, body, sender="mallory")
+        line = procs.wait_for_line(c, "rejected wire input", timeout=GENEROUS)
+        assert "\x1b" not in line and "\u202e" not in line, repr(line)
+        assert _recv_raw(sock, 1.0) is None   # no WELCOME (and nothing else) for it
+    finally:
+        sock.close(linger=0)
+        c.kill()
+    assert "\x1b" not in "".join(procs.finish(c)[1:])
