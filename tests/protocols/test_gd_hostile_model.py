@@ -126,10 +126,10 @@ def test_the_real_round_moves_exactly_as_the_sensitivity_model_says_and_stays_wi
 
 @pytest.mark.parametrize("model", ["linear", "logistic"])
 def test_sigma_grows_more_at_unequal_column_splits(model):
-    """docs/threat_model.md ("sigma grows by 1.6-1.7x at near-equal column splits, more at unequal ones") and
-    docs/privacy.md: the factor Delta* / Delta by which the hostile co-party calibration raises sigma over the full-row
-    Delta is 1.6-1.8 at a 5:5 split and above 2 when the label owner holds 9 of 10 columns (R = 1 and 3; exact
-    arithmetic of vfl.privacy.gradient_release, no randomness)."""
+    """docs/threat_model.md ("sigma grows by 1.6-1.7x at near-equal column splits, more at unequal ones"; the
+    1.6-1.7 of the JSON shapes is checked by tests/docs/test_docs_gd_hostile_noise.py) and docs/privacy.md: the factor
+    Delta* / Delta by which the hostile co-party calibration raises sigma over the full-row Delta is 1.6-1.8 at a
+    5:5 split and above 2 when the label owner holds 9 of 10 columns (R = 1 and 3; exact arithmetic, no randomness)."""
     from vfl.privacy.gradient_release import GradientRelease
 
     def factor(widths: tuple[int, int], radius: float) -> float:
