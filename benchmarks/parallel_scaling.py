@@ -18,7 +18,9 @@ machine the speed-up is a lower bound of what two idle cores give.
 
 ``--dask``: the same products with ``executor="tcp://127.0.0.1:PORT"`` on a real Dask cluster started from the
 command line (``dask scheduler``, then ``dask worker tcp://127.0.0.1:PORT --nthreads 1 --no-nanny``, one or two
-worker processes: :class:`DaskProcesses`), checked exact against numpy as above.
+worker processes: :class:`DaskProcesses`), checked exact against numpy as above; on the same cluster, in the same
+run, also through ``client.get_executor()`` (pure tasks of one chunk each: how Dask ran before issue 34) against the
+address (each worker keeps its buckets across chunks, :class:`vfl.secure.dask_pool.DaskPinnedPool`).
 """
 
 from __future__ import annotations
@@ -164,16 +166,25 @@ def streamed_product(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int,
             "workers": responder.stats.get("workers", workers)}
 
 
-def dask_run(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int) -> dict[str, Any]:
-    """One product on a command-line Dask cluster of ``workers`` worker processes (a warm-up product first)."""
-    with DaskProcesses(workers) as cluster:
-        streamed_product(A[:50], B[:50], keypair, 1, cluster.address)   # workers import vfl
+def dask_run(A: np.ndarray, B: np.ndarray, keypair: tuple, workers: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One product on a command-line Dask cluster of ``workers`` worker processes (a warm-up product first), with
+    buckets kept in the workers (the address) and, on the same cluster, with per-chunk tasks
+    (``client.get_executor()``)."""
+    from dask.distributed import Client
+
+    def timed(executor: Any) -> dict[str, Any]:
         before = cluster.workers_cpu_seconds()
-        out = streamed_product(A, B, keypair, workers, cluster.address)
+        out = streamed_product(A, B, keypair, workers, executor)
         kids = cluster.workers_cpu_seconds() - before
-    own = out["parent_cpu_s"]
-    out.update(workers_cpu_s=kids, cpu_s=own + kids, idle_wall_bound_s=max(own, (own + kids) / workers))
-    return out
+        own = out["parent_cpu_s"]
+        out.update(workers_cpu_s=kids, cpu_s=own + kids, idle_wall_bound_s=max(own, (own + kids) / workers))
+        return out
+
+    with DaskProcesses(workers) as cluster, Client(cluster.address, timeout=120) as client:
+        streamed_product(A[:50], B[:50], keypair, 1, cluster.address)   # workers import vfl
+        kept = timed(cluster.address)
+        per_chunk = timed(client.get_executor(pure=False))
+    return kept, per_chunk
 
 
 def warm_pool_run(A: np.ndarray, B: np.ndarray, keypair: tuple) -> dict[str, Any]:
@@ -191,6 +202,17 @@ def warm_pool_run(A: np.ndarray, B: np.ndarray, keypair: tuple) -> dict[str, Any
     return out
 
 
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run's wall time and phases, the medians of the CPU columns, and whether every run was exact."""
+    med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+    return {"wall_s": med["wall_s"], "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+            "parent_cpu_s": statistics.median(r["parent_cpu_s"] for r in runs),
+            "workers_cpu_s": statistics.median(r["workers_cpu_s"] for r in runs),
+            "idle_wall_bound_s": statistics.median(r["idle_wall_bound_s"] for r in runs),
+            "walls_s": [r["wall_s"] for r in runs], "phases_s": med["phases_s"],
+            "exact": all(r["exact"] for r in runs)}
+
+
 def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: int, worker_counts: list[int],
             dask: bool = False) -> list[dict[str, Any]]:
     out, kind = [], "Dask" if dask else "local"
@@ -199,21 +221,21 @@ def measure(shapes: list[tuple[str, int, int, int]], keypair: tuple, repeats: in
         A, B = rng.uniform(-1, 1, (n, d_a)), rng.uniform(-1, 1, (n, d_b))
         row: dict[str, Any] = {"shape": name, "n": n, "d_a": d_a, "d_b": d_b}
         for workers in worker_counts:
-            runs = [dask_run(A, B, keypair, workers) if dask else streamed_product(A, B, keypair, workers)
-                    for _ in range(repeats)]
-            med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
-            row[f"workers_{workers}"] = {
-                "wall_s": med["wall_s"], "cpu_s": statistics.median(r["cpu_s"] for r in runs),
-                "parent_cpu_s": statistics.median(r["parent_cpu_s"] for r in runs),
-                "workers_cpu_s": statistics.median(r["workers_cpu_s"] for r in runs),
-                "idle_wall_bound_s": statistics.median(r["idle_wall_bound_s"] for r in runs),
-                "walls_s": [r["wall_s"] for r in runs], "phases_s": med["phases_s"],
-                "exact": all(r["exact"] for r in runs)}
-            got = row[f"workers_{workers}"]
-            print(f"{name}: {workers} {kind} worker(s): wall {got['wall_s']:.2f} s, CPU {got['cpu_s']:.2f} s (parent "
-                  f"{got['parent_cpu_s']:.2f}, workers {got['workers_cpu_s']:.2f}), parent wall per phase "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in med["phases_s"].items()) + f", exact {got['exact']}",
-                  flush=True)
+            if dask:
+                pairs = [dask_run(A, B, keypair, workers) for _ in range(repeats)]
+                variants = {"": [kept for kept, _ in pairs], "_per_chunk": [chunked for _, chunked in pairs]}
+            else:
+                variants = {"": [streamed_product(A, B, keypair, workers) for _ in range(repeats)]}
+            for suffix, runs in variants.items():
+                row[f"workers_{workers}{suffix}"] = got = summary(runs)
+                print(f"{name}: {workers} {kind} worker(s){' (per-chunk tasks)' if suffix else ''}: wall "
+                      f"{got['wall_s']:.2f} s, CPU {got['cpu_s']:.2f} s (parent {got['parent_cpu_s']:.2f}, workers "
+                      f"{got['workers_cpu_s']:.2f}), parent wall per phase "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in got["phases_s"].items()) + f", exact {got['exact']}",
+                      flush=True)
+            if dask:
+                row[f"workers_{workers}_cpu_kept_over_per_chunk"] = (row[f"workers_{workers}"]["cpu_s"]
+                                                                    / row[f"workers_{workers}_per_chunk"]["cpu_s"])
         if not dask:
             runs = [warm_pool_run(A, B, keypair) for _ in range(repeats)]
             med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
@@ -252,12 +274,14 @@ def markdown(report: dict[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---|"]
     groups = [("local", r) for r in report["shapes"]] + [("Dask", r) for r in report.get("dask_shapes", [])]
     for kind, row in groups:
-        for w in ("1", "2", "2_warm"):
+        for w in ("1", "2", "2_warm", "1_per_chunk", "2_per_chunk"):
             if f"workers_{w}" not in row:
                 continue
             got = row[f"workers_{w}"]
             label = {"1": f"1 {kind} worker", "2": f"2 {kind} workers",
-                     "2_warm": f"2 {kind} workers, one warm pool"}[w]
+                     "2_warm": f"2 {kind} workers, one warm pool",
+                     "1_per_chunk": f"1 {kind} worker, per-chunk tasks (before issue 34)",
+                     "2_per_chunk": f"2 {kind} workers, per-chunk tasks (before issue 34)"}[w]
             lines.append(f"| {row['shape']}, {label} | {got['wall_s']:.2f} | "
                          f"{got['cpu_s']:.2f} | {got['parent_cpu_s']:.2f} | {got['workers_cpu_s']:.2f} | "
                          f"{'yes' if got['exact'] else 'NO'} |")
@@ -269,6 +293,15 @@ def markdown(report: dict[str, Any]) -> str:
         if "warm_speedup_2_over_1" in row:
             lines.append(f"| {row['shape']}, {kind}, one warm pool | {row['warm_speedup_2_over_1']:.2f} | "
                          f"{row['warm_cpu_ratio_2_over_1']:.2f} | {row['warm_idle_speedup_bound']:.2f} |")
+    dask_rows = [row for row in report.get("dask_shapes", []) if "workers_1_per_chunk" in row]
+    if dask_rows:
+        lines += ["", "| Dask, buckets kept against per-chunk tasks (same run, same cluster) | CPU kept (s) | "
+                  "CPU per-chunk (s) | CPU ratio |", "|---|---:|---:|---:|"]
+        for row in dask_rows:
+            for w in ("1", "2"):
+                lines.append(f"| {row['shape']}, {w} Dask worker{'s' if w == '2' else ''} | "
+                             f"{row[f'workers_{w}']['cpu_s']:.2f} | {row[f'workers_{w}_per_chunk']['cpu_s']:.2f} | "
+                             f"{row[f'workers_{w}_cpu_kept_over_per_chunk']:.2f} |")
     return "\n".join(lines)
 
 
@@ -278,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per shape and worker count (median)")
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument("--dask", action="store_true", help="also 1 and 2 command-line Dask worker processes")
+    parser.add_argument("--dask-repeats", type=int, default=1,
+                        help="Dask clusters per shape and worker count (median; each runs both Dask variants)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     load0 = os.getloadavg()[0]
@@ -285,10 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
     rows = measure(shapes, keypair, args.repeats, [1, 2])
-    dask_rows = measure(shapes, keypair, 1, [1, 2], dask=True) if args.dask else []
+    dask_rows = measure(shapes, keypair, args.dask_repeats, [1, 2], dask=True) if args.dask else []
     report = {
         "command": "python benchmarks/parallel_scaling.py" + (" --quick" if args.quick else "")
-                   + (" --dask" if args.dask else "") + f" --repeats {args.repeats}",
+                   + (" --dask" if args.dask else "") + f" --repeats {args.repeats}"
+                   + (f" --dask-repeats {args.dask_repeats}" if args.dask and args.dask_repeats != 1 else ""),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_count": os.cpu_count(), "key_bits": args.key_bits, "precision_bits": P, "loops": native.IMPLEMENTATION,
         "load_1min_start": load0, "load_1min_end": os.getloadavg()[0],
@@ -300,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(report))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
-    exact = all(r[f"workers_{w}"]["exact"] for r in rows + dask_rows for w in (1, 2))
+    exact = all(r[key]["exact"] for r in rows + dask_rows for key in r
+                if key.startswith("workers_") and isinstance(r[key], dict))
     return 0 if exact and all(r["workers_2_warm"]["exact"] for r in rows) else 1
 
 

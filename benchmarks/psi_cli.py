@@ -88,6 +88,7 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
     logs = {r: workdir / f"{r}_{n}.log" for r in ROLES}
     env = {**os.environ, "VFL_LEDGER": str(workdir / "ledgers"), "PYTHONUNBUFFERED": "1"}
     load_start = os.getloadavg()[0]
+    code, niceness = scale.code_version(), (f"nice -n {os.nice(0)} " if os.nice(0) else "")   # the tree measured
     start = time.perf_counter()
     procs = {r: subprocess.Popen(argv[r], stdout=open(logs[r], "w"), stderr=subprocess.STDOUT, env=env)
              for r in ROLES}
@@ -126,10 +127,10 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
     if said is None or int(said.group(1)) != int(round(overlap * n)):
         raise SystemExit(f"psi_cli.py: the coordinator found {said and said.group(1)} common IDs, not "
                          f"{int(round(overlap * n))}")
-    return {"ids_per_party": n, "overlap": overlap, "common": int(round(overlap * n)), "code": scale.code_version(),
+    return {"ids_per_party": n, "overlap": overlap, "common": int(round(overlap * n)), "code": code,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_1min_start_end": [load_start, os.getloadavg()[0]], "key_bits": key_bits,
-            "command": "nice -n 10 python " + " ".join(sys.argv), "at_alignment": at_alignment,
+            "command": niceness + "python " + " ".join(sys.argv), "at_alignment": at_alignment,
             "whole_run": None if until_aligned else {"wall_s": time.perf_counter() - start, "cpu_s": cpu,
                                                      "peak_rss_mb": {k: v / 2**20 for k, v in sampler.peak.items()}}}
 
@@ -187,7 +188,6 @@ def main() -> None:
         print(markdown(runs) + ("\n\n" + scaling_text(runs) if len(runs) > 1 else ""))
         return
     args.workdir.mkdir(parents=True, exist_ok=True)
-    kept = json.loads(args.json.read_text())["runs"] if args.json is not None and args.json.exists() else []
     runs: list[dict] = []
     for n in sizes:
         runs.append(run_once(n, args.overlap, args.workdir, key_bits=args.key_bits, timeout=args.timeout,
@@ -195,7 +195,9 @@ def main() -> None:
         print(markdown(runs[-1:]).splitlines()[-1], flush=True)
         if args.json is not None:   # after every size: a long run that fails later keeps what it measured
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.json.with_suffix(".tmp")
+            tmp = args.json.with_suffix(f".{os.getpid()}.tmp")
+            # read at write time: a run of another size writing the same file meanwhile is kept
+            kept = json.loads(args.json.read_text())["runs"] if args.json.exists() else []
             done = {r["ids_per_party"] for r in runs}
             every = sorted([r for r in kept if r["ids_per_party"] not in done] + runs,
                            key=lambda r: r["ids_per_party"])

@@ -51,3 +51,18 @@ def test_performance_md_quotes_the_same_dask_and_local_speed_ups() -> None:
     local, dask = doc["shapes"][1], doc["dask_shapes"][1]
     assert f"{dask['speedup_2_over_1']:.2f}× wall" in text and f"{local['speedup_2_over_1']:.2f}×" in text
     assert f"{dask['cpu_ratio_2_over_1']:.2f}× the CPU" in text
+
+
+@pytest.mark.skipif(not JSON.is_file(), reason="docs/data/parallel_scaling.json not committed yet")
+def test_the_reading_quotes_dask_buckets_kept_against_per_chunk_tasks() -> None:
+    """Issue 34: both Dask variants ran in the committed run, exact, and the prose quotes their CPU seconds."""
+    doc = json.loads(JSON.read_text(encoding="utf-8"))
+    text = " ".join(section(ROOT / "docs" / "secure_products.md", HEADING).split())
+    perf = " ".join(section(ROOT / "docs" / "performance.md", "## Dask workers").split())
+    large = doc["dask_shapes"][1]
+    for w in ("1", "2"):
+        kept, per_chunk = large[f"workers_{w}"], large[f"workers_{w}_per_chunk"]
+        assert kept["exact"] and per_chunk["exact"]
+        assert f"{kept['cpu_s']:.2f}" in text and f"{per_chunk['cpu_s']:.2f}" in text
+    kept, per_chunk = large["workers_2"]["cpu_s"], large["workers_2_per_chunk"]["cpu_s"]
+    assert f"{kept:.2f} CPU-s on 2 workers against {per_chunk:.2f}" in perf

@@ -34,3 +34,23 @@ def test_the_scaling_sentence_is_the_json() -> None:
     bench, doc = load_benchmark("psi_cli"), json.loads(JSON.read_text())
     text = " ".join(section(DOC, HEADING).split())
     assert bench.scaling_text(doc["runs"]) in text
+
+
+STREAM_JSON = ROOT / "docs" / "data" / "psi_cli_stream.json"
+STREAM_HEADING = "## Streamed through the CLI: bounded memory per process (issue 34)"
+
+
+def test_the_streamed_table_is_the_committed_runs_and_every_process_stays_below_1_gb() -> None:
+    """The streamed ring's table is psi_cli.py's rendering of its JSON, and the claim it supports holds in it."""
+    bench, doc = load_benchmark("psi_cli"), json.loads(STREAM_JSON.read_text())
+    text = section(DOC, STREAM_HEADING)
+    assert bench.markdown(doc["runs"]) in text
+    assert {r["ids_per_party"] for r in doc["runs"]} >= {10**6}
+    for r in doc["runs"]:
+        assert r["command"].split("python ", 1)[1] in text, "every run's command is shown"
+        assert r["date"][:10] in text and r["code"] in text, "every run's date and tree are stated"
+        assert all(0 < v <= 1024 for v in r["at_alignment"]["peak_rss_mb"].values())
+    peak = max(max(r["at_alignment"]["peak_rss_mb"].values()) for r in doc["runs"])
+    assert f"largest peak RSS of any process: {peak:.0f} MB" in " ".join(text.split())
+    if len(doc["runs"]) > 1:   # the per-ID slopes and the 10^7 extrapolation quoted are the JSON's two largest runs
+        assert bench.scaling_text(doc["runs"]) in " ".join(text.split())

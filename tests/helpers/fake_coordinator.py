@@ -133,7 +133,8 @@ def echo_response_wire(request_wire: dict, n_resp_cols: int) -> dict:
 
 
 def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registrations: list[dict] | None = None,
-              sign: Any = None, pad_to: int | None = None, timeout: float = 60.0) -> dict[str, Any]:
+              sign: Any = None, pad_to: int | None = None, timeout: float = 60.0,
+              replace: dict[int, bytes] | None = None) -> dict[str, Any]:
     """The PSI membership oracle of issue 20, item 5: the fake coordinator poses as a second PSI party.
 
     It opens a 2-party ring with the victim at index 0 (PSI_START with ``registrations`` if given; the old wire
@@ -146,7 +147,7 @@ def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registr
     points it re-blinded (None if it refused), "learned": the guesses found to be members, "error": the victim's
     ERROR reason or None}``.
     """
-    from vfl.secure.psi import BlindingKey, split_points  # the tree under test (also the pre-fix one)
+    from vfl.secure.psi import POINT_BYTES, BlindingKey, split_points  # the tree under test (also the pre-fix one)
 
     start = {"index": 0, "parties": 2, **({"registrations": registrations} if registrations is not None else {})}
     fake.send(peer, MessageType.PSI_START, start)
@@ -156,12 +157,14 @@ def psi_probe(fake: FakeCoordinator, peer: bytes, guesses: list[str], *, registr
         result["error"] = None if got is None else got[1].body.get("reason")
         return result
     own = got[1].blob(0)
-    result["own"] = len(own) // 33
+    result["own"] = len(own) // POINT_BYTES
     key = BlindingKey()
     probe = key.blind(guesses)
     if pad_to is not None and pad_to > len(guesses):
-        probe = (probe * (pad_to // len(guesses) + 1))[:pad_to * 33]
-    body: dict[str, Any] = {"origin": 1, "hops": 1}
+        probe = (probe * (pad_to // len(guesses) + 1))[:pad_to * POINT_BYTES]
+    for i, point in (replace or {}).items():    # hostile encodings in place of blinded guesses
+        probe = probe[:i * POINT_BYTES] + point + probe[(i + 1) * POINT_BYTES:]
+    body: dict[str, Any] = {"origin": 1, "hops": 1, "offset": 0}
     if sign is not None:
         from vfl.protocols.alignment import PsiRing
         ring = PsiRing.from_start(start, index=1, name=None, n_ids=registrations[1]["n_rows"], pinned=None,

@@ -19,6 +19,7 @@ import pytest
 
 from vfl.demo import free_port
 from vfl.secure.identity import PUBLIC_SUFFIX, write_identities
+from vfl.secure.psi import POINT_BYTES
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
@@ -166,7 +167,7 @@ def test_three_parties_psi_and_the_coordinator_sees_no_id(procs, tmp_path):
     np.testing.assert_allclose(model.w, np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-6)
 
     wire = b"\x00".join(received)
-    psi_bytes = sum(len(f) for f in received if len(f) % 33 == 0 and len(f) >= 33 * 100)
+    psi_bytes = sum(len(f) for f in received if len(f) % POINT_BYTES == 0 and len(f) >= POINT_BYTES * 100)
     assert psi_bytes > 0                                   # the point lists did pass through this socket
     outside = [pid for pid in all_ids if pid not in set(common)]
     assert len(outside) > 50
@@ -217,3 +218,34 @@ def test_empty_or_too_small_intersection_stops_the_run(procs, tmp_path, case):
         pcode, perr = _finish(p)
         assert pcode == 3 and "aborted" in _one_line(perr)
     assert not out.exists()
+
+
+def test_chunked_ring_gives_the_exact_intersection(procs, tmp_path, monkeypatch):
+    """Issue 34: with 7 points a PSI_POINTS message (and 7 positions a PSI_RESULT), every list of ~128 points
+    crosses each hop of the 3-party ring in ~19 signed chunks; the joined rows are exactly the common IDs (Python
+    sets), in one order at every party (least squares on them matches), and no PSI frame carries more than 7 points."""
+    from vfl.net.coordinator import Coordinator, RunSettings
+
+    monkeypatch.setenv("VFL_PSI_CHUNK_POINTS", "7")   # the parties (subprocesses) and this coordinator
+    files, bounds, X, y, common, all_ids = _write_parties(tmp_path, 14, ["alice", "bob", "carol"])
+    held = {nm: {unicodedata.normalize("NFC", ln.split(",")[0]).strip()
+                 for ln in files[nm].read_text(encoding="utf-8").splitlines()[1:]} for nm in files}
+    assert sorted(set.intersection(*held.values())) == sorted(common)
+    frames: list[int] = []
+    settings = RunSettings(n_parties=3, mechanism="none", key_bits=1024, allow_insecure_keys=True,
+                           precision_bits=32, fit_intercept=False, timeout=30.0, min_rows=20)
+    coordinator = Coordinator(settings, "tcp://127.0.0.1:0", audit=lambda peer, fr: frames.extend(map(len, fr)))
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(model=coordinator.run()), daemon=True)
+    thread.start()
+    ps = [_party(procs, coordinator.endpoint, name, files, bounds) for name in ("alice", "bob", "carol")]
+    codes = [_finish(p) for p in ps]
+    thread.join(60)
+    assert [c for c, _ in codes] == [0, 0, 0], codes
+    assert result["model"].n_samples == len(common)
+    np.testing.assert_allclose(result["model"].w, np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-6)
+    from vfl.secure.psi import POINT_BYTES
+
+    n_points = sum(len(h) for h in held.values())
+    small = sum(f for f in frames if f and f % POINT_BYTES == 0 and f <= 7 * POINT_BYTES)
+    assert small >= 3 * POINT_BYTES * n_points          # every list, every hop, in frames of at most 7 points

@@ -98,3 +98,35 @@ def test_psi_prober_gets_nothing_reblinded(victim, case, guesses, expected):
     line = _one_line(err)
     assert expected in line and ("'bob'" in line or "'mallory'" in line)
     assert not any(u in err for u in IDS)
+
+
+P = 2**255 - 19
+
+
+@pytest.mark.parametrize("case,point,expected", [
+    # u = 0 (order 2) and the order-8 point of RFC 7748's list: X25519 gives the neutral element whatever the key
+    ("small order", (0).to_bytes(32, "little"), "point of small order"),
+    ("order 8", (325606250916557431795983626356110631294008115727848805560023387167927233504).to_bytes(32, "little"),
+     "point of small order"),
+    ("twist", (2).to_bytes(32, "little"), "not on Curve25519 (a twist point)"),
+    ("non-canonical", (P + 5).to_bytes(32, "little"), "non-canonical Curve25519 point encoding"),
+])
+def test_a_pinned_party_cannot_have_invalid_points_reblinded(victim, case, point, expected):
+    """A colluding, pinned bob (the test holds its key) sends its signed count of points, one of them invalid: a
+    small-order point (its re-blinding would be the neutral element, or would leak the key modulo the cofactor
+    without X25519's clamping), a twist point or a second encoding of a point. alice stops with one line, exit
+    code 4, and re-blinds nothing of the list (on main, P-256's 33-byte points: these 32-byte lists were refused
+    for their length, a different line)."""
+    assert case != "twist" or pow((8 + 486662 * 4 + 2) % P, (P - 1) // 2, P) == P - 1   # u = 2 is on the twist
+    fake, proc, bob = victim
+    peer, alice_reg = fake.register(timeout=60)
+    guessed = IDS[20:]
+    result = psi_probe(fake, peer, guessed, registrations=[alice_reg, _bob_registration(bob)], sign=bob,
+                       replace={7: point})
+    assert result["reblinded"] is None and result["learned"] == []
+    assert expected in (result["error"] or ""), result
+    lists = fake.sent_by_party(MessageType.PSI_POINTS)
+    assert len(lists) == 1 and lists[0].body["origin"] == 0
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert expected in _one_line(err)

@@ -56,6 +56,28 @@ def test_a_failure_is_raised_on_the_loop_thread_after_what_came_before():
     assert [bytes(m.payload[0]) for m in got] == [b"1"]
 
 
+def test_no_task_starts_after_a_failed_one():
+    """Issue 34: the tasks after a failed task run on its broken state (a chunk generator that raised): they never
+    start, so the party reports the one failure, not a second traceback (seen as 'generator raised StopIteration'
+    after a Dask worker was lost)."""
+    w = OrderedWorker("t", lambda item: _msg(item))
+    ran = threading.Event()
+
+    def bad():
+        raise ProtocolError("bad block")
+        yield 0   # a generator, like the phases' tasks
+
+    w.submit(bad)
+    w.submit(lambda: (ran.set(), [1])[1])
+    deadline = time.monotonic() + 120
+    with pytest.raises(ProtocolError, match="bad block"):
+        while time.monotonic() < deadline:
+            w.drain()
+            time.sleep(0.01)
+    w._last.join(120)   # the second task's thread has ended
+    assert not ran.is_set()
+
+
 def test_no_task_starts_after_stop():
     w = OrderedWorker("t", lambda item: _msg(item))
     release, ran = threading.Event(), threading.Event()

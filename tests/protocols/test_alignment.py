@@ -19,7 +19,7 @@ from vfl.protocols.alignment import (
 )
 from vfl.protocols.roster import sign_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity
-from vfl.secure.psi import BlindingKey, split_points
+from vfl.secure.psi import POINT_BYTES, BlindingKey, split_points
 
 
 def _id_sets(seed: int, sizes: tuple[int, ...], shared: int) -> list[list[str]]:
@@ -145,31 +145,44 @@ def test_roles_refuse_out_of_order_or_misrouted_messages():
     with pytest.raises(ProtocolError, match="not started"):
         parties[0].on_message(Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[b""]))
     starts = coordinator.plan_messages()
-    first = [parties[o.to].on_message(o)[0] for o in starts]
+    first = [list(parties[o.to].on_message(o))[0] for o in starts]
     # party 2 pretends to send party 0's list
     with pytest.raises(ProtocolError, match="unexpected list"):
         coordinator.handle(2, first[0])
     relayed = coordinator.handle(0, first[0])
-    assert relayed[0].to == 1 and relayed[0].body == first[0].body and set(first[0].body) == {"origin", "hops", "auth"}
+    assert relayed[0].to == 1 and relayed[0].body == first[0].body
+    assert set(first[0].body) == {"origin", "hops", "offset", "auth"}
     with pytest.raises(ProtocolError, match="unexpected list"):       # replay
         coordinator.handle(0, first[0])
     with pytest.raises(ProtocolError, match="unexpected list"):       # party 2 is not the next hop of list 0
         parties[2].on_message(relayed[0])
-    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1}, payload=[first[1].payload[0][:-33]])
-    with pytest.raises(ProtocolError, match="9 points, 10 registered"):
+    # chunks (issue 34): a 9-point chunk is a valid start; repeated, it is refused, and so is one past the count
+    whole = first[1].payload[0]
+    short = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 0}, payload=[whole[:-POINT_BYTES]])
+    assert coordinator.handle(1, short)[0].body["offset"] == 0
+    with pytest.raises(ProtocolError, match=r"at point 0, not 9 \(missing, repeated or out of order\)"):
         coordinator.handle(1, short)
+    over = Out(type=PSI_POINTS, body={"origin": 1, "hops": 1, "offset": 9}, payload=[whole[:2 * POINT_BYTES]])
+    with pytest.raises(ProtocolError, match="11 points, 10 registered"):
+        coordinator.handle(1, over)
     with pytest.raises(ProtocolError, match="unexpected message"):
         coordinator.handle(1, Out(type="block"))
 
 
-def test_party_validates_the_result():
+def _solo() -> AlignmentParty:
     party = AlignmentParty(["a", "b", "c"], name="solo")
-    party.on_message(Out(type="psi_start", body={"index": 0, "parties": 1,
-                                                 "registrations": [_registration("solo", 3)]}))
+    list(party.on_message(Out(type="psi_start", body={"index": 0, "parties": 1,
+                                                      "registrations": [_registration("solo", 3)]})))
+    return party
+
+
+def test_party_validates_the_result():
     for rows in (np.array([0, 0], dtype=np.int64), np.array([0, 3], dtype=np.int64), np.array([0.0, 1.0])):
         with pytest.raises(ProtocolError, match="psi_result"):
-            party.on_message(Out(type="psi_result", body={"n_common": 2}, payload=[rows]))
-    party.on_message(Out(type="psi_result", body={"n_common": 2}, payload=[np.array([2, 0], dtype=np.int64)]))
+            _solo().on_message(Out(type="psi_result", body={"n_common": 2, "offset": 0}, payload=[rows]))
+    party = _solo()
+    party.on_message(Out(type="psi_result", body={"n_common": 2, "offset": 0},
+                         payload=[np.array([2, 0], dtype=np.int64)]))
     assert party.common_ids() == ["c", "a"]
 
 
@@ -182,7 +195,7 @@ class CountingKey(BlindingKey):
         self.reblinded = 0
 
     def reblind(self, blob: bytes, count: int | None = None) -> bytes:
-        self.reblinded += len(blob) // 33
+        self.reblinded += len(blob) // POINT_BYTES
         return super().reblind(blob, count)
 
 
@@ -208,7 +221,7 @@ def _probe(guesses):
 
 
 def _as_bob(blob, *, sign=None, ring=None, hops=1):
-    body = {"origin": 1, "hops": hops}
+    body = {"origin": 1, "hops": hops, "offset": 0}
     if sign is not None:
         body["auth"] = sign.sign(ring.list_digest(body, blob))
     return Out(type=PSI_POINTS, body=body, payload=[blob])
@@ -222,7 +235,7 @@ def test_a_prober_cannot_use_a_party_as_a_membership_oracle():
     _, probe = _probe(guesses)
     with pytest.raises(ProtocolError, match=r"list of party 'bob' holds 1000 points but 'bob' signed 40 row IDs"):
         alice.on_message(_as_bob(probe))                                    # 1000 guesses, bob signed 40
-    forty = probe[:40 * 33]
+    forty = probe[:40 * POINT_BYTES]
     with pytest.raises(IdentityError, match=r"PSI list of party 'bob' after 1 hop\(s\) from 'bob' carries no valid"):
         alice.on_message(_as_bob(forty))                                    # the signed count, unsigned
     with pytest.raises(IdentityError, match="bad signature on the PSI list of party 'bob'"):
@@ -233,7 +246,7 @@ def test_a_prober_cannot_use_a_party_as_a_membership_oracle():
         alice.on_message(_as_bob(forty, sign=bob_id, ring=other_run.ring))
     with pytest.raises(ProtocolError, match="unexpected list of party 'alice'"):   # alice's own list reflected
         alice.on_message(Out(type=PSI_POINTS, body={"origin": 0, "hops": 1}, payload=[forty]))
-    assert alice._key.reblinded == 0 and not alice._reblinded
+    assert alice._key.reblinded == 0 and not alice._next
 
 
 def test_the_ring_must_be_signed_by_pinned_parties():

@@ -1,4 +1,4 @@
-"""vfl.secure.psi: ID normalisation and the commutative P-256 blinding borrowed from openmined-psi."""
+"""vfl.secure.psi: ID normalisation and the commutative X25519 blinding composed from libsodium (PyNaCl)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,16 @@ def test_blinded_points_contain_no_id_and_no_plain_hash():
         assert raw not in blob
 
 
+P = 2**255 - 19
+#: the u-coordinates of Curve25519's points of order 1, 2, 4 and 8 (RFC 7748; libsodium's blocklist)
+LOW_ORDER = [0, 1, P - 1, 325606250916557431795983626356110631294008115727848805560023387167927233504,
+             39382357235489614581723060781553021112529911719440698176882885853963445705823]
+
+
+def _u(value: int) -> bytes:
+    return value.to_bytes(32, "little")
+
+
 def test_reblind_validates_its_input():
     key = BlindingKey()
     good = key.blind(["a", "b"])
@@ -67,28 +77,119 @@ def test_reblind_validates_its_input():
         key.reblind(good[:-1])
     with pytest.raises(ProtocolError, match="expected 3"):
         key.reblind(good, count=3)
-    with pytest.raises(ProtocolError, match="compressed"):
-        key.reblind(b"\x05" + good[1:])
-    not_on_curve = next(bytes([2]) + i.to_bytes(32, "big") for i in range(1, 100)
-                        if _not_a_point(key, bytes([2]) + i.to_bytes(32, "big")))
-    with pytest.raises(ProtocolError, match="not a P-256 point"):
-        key.reblind(not_on_curve)
     assert key.reblind(b"") == b""
 
 
-def _not_a_point(key: BlindingKey, candidate: bytes) -> bool:
-    try:
-        key.reblind(candidate)
-    except ProtocolError:
-        return True
-    return False
+@pytest.mark.parametrize("u", LOW_ORDER)
+def test_points_of_small_order_are_refused(u):
+    """A hostile sender's low-order point would come back as the neutral element whatever the key: refused
+    (libsodium's all-zero check), with nothing of the list returned."""
+    key = BlindingKey()
+    good = key.blind(["a", "b"])
+    on_curve = pow((u**3 + 486662 * u**2 + u) % P, (P - 1) // 2, P) != P - 1   # u = p - 1 lies on the twist
+    reason = "small order" if on_curve else "twist"
+    with pytest.raises(ProtocolError, match=reason):
+        key.reblind(good + _u(u))
+    with pytest.raises(ProtocolError, match=reason):
+        key.reblind(_u(u) + good)
 
 
-def test_chunked_library_calls_give_the_same_points(monkeypatch):
+@pytest.mark.parametrize("value", [P, P + 1, 2**255 - 1, 2**255 + 9, 2**256 - 1])
+def test_non_canonical_encodings_are_refused(value):
+    """u >= p (or bit 255 set) would be reduced silently by X25519: two encodings of one point are refused."""
+    key = BlindingKey()
+    good = key.blind(["a"])
+    bad = (value % 2**256).to_bytes(32, "little")
+    with pytest.raises(ProtocolError, match="non-canonical"):
+        key.reblind(good + bad)
+    with pytest.raises(ProtocolError, match="non-canonical"):
+        split_points(bad)
+    # the largest canonical value is not refused for its encoding (p - 1 is of small order: refused for that)
+    assert split_points(_u(P - 2)) == [_u(P - 2)]
+
+
+def test_twist_points_are_refused():
+    """u-coordinates of the quadratic twist are refused before any scalar multiplication."""
+    key = BlindingKey()
+    twist = next(_u(u) for u in range(2, 200) if pow((u**3 + 486662 * u**2 + u) % P, (P - 1) // 2, P) == P - 1)
+    with pytest.raises(ProtocolError, match="twist"):
+        key.reblind(key.blind(["a"]) + twist)
+
+
+def test_the_hash_is_libsodiums_elligator_map_and_its_own_conversion():
+    """H(x) = u-coordinate of crypto_core_ed25519_from_uniform(SHA-512(DOMAIN || x)[:32]), as libsodium's
+    crypto_sign_ed25519_pk_to_curve25519 converts it (which also checks the prime-order subgroup)."""
+    import nacl.bindings as nb
+
+    from vfl.secure.psi import DOMAIN, hash_to_group
+
+    for x in ["a", "caf\u00e9", "x" * 4096]:
+        edwards = nb.crypto_core_ed25519_from_uniform(hashlib.sha512(DOMAIN + x.encode()).digest()[:32])
+        assert nb.crypto_core_ed25519_is_valid_point(edwards)   # in the prime-order subgroup, not small order
+        assert hash_to_group(x) == nb.crypto_sign_ed25519_pk_to_curve25519(edwards)
+
+
+def test_exact_intersection_equals_the_set_intersection():
+    import secrets
+
+    shared = [secrets.token_hex(6) for _ in range(300)]
+    xs = shared + [secrets.token_hex(6) for _ in range(700)]
+    ys = [secrets.token_hex(6) for _ in range(500)] + shared[:200]
+    a, b = BlindingKey(), BlindingKey()
+    fa = split_points(b.reblind(a.blind(xs)))
+    fb = set(split_points(a.reblind(b.blind(ys))))
+    assert {x for x, p in zip(xs, fa, strict=True) if p in fb} == set(xs) & set(ys)
+
+
+def test_chunked_and_threaded_calls_give_the_same_points(monkeypatch):
     import vfl.secure.psi as psi_module
 
-    key = BlindingKey()
+    key = BlindingKey(workers=1)
     ids = [f"r{i}" for i in range(40)]
     whole, again = key.blind(ids), key.reblind(key.blind(ids))
     monkeypatch.setattr(psi_module, "CHUNK", 7)
-    assert key.blind(ids) == whole and key.reblind(whole) == again
+    for workers in (1, 2, 3):
+        threaded = BlindingKey(key._key, workers=workers)
+        assert threaded.blind(ids) == whole and threaded.reblind(whole) == again
+    bad = whole[:20 * POINT_BYTES] + _u(0) + whole[21 * POINT_BYTES:]
+    with pytest.raises(ProtocolError, match="small order"):
+        BlindingKey(workers=3).reblind(bad)
+
+
+def test_keys_are_checked():
+    with pytest.raises(ValueError, match="32 bytes"):
+        BlindingKey(b"short")
+    with pytest.raises(ValueError, match="workers"):
+        BlindingKey(workers=0)
+
+
+def test_another_thread_runs_while_a_long_list_is_blinded(monkeypatch):
+    """A party's heartbeat thread must keep running during blinding: libsodium's calls release the GIL, so even one
+    task holding the whole list (CHUNK raised above its length) leaves the GIL to other threads between and during
+    its calls. With the GIL held for the whole call (the P-256 library's behaviour per call), the ticker's largest
+    gap would be the whole blinding time; it must be a small part of it."""
+    import threading
+    import time
+
+    import vfl.secure.psi as psi_module
+
+    monkeypatch.setattr(psi_module, "CHUNK", 10**9)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    ids = [f"id-{i}" for i in range(5_000)]
+    thread.start()
+    start = time.monotonic()
+    BlindingKey(workers=1).blind(ids)
+    end = time.monotonic()
+    stop.set()
+    thread.join(10)
+    during = [t for t in ticks if start <= t <= end]
+    gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
+    assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)

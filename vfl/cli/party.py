@@ -70,7 +70,8 @@ __all__ = ["party"]
 @click.option("--max-delta", type=float, default=DEFAULT_PLAN_MAX_DELTA, show_default=True,
               help="Refuse a plan whose delta exceeds this.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Local processes for encryption and secure products (default: all cores for big runs).")
+              help="Local processes for encryption and secure products, and threads for PSI blinding with --id "
+                   "(default: all cores for big runs).")
 @click.option("--executor", default=None, metavar="tcp://SCHEDULER:8786",
               help="Run this party's encryption and multi-exponentiations on its Dask cluster (pip install "
                    "'vfl[dask]'; the workers must run inside this party's trust domain).")

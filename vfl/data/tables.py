@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.id_column import IdColumn
 from vfl.data.preprocessing import Preprocessing, is_missing
 from vfl.data.preprocessing import missing_hint as _missing_hint
 from vfl.data.rows import DEFAULT_CHUNK_ROWS
@@ -217,20 +218,21 @@ class TableFile:
             parts.append(mapped[c])
         return np.column_stack(parts)
 
-    def read_ids(self) -> list[str] | None:
+    def read_ids(self) -> Sequence[str] | None:
         """The row-ID column's cells as strings in file order (None without ``id_column``), for the PSI row
-        alignment (``--id``); the IDs are held whole, the numeric columns are not."""
+        alignment (``--id``); the IDs are held whole (as one fixed-width UTF-8 array, :class:`IdColumn`), the
+        numeric columns are not."""
         if self.id_column is None:
             return None
         if self.parquet:
-            return [str(v) for _, frame in self._raw_chunks(self.chunk_rows, [self.id_column])
-                    for v in frame[self.id_column].tolist()]
+            return IdColumn.from_cells(str(v) for _, frame in self._raw_chunks(self.chunk_rows, [self.id_column])
+                                       for v in frame[self.id_column].tolist())
         pos = self.header.index(self.id_column)
         try:
             with open(self.path, newline="", encoding="utf-8-sig") as fh:
                 rows = (r for r in csv.reader(fh) if r)
                 next(rows, None)
-                return [r[pos] for r in rows]
+                return IdColumn.from_cells(r[pos] for r in rows)
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             raise DataValidationError(f"cannot read {self.path}: {exc}") from None
 

@@ -193,10 +193,11 @@ SPECS: tuple[MessageSpec, ...] = (
         "registrations": (_REQ, _is_list(_is_dict, 10_001))}, _NONE,
        "(--id runs) index and K of the row alignment, every party's signed REGISTER"),
     _S(M.PSI_POINTS, "vertical", "party", "coordinator (relayed round the ring)", {
-        "origin": (_REQ, _is_int(0, 10_000)), "hops": (_REQ, _is_int(1, 10_001)), "auth": (_OPT, _AUTH)}, _BYTES,
-       "blinded ID points, signed by the sender; fully blinded: kept"),
-    _S(M.PSI_RESULT, "vertical", "coordinator", "party", {"n_common": (_REQ, _is_int(0))}, _ARRAY,
-       "positions of the party's common rows in the agreed order"),
+        "origin": (_REQ, _is_int(0, 10_000)), "hops": (_REQ, _is_int(1, 10_001)), "offset": (_REQ, _is_int(0)),
+        "auth": (_OPT, _AUTH)}, _BYTES,
+       "one chunk of a list of blinded ID points (from point ``offset``), signed by the sender; fully blinded: kept"),
+    _S(M.PSI_RESULT, "vertical", "coordinator", "party", {"n_common": (_REQ, _is_int(0)), "offset": (_REQ, _is_int(0))},
+       _ARRAY, "one chunk (from ``offset``) of the positions of the party's common rows in the agreed order"),
     _S(M.PLAN, "vertical", "coordinator", "party", {
         "index": (_REQ, _is_int(0, 10_000)), "parties": (_REQ, _is_list(_is_dict, 10_000)),
         "model": (_REQ, _is_str(16)), "mechanism": (_REQ, _is_str(32)), "params": (_REQ, _is_dict),

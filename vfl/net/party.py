@@ -36,7 +36,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ from vfl.protocols.roster import RELAYED, ROSTER_ENTRY, Roster, plan_digest, sig
 from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
+from vfl.secure.psi import BlindingKey
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
@@ -186,7 +187,8 @@ class PartyNode(Member):
         self._current: Session | None = None   # the run's FM or BCD session, once its PLAN came
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
-                                      pinned=self.pinned, registration=lambda: self.registration)
+                                      pinned=self.pinned, registration=lambda: self.registration,
+                                      workers=workers)
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
@@ -385,8 +387,9 @@ class RowAlignment:
     common rows."""
 
     def __init__(self, ids: Any, n_rows: int, *, name: str, identity: Any, pinned: Any,
-                 registration: Callable[[], dict]) -> None:
+                 registration: Callable[[], dict], workers: int | None = None) -> None:
         self.ids, self.rows_before, self.name = ids, n_rows, name
+        self.workers = workers   # blinding threads (the party's --workers; default: the usable cores)
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
 
@@ -400,16 +403,31 @@ class RowAlignment:
             if self.party is not None:
                 raise ProtocolError("second psi_start in one run")
             self.party = AlignmentParty(self.ids, identity=self.identity, pinned=self.pinned, name=self.name,
-                                        run=msg.run, registration=self.registration())
+                                        run=msg.run, registration=self.registration(),
+                                        key=BlindingKey(workers=self.workers))
         if self.party is None:
             raise ProtocolError(f"{msg.type.value} before psi_start")
+        if msg.type is MessageType.PSI_START:   # the ring is checked here; the own list is blinded chunk by chunk
+            self._own_step(iter(self.party.on_message(msg)), submit)
+            return None
         if msg.type is not MessageType.PSI_RESULT:
             submit(self.party.on_message, msg)
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
         self.party.on_message(msg)
-        assert self.party.rows is not None
-        return self.party.rows
+        return self.party.rows   # None until the last chunk of the positions
+
+    def _own_step(self, chunks: Iterator[Any], submit: Callable[..., None]) -> None:
+        """Queue the blinding of this party's next own chunk behind the co-parties' chunks received so far, so the
+        worker alternates between its own list and theirs and no co-party list piles up in memory (issue 34)."""
+        def step() -> list:
+            item = next(chunks, None)
+            if item is None:
+                return []
+            self._own_step(chunks, submit)
+            return [item]
+
+        submit(step)
 
     def summary(self, n_common: int) -> str:
         ring = None if self.party is None else self.party.ring

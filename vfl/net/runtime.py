@@ -369,21 +369,28 @@ class OrderedWorker:
         self._results: queue.Queue = queue.Queue()
         self._last: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failed = threading.Event()   # a task failed: the tasks after it never start (their state is broken)
         self._failure: BaseException | None = None
+        self._submitting = threading.Lock()   # a task may submit the next one (PSI: own chunks between others)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it."""
+        with self._submitting:
+            self._chain(fn, *args)
+
+    def _chain(self, fn: Callable[..., Any], *args: Any) -> None:
         prev = self._last
 
         def work() -> None:
             if prev is not None:
                 prev.join()
-            if self._stop.is_set():
+            if self._stop.is_set() or self._failed.is_set():
                 return
             try:
                 for item in fn(*args):
                     self._results.put(self.prepare(item))
             except BaseException as exc:  # delivered to the main loop, which reports and raises
+                self._failed.set()
                 if not isinstance(exc, VFLError):
                     traceback.print_exc(file=sys.stderr)
                 self._results.put(exc)

@@ -4,15 +4,23 @@ Protocol (K >= 1 parties in plan order 0..K-1, each with secret PSI key ``k_j`` 
 ``x_{j,1..n_j}`` in its own row order; every message goes through the coordinator, which holds no key)::
 
     coordinator -> every party j   PSI_START   {index: j, parties: K, registrations: [REG_0 ... REG_{K-1}]}
-    party j     -> coordinator     PSI_POINTS  {origin: j, hops: 1, auth}   [H(x_j)^k_j ...]      (its row order)
-    coordinator -> party (o+h)%K   PSI_POINTS  {origin: o, hops: h, auth}   relayed unchanged while h < K
-    that party  -> coordinator     PSI_POINTS  {origin: o, hops: h+1, auth} [P^k ...]             (same order)
+    party j     -> coordinator     PSI_POINTS  {origin: j, hops: 1, offset, auth}   [H(x_j)^k_j ...]  (its row order)
+    coordinator -> party (o+h)%K   PSI_POINTS  {origin: o, hops: h, offset, auth}   relayed unchanged while h < K
+    that party  -> coordinator     PSI_POINTS  {origin: o, hops: h+1, offset, auth} [P^k ...]         (same order)
     coordinator                    on hops == K: F_o = [H(x_o)^(k_0 ... k_{K-1}) ...] (fully blinded, o's order)
-    coordinator -> every party j   PSI_RESULT  {n_common: N}          int64 positions of j's common rows
+    coordinator -> every party j   PSI_RESULT  {n_common: N, offset}   int64 positions of j's common rows
                                                                        in the common order
 
+Every list travels in chunks (issue 34; :mod:`vfl.protocols.psi_stream`): one PSI_POINTS message carries the points
+``offset .. offset + m - 1`` of the list (``m`` <= ``VFL_PSI_CHUNK_POINTS``, default 65 536), and every chunk is
+signed on its own with its ``offset`` inside the signed body, so a chunk cannot be moved, repeated, reordered or
+replayed into another list or ring; receivers take the chunks of a list strictly in order (``offset`` = the points
+received so far) and refuse a chunk that would take the list past its signed count. PSI_RESULT travels in chunks of
+positions the same way. The coordinator keeps the fully blinded points on disk in buckets and intersects one bucket
+at a time (:class:`vfl.protocols.psi_stream.BucketStore`), so no process holds a whole list as Python objects.
+
 The coordinator intersects the K fully blinded lists (equal points <=> equal IDs, :mod:`vfl.secure.psi`) and
-orders the common points by their bytes -- a pseudorandom order that depends on no ID's value -- and tells each
+orders the common points by (bucket, bytes) -- a pseudorandom order that depends on no ID's value -- and tells each
 party which of ITS rows are common, in that order. Every party then keeps exactly those rows in that order, so the
 joined table is aligned. Refused: fewer than ``min_rows`` common rows (the run stops; ``min_rows`` is public).
 
@@ -25,10 +33,12 @@ elliptic-curve work; any failure raises :class:`ProtocolError` naming the party 
    (:mod:`vfl.secure.identity`), with its ID count ``n_i``; j's own entry is ``REG_j`` with ``n_j`` = its ID count;
 2. the list's origin ``o`` is a ring member other than j and the hop is the one the ring order implies
    (``(o + h) % K == j``), once per origin;
-3. the list holds exactly ``n_o`` points, the count ``o`` signed at registration;
-4. the list is signed by the party that sent it (``(o + h - 1) % K``, the one that applied the last key): ``auth`` is
-   its Ed25519 signature over ``digest_of(ring digest, message digest of the PSI_POINTS)``, where the ring digest is
-   the sha256 of the K signed registrations (so a list cannot be replayed into another ring or run).
+3. the chunk continues the list where the last one ended (``offset`` = points of ``o`` re-blinded so far) and
+   does not take it past ``n_o`` points, the count ``o`` signed at registration;
+4. the chunk is signed by the party that sent it (``(o + h - 1) % K``, the one that applied the last key): ``auth``
+   is its Ed25519 signature over ``digest_of(ring digest, message digest of the PSI_POINTS)`` (body with ``offset``,
+   and the chunk's points), where the ring digest is the sha256 of the K signed registrations (so a chunk cannot be
+   replayed into another ring, run, list or place in its list).
 
 So a prober can test at most as many guesses as the count it signed, and only from a pinned identity (docs/psi.md).
 
@@ -48,7 +58,7 @@ openmined-psi's C++); 2n each for K = 2, the same total work as one two-party EC
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +66,10 @@ import numpy as np
 
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.protocols.contracts import Out
+from vfl.protocols.psi_stream import BucketStore, chunk_points, id_array, points_array
 from vfl.protocols.roster import sign_registration, verify_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity, digest_of, message_digest
-from vfl.secure.psi import POINT_BYTES, BlindingKey, normalise_ids, self_test, split_points
+from vfl.secure.psi import POINT_BYTES, BlindingKey, self_test, split_points
 
 __all__ = ["PSI_START", "PSI_POINTS", "PSI_RESULT", "Out", "AlignmentParty", "AlignmentCoordinator", "PsiRing",
            "IntersectionTooSmall", "align_in_process"]
@@ -134,14 +145,17 @@ class PsiRing:
         return cls(tuple(names), tuple(counts), digest)
 
     def list_digest(self, body: Mapping[str, Any], blob: bytes) -> bytes:
-        """What the sender of a PSI_POINTS signs: the ring digest and the message digest (body without ``auth``)."""
+        """What the sender of a PSI_POINTS chunk signs: the ring digest and the message digest (body without
+        ``auth``, so with ``origin``, ``hops`` and ``offset``; and the chunk's points)."""
         return digest_of(self.digest, message_digest(PSI_POINTS, body, [blob]))
 
 
 class AlignmentParty:
     """Party side: blinds its own IDs, re-blinds the other parties' lists, then learns its common rows.
 
-    ``ids``: the party's row IDs in row order (normalised and checked here: :func:`vfl.secure.psi.normalise_ids`).
+    ``ids``: the party's row IDs in row order (normalised and checked here into one fixed-width UTF-8 array:
+    :func:`vfl.protocols.psi_stream.id_array`). ``chunk``: points per PSI_POINTS message (default
+    :func:`vfl.protocols.psi_stream.chunk_points`).
     ``identity`` / ``pinned``: its Ed25519 signing identity and the pinned keys of its co-parties
     (:mod:`vfl.secure.identity`); it signs every list it sends and re-blinds only lists that pass the checks of the
     module docstring; without them (``--insecure-no-identity``) only the counts and the ring order are checked,
@@ -152,11 +166,13 @@ class AlignmentParty:
 
     def __init__(self, ids: Sequence[Any], *, key: BlindingKey | None = None,
                  identity: SigningIdentity | None = None, pinned: PinnedKeys | None = None,
-                 name: str | None = None, run: str = "", registration: Mapping[str, Any] | None = None) -> None:
+                 name: str | None = None, run: str = "", registration: Mapping[str, Any] | None = None,
+                 chunk: int | None = None) -> None:
         global _self_tested
         if (identity is None) != (pinned is None):
             raise ValueError("identity and pinned keys go together")
-        self.ids = normalise_ids(ids)
+        self.ids = id_array(ids)
+        self.chunk = chunk or chunk_points()
         if not _self_tested:
             self_test()
             _self_tested = True
@@ -168,7 +184,10 @@ class AlignmentParty:
         self.registration = None if registration is None else dict(registration)
         self.index: int | None = None
         self.ring: PsiRing | None = None
-        self._reblinded: set[int] = set()
+        self._next: dict[int, int] = {}   # origin -> points of its list re-blinded so far
+        self._own_sent = 0
+        self._rows: np.ndarray | None = None   # PSI_RESULT chunks received so far
+        self._rows_got = 0
         self.rows: np.ndarray | None = None
 
     @property
@@ -179,8 +198,9 @@ class AlignmentParty:
     def n_parties(self) -> int | None:
         return None if self.ring is None else len(self.ring.names)
 
-    def on_message(self, msg: Any) -> list[Out]:
-        """Handle PSI_START, PSI_POINTS or PSI_RESULT; returns the messages to send to the coordinator."""
+    def on_message(self, msg: Any) -> Iterable[Out]:
+        """Handle PSI_START, PSI_POINTS or PSI_RESULT; returns the messages to send to the coordinator (for
+        PSI_START an iterator: the own list's chunks, each blinded when the one before has been taken)."""
         kind = _type(msg)
         body = getattr(msg, "body", {})
         if kind == PSI_START:
@@ -193,39 +213,55 @@ class AlignmentParty:
             if self.registration is not None and body["registrations"][index] != self.registration:
                 raise ProtocolError(f"psi_start: ring entry {index} is not the registration {self.name!r} sent")
             self.index = index
-            return [self._signed({"origin": self.index, "hops": 1}, self._key.blind(self.ids))]
+            return self._own_list()
         if self.index is None or self.ring is None:
             raise ProtocolError(f"{kind}: the alignment has not started")
         if kind == PSI_POINTS:
-            origin, hops, blob = self._check_list(body, msg)
-            self._reblinded.add(origin)
-            return [self._signed({"origin": origin, "hops": hops + 1}, self._key.reblind(blob))]
+            origin, hops, offset, blob = self._check_list(body, msg)
+            return [self._signed({"origin": origin, "hops": hops + 1, "offset": offset}, self._key.reblind(blob))]
         if kind == PSI_RESULT:
             return self._result(body, msg)
         raise ProtocolError(f"unexpected message {kind!r} during row alignment")
 
-    def _check_list(self, body: Mapping[str, Any], msg: Any) -> tuple[int, int, bytes]:
-        """The checks before re-blinding (module docstring, 2-4): ring member, hop, signed count, sender's
-        signature; ProtocolError naming the party otherwise. Returns (origin, hops, points)."""
+    def _own_list(self) -> Iterator[Out]:
+        """``H(x)^k`` of this party's IDs, one signed chunk at a time (never the whole list in memory)."""
+        assert self.index is not None
+        for start in range(0, len(self.ids), self.chunk):
+            part = [b.decode() for b in self.ids[start:start + self.chunk]]
+            blob = self._key.blind(part)
+            self._own_sent = start + len(part)
+            yield self._signed({"origin": self.index, "hops": 1, "offset": start}, blob)
+
+    def _check_list(self, body: Mapping[str, Any], msg: Any) -> tuple[int, int, int, bytes]:
+        """The checks before re-blinding (module docstring, 2-4): ring member, hop, the chunk's place in the list
+        and the signed count, sender's signature; ProtocolError naming the party otherwise. Returns (origin, hops,
+        offset, points)."""
         ring = self.ring
         assert ring is not None and self.index is not None
         K = len(ring.names)
         origin = _int_field(body, "origin", 0, K - 1, "psi_points")
         hops = _int_field(body, "hops", 1, K - 1, "psi_points") if K > 1 else 0
         who = ring.names[origin]
-        if origin == self.index or (origin + hops) % K != self.index or origin in self._reblinded:
+        done = self._next.get(origin, 0)
+        if origin == self.index or (origin + hops) % K != self.index or done == ring.counts[origin]:
             raise ProtocolError(f"psi_points: unexpected list of party {who!r} after {hops} hop(s); refusing to "
                                 "re-blind it")
+        offset = body.get("offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset != done:
+            raise ProtocolError(f"psi_points: a chunk of the list of party {who!r} starts at point {offset!r}, not "
+                                f"at {done} (chunks missing, repeated or out of order); refusing to re-blind it")
         blob = _blob(msg)
-        if len(blob) != ring.counts[origin] * POINT_BYTES:
-            size = f"{len(blob) // POINT_BYTES} points" if len(blob) % POINT_BYTES == 0 else f"{len(blob)} bytes"
+        if len(blob) % POINT_BYTES or not blob or offset + len(blob) // POINT_BYTES > ring.counts[origin]:
+            size = (f"{offset + len(blob) // POINT_BYTES} points" if len(blob) % POINT_BYTES == 0
+                    else f"a chunk of {len(blob)} bytes")
             raise ProtocolError(f"psi_points: the list of party {who!r} holds {size} but {who!r} signed "
                                 f"{ring.counts[origin]} row IDs at registration; refusing to re-blind it")
         if self.pinned is not None:
             sender = ring.names[(origin + hops - 1) % K]
             self.pinned.verify(sender, ring.list_digest(body, blob), body.get("auth"),
                                f"the PSI list of party {who!r} after {hops} hop(s)")
-        return origin, hops, blob
+        self._next[origin] = offset + len(blob) // POINT_BYTES
+        return origin, hops, offset, blob
 
     def _signed(self, body: dict, blob: bytes) -> Out:
         if self.identity is not None:
@@ -234,24 +270,42 @@ class AlignmentParty:
         return Out(type=PSI_POINTS, body=body, payload=[blob])
 
     def _result(self, body: Mapping[str, Any], msg: Any) -> list[Out]:
+        """One chunk of PSI_RESULT (``offset``: positions received so far); the last one completes :attr:`rows`.
+        Refused before the ring finished: this party's own list not all sent or a co-party's not all re-blinded."""
+        ring = self.ring
+        assert ring is not None
         if self.rows is not None:
             raise ProtocolError("psi_result: received twice")
+        due = [o for o in range(len(ring.names)) if o != self.index and self._next.get(o, 0) != ring.counts[o]]
+        if self._own_sent != len(self.ids) or due:
+            raise ProtocolError("psi_result: sent before the ring finished (a list this party sends or re-blinds "
+                                "is not complete)")
         payload = getattr(msg, "payload", None)
-        rows = payload[0] if isinstance(payload, list) and len(payload) == 1 else None
-        if not isinstance(rows, np.ndarray) or rows.dtype != np.int64 or rows.ndim != 1:
+        part = payload[0] if isinstance(payload, list) and len(payload) == 1 else None
+        if not isinstance(part, np.ndarray) or part.dtype != np.int64 or part.ndim != 1:
             raise ProtocolError("psi_result: expected one int64 vector of row positions")
         n_common = _int_field(body, "n_common", 0, len(self.ids), "psi_result")
-        if (rows.size != n_common or (rows.size and (rows.min() < 0 or rows.max() >= len(self.ids)))
-                or np.unique(rows).size != rows.size):
+        if self._rows is None:
+            self._rows = np.empty(n_common, dtype=np.int64)
+        if body.get("offset") != self._rows_got or n_common != self._rows.size or self._rows_got + part.size > n_common:
+            raise ProtocolError("psi_result: row positions miscounted, or chunks missing, repeated or out of order")
+        self._rows[self._rows_got:self._rows_got + part.size] = part
+        self._rows_got += part.size
+        if self._rows_got < n_common:
+            if not part.size:
+                raise ProtocolError("psi_result: an empty chunk of row positions")
+            return []
+        rows = self._rows
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self.ids) or np.unique(rows).size != rows.size):
             raise ProtocolError("psi_result: row positions out of range, repeated or miscounted")
-        self.rows = rows.copy()
+        self.rows = rows
         return []
 
     def common_ids(self) -> list[str]:
         """This party's common IDs in the agreed order (after :attr:`done`); stays local."""
         if self.rows is None:
             raise ProtocolError("the alignment has not finished")
-        return [self.ids[int(i)] for i in self.rows]
+        return [bytes(self.ids[int(i)]).decode() for i in self.rows]
 
 
 class AlignmentCoordinator:
@@ -262,15 +316,17 @@ class AlignmentCoordinator:
     public minimum intersection size; fewer common rows raise :class:`IntersectionTooSmall`.
     """
 
-    def __init__(self, registrations: Sequence[Mapping[str, Any]], *, min_rows: int = 1) -> None:
+    def __init__(self, registrations: Sequence[Mapping[str, Any]], *, min_rows: int = 1,
+                 chunk: int | None = None) -> None:
         if not registrations:
             raise ValueError("at least one party")
         self.registrations = [dict(r) for r in registrations]
         self.n_rows = [int(r["n_rows"]) for r in self.registrations]
         self.n_parties = len(self.n_rows)
         self.min_rows = max(1, int(min_rows))
-        self._final: dict[int, list[bytes]] = {}
-        self._seen: set[tuple[int, int]] = set()
+        self.chunk = chunk or chunk_points()
+        self._next: dict[tuple[int, int], int] = {}   # (origin, hops) -> points of that list received so far
+        self._store: BucketStore | None = None
         self.n_common: int | None = None
         self.venn: dict[tuple[int, ...], int] | None = None
 
@@ -286,62 +342,63 @@ class AlignmentCoordinator:
                 for j in range(self.n_parties)]
 
     def handle(self, sender: int, msg: Any) -> list[Out]:
-        """Handle a PSI_POINTS from party ``sender``: relay it, or store a fully blinded list (all received:
-        intersect and answer every party)."""
+        """Handle a PSI_POINTS chunk from party ``sender``: relay it, or store a fully blinded one (all lists
+        complete: intersect and answer every party)."""
         if _type(msg) != PSI_POINTS:
             raise ProtocolError(f"unexpected message {_type(msg)!r} during row alignment")
         K = self.n_parties
         body = getattr(msg, "body", {})
         origin = _int_field(body, "origin", 0, K - 1, "psi_points")
         hops = _int_field(body, "hops", 1, K, "psi_points")
+        n = self.n_rows[origin]
+        done = self._next.get((origin, hops), 0)
         # the list of `origin` after `hops` keys must come from the party that applied the last one
-        if (origin + hops - 1) % K != sender or (origin, hops) in self._seen:
+        if (origin + hops - 1) % K != sender or done == n:
             raise ProtocolError(f"psi_points: party {sender} sent an unexpected list (origin {origin}, hops {hops})")
-        self._seen.add((origin, hops))
+        offset = body.get("offset")
+        if offset != done or isinstance(offset, bool):
+            raise ProtocolError(f"psi_points: party {sender} sent a chunk of list (origin {origin}, hops {hops}) at "
+                                f"point {offset!r}, not {done} (missing, repeated or out of order)")
         blob = _blob(msg)
-        if len(blob) != self.n_rows[origin] * POINT_BYTES:
-            raise ProtocolError(f"psi_points: list of party {origin} has {len(blob) // POINT_BYTES} points, "
-                                f"{self.n_rows[origin]} registered")
+        m = len(blob) // POINT_BYTES
+        ahead = n if hops == 1 else self._next.get((origin, hops - 1), 0)   # it cannot re-blind what it never got
+        if len(blob) % POINT_BYTES or m == 0 or done + m > ahead:
+            raise ProtocolError(f"psi_points: list of party {origin} has {done + m} points, {n} registered"
+                                + ("" if ahead == n else f" and {ahead} sent to party {sender}"))
+        self._next[(origin, hops)] = done + m
         if hops < K:   # relayed unchanged, with its sender's signature (the next party checks it)
-            relayed = {"origin": origin, "hops": hops, **({"auth": body["auth"]} if "auth" in body else {})}
+            relayed = {"origin": origin, "hops": hops, "offset": offset,
+                       **({"auth": body["auth"]} if "auth" in body else {})}
             return [Out(type=PSI_POINTS, body=relayed, payload=[blob], to=(origin + hops) % K)]
-        self._final[origin] = split_points(blob, self.n_rows[origin])
-        if len(self._final) < K:
+        split_points(blob, m)   # the points' format, one chunk at a time
+        if self._store is None:
+            self._store = BucketStore(K)
+        self._store.add(origin, offset, points_array(blob))
+        if any(self._next.get((o, K), 0) != self.n_rows[o] for o in range(K)):
             return []
         return self._finish()
 
     def _finish(self) -> list[Out]:
         K = self.n_parties
-        positions: list[dict[bytes, int]] = []
-        for j in range(K):
-            pos = {p: i for i, p in enumerate(self._final[j])}
-            if len(pos) != len(self._final[j]):
-                raise ProtocolError(f"psi_points: party {j}'s fully blinded list repeats a point (duplicate IDs)")
-            positions.append(pos)
-        smallest = min(range(K), key=lambda j: len(positions[j]))
-        common = sorted(p for p in positions[smallest] if all(p in positions[j] for j in range(K)))
-        self.venn = _venn_sizes(positions)
-        self._final.clear()
-        self.n_common = len(common)
+        assert self._store is not None
+        self.venn = {}
+        try:
+            positions = self._store.intersect(self.venn)
+        finally:
+            self.close()
+        self.n_common = int(positions[0].size)
         if self.n_common < self.min_rows:
             raise IntersectionTooSmall(f"the parties' row IDs have {self.n_common} in common, fewer than the "
                                        f"public minimum --min-rows {self.min_rows}; run stopped, no model written")
-        return [Out(type=PSI_RESULT, body={"n_common": self.n_common},
-                    payload=[np.fromiter((positions[j][p] for p in common), dtype=np.int64, count=len(common))], to=j)
-                for j in range(K)]
+        return [Out(type=PSI_RESULT, body={"n_common": self.n_common, "offset": start},
+                    payload=[positions[j][start:start + self.chunk]], to=j)
+                for j in range(K) for start in range(0, self.n_common, self.chunk)]
 
-
-def _venn_sizes(positions: list[dict[bytes, int]]) -> dict[tuple[int, ...], int]:
-    """How many fully blinded points exactly each subset of parties holds (what the coordinator learns; for
-    docs and tests, never sent)."""
-    owners: dict[bytes, list[int]] = {}
-    for j, pos in enumerate(positions):
-        for p in pos:
-            owners.setdefault(p, []).append(j)
-    sizes: dict[tuple[int, ...], int] = {}
-    for who in owners.values():
-        sizes[tuple(who)] = sizes.get(tuple(who), 0) + 1
-    return sizes
+    def close(self) -> None:
+        """Remove the bucket files (after the intersection, or when the run stops before it)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 def align_in_process(id_lists: Sequence[Sequence[Any]], *, min_rows: int = 1) -> list[np.ndarray]:
@@ -363,6 +420,7 @@ def align_in_process(id_lists: Sequence[Sequence[Any]], *, min_rows: int = 1) ->
             raise ProtocolError("alignment message without a recipient")
         for reply in parties[to].on_message(out):
             queue.extend((o.to, o) for o in coordinator.handle(to, reply))
+    coordinator.close()
     if not coordinator.done or not all(p.done for p in parties):
         raise ProtocolError("alignment did not finish")
     return [p.rows for p in parties]  # type: ignore[misc]

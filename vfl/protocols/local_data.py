@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.id_column import IdColumn
 from vfl.exceptions import ConfigurationError, DataBoundsWarning, DataValidationError, ProtocolError
 from vfl.fm.domain import ColumnBounds, resolve_bounds, to_unit_interval
 from vfl.protocols.policy import BOUNDED_MECHANISMS, PartyPolicy
-from vfl.secure.psi import normalise_ids
+from vfl.protocols.psi_stream import id_array
 from vfl.validation import validate_name
 
 __all__ = ["LocalData", "DATA_DERIVED_BOUNDS_WARNING", "missing_bounds", "check_declared_bounds", "load_party_data"]
@@ -37,8 +38,9 @@ class LocalData:
     y: np.ndarray | None
     bounds: ColumnBounds | None
     label_bounds: tuple[float, float] | None
-    #: normalised row IDs (vfl.secure.psi.normalise_ids), or None: rows are aligned by position
-    ids: list[str] | None
+    #: normalised row IDs (vfl.secure.psi.normalise_id; one fixed-width UTF-8 array read as a sequence of str,
+    #: vfl.data.id_column.IdColumn: issue 34), or None: rows are aligned by position
+    ids: Sequence[str] | None
     #: optional FM view of the same features (raw units and bounds; see vfl.data.config.LocalTable.fm_columns)
     fm_view: tuple[np.ndarray, ColumnBounds] | None = None
     #: public: the label column's name (label owner; recorded in the model file) and the declared preprocessing
@@ -99,9 +101,9 @@ class LocalData:
             cf = resolve_bounds(fm_bounds, Xf, names, what=f"features of party {name}")
             to_unit_interval(Xf, cf, feature_names=names)
             fm_view = (Xf, cf)
-        id_list = None
+        id_list: IdColumn | None = None
         if ids is not None:
-            id_list = normalise_ids(ids, what=f"party {name}: row-ID column")
+            id_list = IdColumn(id_array(ids, what=f"party {name}: row-ID column"))
             if len(id_list) != X.shape[0]:
                 raise DataValidationError(f"party {name}: ids has {len(id_list)} entries, X has {X.shape[0]} rows")
         return cls(name, X, names, yv, cb, lb, id_list, fm_view)
@@ -151,7 +153,8 @@ class LocalData:
     def take(self, rows: np.ndarray) -> LocalData:
         """The same party restricted to ``rows`` in that order (after the row alignment; bounds unchanged)."""
         fm_view = None if self.fm_view is None else (self.fm_view[0][rows], self.fm_view[1])
-        ids = None if self.ids is None else [self.ids[int(i)] for i in rows]
+        ids = None if self.ids is None else (self.ids.take(rows) if hasattr(self.ids, "take")
+                                             else [self.ids[int(i)] for i in rows])
         return LocalData(self.name, self.X[rows], self.feature_names, None if self.y is None else self.y[rows],
                          self.bounds, self.label_bounds, ids, fm_view, self.label_name, self.preprocessing)
 

@@ -2,11 +2,13 @@
 
 * ``executor=None``: in the calling thread (``workers == 1``) or ``workers`` local worker processes
   (:class:`~vfl.secure.workers.PinnedPool`, ``workers > 1``: the one worker layer, with its stall detector);
-* ``executor="tcp://SCHEDULER:8786"``: a Dask cluster through ``dask.distributed.Client(address).get_executor()``
-  (optional extra ``vfl[dask]``; the workers need vfl and gmpy2 installed and run inside the party's own trust
-  domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its key; as responder,
-  its exponent blocks (its own data) and the ``r`` of its response re-randomisers);
-* an ``Executor`` instance: used as given (never shut down here).
+* ``executor="tcp://SCHEDULER:8786"``: a Dask cluster through ``dask.distributed.Client(address)``, its worker
+  processes as pinned slots (:class:`~vfl.secure.dask_pool.DaskPinnedPool`, issue 34: buckets kept across chunks,
+  a lost worker named) (optional extra ``vfl[dask]``; the workers need vfl and gmpy2 installed and run inside the
+  party's own trust domain: they see its packed plaintexts and, for ``randomness="standard"``, the factors of its
+  key; as responder, its exponent blocks (its own data) and the ``r`` of its response re-randomisers);
+* an ``Executor`` instance: used as given (never shut down here; ``client.get_executor()`` gets pure per-chunk tasks,
+  ``DaskPinnedPool(client)`` keeps buckets).
 
 Tasks are the module-level pure functions below (:func:`encrypt_rows_task`, :func:`multiexp_rows_task`): every
 input, including the encryption randomness (drawn by the caller from :mod:`secrets`), travels in the arguments,
@@ -17,12 +19,14 @@ A :class:`PinnedPool` can also send a task to one chosen process (:meth:`PinnedP
 fold keeps each worker's Pippenger buckets in that worker across all chunks (:func:`bucket_add_task`,
 :func:`bucket_result_task`; Pippenger 1976 / Bernstein et al.'s bucket method as in :mod:`vfl.secure.fastmath`), so
 two local workers count the same multiplications as one instead of one multi-exponentiation per chunk each.
+A :class:`~vfl.secure.dask_pool.DaskPinnedPool` does the same in each Dask worker process (:data:`PINNED_EXECUTORS`).
 The value of a product does not depend on how its rows were bucketed, so results stay bit-identical.
 :func:`residues_task` computes the responder's re-randomisers ``r^n mod n^2`` from ``r`` drawn by the caller.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -33,6 +37,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError
 from vfl.secure.bigint import mpz
+from vfl.secure.dask_pool import DaskPinnedPool, current_slot
 from vfl.secure.fastmath import Encrypter, bucket_accumulator, frame_bases, multiexp
 from vfl.secure.forksafe import fork_safe_lock
 from vfl.secure.packing import pack
@@ -40,9 +45,12 @@ from vfl.secure.workers import DEFAULT_STALL_SECONDS, STALL_VARIABLE, PinnedPool
 
 __all__ = ["InlineExecutor", "PinnedPool", "open_executor", "bounded_map", "encrypt_rows_task",
            "multiexp_rows_task", "residues_task", "bucket_add_task", "bucket_result_task", "bucket_discard_task",
-           "DASK_SCHEMES", "STALL_VARIABLE", "DEFAULT_STALL_SECONDS", "stall_limit"]
+           "DASK_SCHEMES", "STALL_VARIABLE", "DEFAULT_STALL_SECONDS", "stall_limit", "DaskPinnedPool",
+           "PINNED_EXECUTORS"]
 
 DASK_SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")
+PINNED_EXECUTORS = (PinnedPool, DaskPinnedPool)
+"""Executors that can send a task to one chosen worker process (``submit_to``), where a fold keeps its buckets."""
 
 
 class InlineExecutor(Executor):
@@ -59,7 +67,7 @@ class InlineExecutor(Executor):
 
 def executor_workers(executor: Any, workers: int) -> int:
     """Parallelism to plan chunk splits for: ``workers`` locally, the cluster's thread count for Dask."""
-    if isinstance(executor, PinnedPool):
+    if isinstance(executor, PINNED_EXECUTORS):
         return executor.workers
     if isinstance(executor, ProcessPoolExecutor):
         return max(1, int(getattr(executor, "_max_workers", workers)))
@@ -91,9 +99,16 @@ def open_executor(executor: Executor | str | None, workers: int) -> Iterator[Exe
         except OSError as exc:
             raise ConfigurationError(f"cannot reach the Dask scheduler at {executor}: {exc}") from None
         try:
-            yield client.get_executor(pure=False)
-        finally:
+            slots = DaskPinnedPool(client, own_client=True)
+        except BaseException:
             client.close()
+            raise
+        try:
+            yield slots
+        except BaseException:
+            slots.kill()   # cancel its unfinished tasks on the cluster, then close the client
+            raise
+        slots.shutdown(wait=True)
         return
     if executor is not None:
         raise ConfigurationError(f"executor must be None, a Dask address or a concurrent.futures.Executor, "
@@ -192,42 +207,50 @@ def residues_task(state: tuple, draws: list[Any]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- buckets kept in a pinned worker
-_FOLD_BUCKETS: dict[str, Any] = {}
-_FOLD_CHUNKS: dict[str, int] = {}
+_FOLD_BUCKETS: dict[tuple[str, int | None], Any] = {}   # by (run token, slot: two Dask slots may share a process)
+_FOLD_CHUNKS: dict[tuple[str, int | None], int] = {}
 
 
 def bucket_add_task(token: str, modulus: int, window: int, exponent_bits: int, frame: bytes, width: int,
                     n_groups: int, exponents: np.ndarray) -> None:
     """Put a chunk's bases into this worker's buckets of fold ``token`` (created on first use): product
     ``k * n_groups + g`` gets ``c_ig`` by the digits of ``exponents[i, k]`` (:func:`bucket_accumulator`, in C when
-    built). Only for :meth:`PinnedPool.submit_to` (state stays in the worker process until
+    built). Only for ``submit_to`` of a :data:`PINNED_EXECUTORS` pool (state stays in the worker process until
     :func:`bucket_result_task`)."""
     exps = np.asarray(exponents)
+    key = (token, current_slot())
     with _TASK_LOCK:
-        entry = _FOLD_BUCKETS.get(token)
+        entry = _FOLD_BUCKETS.get(key)
         if entry is None:
             products = exps.shape[1] * n_groups
-            entry = _FOLD_BUCKETS[token] = (bucket_accumulator(products, exponent_bits, window, modulus), products)
-        _FOLD_CHUNKS[token] = _FOLD_CHUNKS.get(token, 0) + 1
-    entry[0].add_frame(frame, width, n_groups, exps)
+            entry = _FOLD_BUCKETS[key] = (bucket_accumulator(products, exponent_bits, window, modulus), products,
+                                            threading.Lock())
+    with entry[2]:   # a Dask worker with several threads may run two chunks of one fold at once
+        entry[0].add_frame(frame, width, n_groups, exps)
+        with _TASK_LOCK:
+            _FOLD_CHUNKS[key] = _FOLD_CHUNKS.get(key, 0) + 1
 
 
 def bucket_result_task(token: str) -> tuple[list[int], int, int]:
     """The products of fold ``token`` in this worker (ordered ``k * n_groups + g``), their multiplication count and
     the number of chunks put into them, releasing its buckets (``([], 0, 0)`` if no chunk reached this worker: the
     caller checks the count against the chunks it sent, so lost buckets can never pass as an empty product)."""
+    key = (token, current_slot())
     with _TASK_LOCK:
-        entry = _FOLD_BUCKETS.pop(token, None)
-        chunks = _FOLD_CHUNKS.pop(token, 0)
+        entry = _FOLD_BUCKETS.pop(key, None)
+        chunks = _FOLD_CHUNKS.pop(key, 0)
     if entry is None:
         return [], 0, 0
-    acc, products = entry
+    acc, products, lock = entry
+    with lock:   # after any add of this fold still running in another thread
+        pass
     values = [int(acc.result(t)) for t in range(products)]
     return values, acc.mults, chunks
 
 
 def bucket_discard_task(token: str) -> None:
     """Drop fold ``token``'s buckets (an abandoned fold on an executor that outlives it)."""
+    key = (token, current_slot())
     with _TASK_LOCK:
-        _FOLD_BUCKETS.pop(token, None)
-        _FOLD_CHUNKS.pop(token, None)
+        _FOLD_BUCKETS.pop(key, None)
+        _FOLD_CHUNKS.pop(key, None)

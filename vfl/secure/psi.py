@@ -1,24 +1,36 @@
-"""ECDH private set intersection primitives: row-ID normalisation and commutative blinding on P-256.
+"""ECDH private set intersection primitives: row-ID normalisation and commutative blinding on Curve25519.
 
 Commutative blinding (Meadows 1986; Huberman, Franklin & Hogg 1999; the "DH-PSI" of De Cristofaro & Tsudik 2010):
-with a hash to the curve ``H`` and secret scalars ``k_1 ... k_K`` of K parties,
+with a hash ``H`` into a prime-order group and secret scalars ``k_1 ... k_K`` of K parties,
 
-    blind_k(x) = H(x)^k,        reblind_k(P) = P^k,        so   H(x)^(k_1 k_2 ... k_K)
+    blind_k(x) = [k] H(x),        reblind_k(P) = [k] P,        so   [k_1 k_2 ... k_K] H(x)
 
 does not depend on the order in which the keys were applied. Two IDs are equal iff their fully blinded points are
-equal (up to a hash collision, probability ~ n^2 2^-256); under the decisional Diffie-Hellman assumption on P-256 in
-the random-oracle model, a point blinded by at least one key its viewer does not hold is indistinguishable from a
-random point, so it reveals nothing about the ID -- not even a plain hash of it.
+equal (up to a collision of H, probability ~ n^2 2^-252); under the decisional Diffie-Hellman assumption in the
+prime-order subgroup of Curve25519 (order ``L = 2^252 + ...``), with H modelled as a random oracle, a point blinded
+by at least one key its viewer does not hold is indistinguishable from a random group element, so it reveals nothing
+about the ID -- not even a plain hash of it. docs/psi.md ("Security of the Curve25519 ring") has the argument.
 
-The elliptic-curve work is done by openmined-psi (``private_set_intersection``, C++ on BoringSSL/OpenSSL P-256,
-hash-to-curve by try-and-increment over SHA-256), reused as a batch primitive through its own objects created from
-one key: ``client.CreateRequest(ids)`` is ``[H(x)^k for x in ids]`` in input order, and
-``server.ProcessRequest(points)`` with ``reveal_intersection=True`` is ``[P^k for P in points]`` in input order (the
-library's own ECDH-PSI is exactly these two steps plus an unblinding). :func:`self_test` checks both properties and
-commutativity at run time; tests/secure/test_secure_psi.py checks them too. Why this library and not ristretto255 via
-libsodium: docs/psi.md (measured).
+Everything is libsodium (through PyNaCl's bindings, no new dependency), composed, nothing home-made:
 
-Points travel as one byte string of concatenated 33-byte compressed SEC1 points (:data:`POINT_BYTES`).
+* ``H(x)``: ``r = SHA-512(DOMAIN || utf8(x))[:32]``, ``E = crypto_core_ed25519_from_uniform(r)`` -- Elligator 2
+  (Bernstein, Hamburg, Krasnova & Lange 2013) onto edwards25519 with the cofactor cleared, so ``E`` lies in the
+  prime-order subgroup (RFC 9380's ``encode_to_curve`` shape for edwards25519: one map, then ``[8]``) -- and its
+  Montgomery u-coordinate ``u = (1 + y) / (1 - y) mod p`` (RFC 7748 section 4.1's birational map, the value
+  libsodium's ``crypto_sign_ed25519_pk_to_curve25519`` returns; that function also re-checks that ``E`` is in the
+  subgroup, which ``from_uniform`` guarantees, at 56 us per ID: :func:`self_test` checks both give the same u);
+* ``[k] P``: X25519, ``crypto_scalarmult(k, u)`` (RFC 7748): the x-only Montgomery ladder with the clamped scalar
+  ``c(k) = 8 k'``, which commutes (``c(k_1) c(k_2) = c(k_2) c(k_1)``), maps the subgroup to itself bijectively,
+  and kills any small-order component an input may carry. libsodium refuses an input whose result is the neutral
+  element (every small-order point) -> :class:`ProtocolError`; :func:`split_points` and :meth:`BlindingKey.reblind`
+  also refuse non-canonical encodings (``u >= p``) and u-coordinates on the quadratic twist (a Legendre symbol), so
+  a re-blinded list holds only points of the curve.
+
+Batched and parallel: IDs/points are cut into :data:`CHUNK`-sized pieces that run on a thread pool of
+:func:`usable_cores` threads (or ``workers``); libsodium's calls through cffi release the GIL, so the threads run
+on every core, the results are joined in input order, and the calling party's heartbeat thread keeps running.
+
+Points travel as one byte string of concatenated 32-byte little-endian u-coordinates (:data:`POINT_BYTES`).
 
 ID normalisation (:func:`normalise_id`, docs/psi.md): ``str(value)``, Unicode NFC, surrounding whitespace stripped
 (``str.strip``), case-sensitive; an ID that is empty after this is refused, and so are duplicates after it.
@@ -26,29 +38,63 @@ ID normalisation (:func:`normalise_id`, docs/psi.md): ``str(value)``, Unicode NF
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import nacl.bindings as sodium
+import numpy as np
+
 from vfl.exceptions import DataValidationError, ProtocolError
+from vfl.secure.bigint import invert, legendre, mpz
 
-__all__ = ["POINT_BYTES", "MAX_ID_CHARS", "normalise_id", "normalise_ids", "BlindingKey", "split_points",
-           "self_test"]
+__all__ = ["POINT_BYTES", "MAX_ID_CHARS", "DOMAIN", "normalise_id", "normalise_ids", "BlindingKey", "split_points",
+           "hash_to_group", "montgomery_u", "usable_cores", "self_test"]
 
-#: bytes of one compressed P-256 point (0x02/0x03 prefix + 32-byte x coordinate)
-POINT_BYTES = 33
-#: longest accepted ID after normalisation (guards the hash-to-curve input; real IDs are far shorter)
+#: bytes of one point: the little-endian Montgomery u-coordinate of a Curve25519 point (RFC 7748), canonical (< p)
+POINT_BYTES = 32
+#: longest accepted ID after normalisation (guards the hash input; real IDs are far shorter)
 MAX_ID_CHARS = 4096
-#: IDs/points per library call: the C++ holds the GIL for a whole call, so long lists are cut into ~1 s pieces and a
-#: party's heartbeat thread still runs while 10^6 IDs are blinded
-CHUNK = 8192
+#: IDs/points per task of the thread pool: libsodium releases the GIL, so a party's heartbeat thread runs while
+#: 10^6 IDs are blinded; a task of 4096 IDs is ~0.2-0.4 s of one core, small enough to balance the threads
+CHUNK = 4096
+#: domain separation of H (RFC 9380 section 3.1's DST idea): a new DOMAIN gives a new, independent hash
+DOMAIN = b"vfl.psi.v2:edwards25519:SHA-512:ELL2:NU:"
+#: most threads a BlindingKey starts when ``workers`` is not given (as vfl.secure.fastmath.resolve_workers)
+MAX_THREADS = 8
+
+_P = 2**255 - 19                 # the field of Curve25519
+_A = 486662                      # Montgomery coefficient: v^2 = u^3 + A u^2 + u
+_Y_MASK = (1 << 255) - 1         # an edwards25519 encoding is y with the sign of x in bit 255
 
 
-def _library() -> Any:
-    import private_set_intersection.python as psi_lib  # deferred: a compiled extension, only needed with --id
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS says, else ``os.cpu_count()``), at most
+    :data:`MAX_THREADS`."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # pragma: no cover - non-Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_THREADS))
 
-    return psi_lib
+
+def hash_to_group(x: str) -> bytes:
+    """``H(x)``: the u-coordinate of ``crypto_core_ed25519_from_uniform(SHA-512(DOMAIN || x)[:32])`` (module
+    docstring), 32 bytes. ``x`` is an already normalised ID."""
+    r = hashlib.sha512(DOMAIN + x.encode("utf-8")).digest()[:32]
+    return montgomery_u(sodium.crypto_core_ed25519_from_uniform(r))
+
+
+def montgomery_u(edwards: bytes) -> bytes:
+    """The Montgomery u-coordinate ``(1 + y) / (1 - y) mod p`` of an edwards25519 point of the prime-order subgroup
+    (RFC 7748 section 4.1), as 32 little-endian bytes: what ``crypto_sign_ed25519_pk_to_curve25519`` returns for it
+    after its own subgroup check. Only for points this module computed (``y != 1``: not the neutral element)."""
+    y = mpz(int.from_bytes(edwards, "little") & _Y_MASK)
+    return int((1 + y) * invert(1 - y, _P) % _P).to_bytes(POINT_BYTES, "little")
 
 
 def normalise_id(value: Any) -> str:
@@ -93,67 +139,90 @@ def normalise_ids(values: Iterable[Any], what: str = "row-ID column") -> list[st
 
 
 def split_points(blob: bytes, count: int | None = None) -> list[bytes]:
-    """Concatenated points -> list of 33-byte points; ProtocolError for a wrong length or prefix."""
+    """Concatenated points -> list of 32-byte points; ProtocolError for a wrong length or a non-canonical
+    encoding (a u-coordinate ``>= p``, including any with bit 255 set: X25519 would silently reduce it)."""
     if len(blob) % POINT_BYTES:
         raise ProtocolError(f"PSI point list of {len(blob)} bytes is not a multiple of {POINT_BYTES}")
     n = len(blob) // POINT_BYTES
     if count is not None and n != count:
         raise ProtocolError(f"PSI point list holds {n} points, expected {count}")
-    points = [blob[i:i + POINT_BYTES] for i in range(0, len(blob), POINT_BYTES)]
-    if any(p[0] not in (2, 3) for p in points):
-        raise ProtocolError("PSI point list contains a point that is not a compressed P-256 point")
-    return points
+    if n:
+        raw = np.frombuffer(blob, dtype=np.uint8).reshape(n, POINT_BYTES)
+        # u >= p = 2^255 - 19 <=> bit 255 set, or bytes 31..1 = 7f ff .. ff and byte 0 >= 0xed
+        high = raw[:, 31] >= 0x80
+        top = (raw[:, 31] == 0x7F) & (raw[:, 1:31] == 0xFF).all(axis=1) & (raw[:, 0] >= 0xED)
+        if bool((high | top).any()):
+            raise ProtocolError("PSI point list contains a non-canonical Curve25519 point encoding")
+    return [blob[i:i + POINT_BYTES] for i in range(0, len(blob), POINT_BYTES)]
+
+
+def _on_curve(u_bytes: bytes) -> bool:
+    """``u^3 + A u^2 + u`` is a square mod p: u is the u-coordinate of a Curve25519 point, not of its twist."""
+    u = mpz(int.from_bytes(u_bytes, "little"))
+    return legendre((u * u + _A * u + 1) * u % _P, _P) != -1
 
 
 class BlindingKey:
-    """One party's secret PSI scalar ``k`` (fresh from the library's CSPRNG per run, never leaves the party).
+    """One party's secret PSI scalar ``k`` (32 bytes from the OS CSPRNG per run, never leaves the party).
 
-    ``blind(ids)`` = concatenated ``H(x)^k`` in input order; ``reblind(blob)`` = concatenated ``P^k`` in order.
+    ``blind(ids)`` = concatenated ``[k] H(x)`` in input order; ``reblind(blob)`` = concatenated ``[k] P`` in order.
+    ``workers``: threads for lists longer than one :data:`CHUNK` (default :func:`usable_cores`).
     """
 
-    def __init__(self, key_bytes: bytes | None = None) -> None:
-        lib = _library()
+    def __init__(self, key_bytes: bytes | None = None, *, workers: int | None = None) -> None:
         if key_bytes is None:
-            # the library draws the scalar from BoringSSL/OpenSSL's CSPRNG; we only reuse it for both objects
-            key_bytes = lib.client.CreateWithNewKey(True).GetPrivateKeyBytes()
-        self._client = lib.client.CreateFromKey(key_bytes, True)
-        self._server = lib.server.CreateFromKey(key_bytes, True)
-        self._lib = lib
+            key_bytes = secrets.token_bytes(sodium.crypto_scalarmult_SCALARBYTES)
+        if not isinstance(key_bytes, bytes) or len(key_bytes) != sodium.crypto_scalarmult_SCALARBYTES:
+            raise ValueError("a PSI key is 32 bytes")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+        self._key = key_bytes
+        self.workers = usable_cores() if workers is None else workers
+
+    def _mult(self, u: bytes) -> bytes:
+        try:
+            return sodium.crypto_scalarmult(self._key, u)
+        except RuntimeError:   # libsodium: the result is the neutral element, i.e. u has small order
+            raise ProtocolError("PSI point list contains a point of small order") from None
+
+    def _blind_chunk(self, ids: Sequence[str]) -> bytes:
+        return b"".join(self._mult(hash_to_group(x)) for x in ids)
+
+    def _reblind_chunk(self, points: Sequence[bytes]) -> bytes:
+        if not all(_on_curve(p) for p in points):
+            raise ProtocolError("PSI point list contains a point that is not on Curve25519 (a twist point)")
+        return b"".join(self._mult(p) for p in points)
+
+    def _run(self, fn: Callable[[Any], bytes], items: Sequence[Any]) -> bytes:
+        """``fn`` over CHUNK-sized pieces of ``items``, on the thread pool when there is more than one piece;
+        results joined in input order."""
+        pieces = [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
+        if len(pieces) <= 1 or self.workers == 1:
+            return b"".join(fn(p) for p in pieces)
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(pieces)), thread_name_prefix="vfl-psi") as pool:
+            return b"".join(pool.map(fn, pieces))
 
     def blind(self, ids: Sequence[str]) -> bytes:
-        """``H(x)^k`` for every (already normalised) ID, concatenated in input order."""
-        ids = list(ids)
-        return b"".join(p for i in range(0, len(ids), CHUNK)
-                        for p in self._client.CreateRequest(ids[i:i + CHUNK]).encrypted_elements)
+        """``[k] H(x)`` for every (already normalised) ID, concatenated in input order."""
+        return self._run(self._blind_chunk, list(ids))
 
     def reblind(self, blob: bytes, count: int | None = None) -> bytes:
-        """``P^k`` for every point of ``blob`` (validated: length, prefix, on the curve), in input order."""
-        points = split_points(blob, count)
-        pieces: list[bytes] = []
-        for i in range(0, len(points), CHUNK):
-            request = self._lib.Request()
-            request.reveal_intersection = True   # order-preserving response (the library sorts it otherwise)
-            request.encrypted_elements.extend(points[i:i + CHUNK])
-            try:
-                response = self._server.ProcessRequest(request)
-            except RuntimeError:
-                raise ProtocolError("PSI point list contains a byte string that is not a P-256 point") from None
-            pieces.extend(response.encrypted_elements)
-        out = b"".join(pieces)
-        if len(out) != len(blob):
-            raise ProtocolError("PSI library returned an unexpected number of points")
-        return out
+        """``[k] P`` for every point of ``blob`` (validated: length, canonical, on the curve, not of small order),
+        in input order; :class:`ProtocolError` for the first invalid point (nothing is returned)."""
+        return self._run(self._reblind_chunk, split_points(blob, count))
 
 
 def self_test() -> None:
-    """Check the two library properties this module relies on (input order kept; keys commute) on random IDs.
-
-    Raises RuntimeError if an openmined-psi release ever changes them (then alignment would silently be wrong).
-    """
+    """Check what this module relies on, on random IDs: input order kept (batched = one by one, threads or not),
+    the keys commute, distinct IDs give distinct points, and the u-coordinate equals libsodium's own conversion
+    (``crypto_sign_ed25519_pk_to_curve25519``). Raises RuntimeError otherwise (alignment would silently be wrong)."""
     ids = [secrets.token_hex(8) for _ in range(16)]
-    a, b = BlindingKey(), BlindingKey()
+    a, b = BlindingKey(workers=1), BlindingKey()
     ab = b.reblind(a.blind(ids))
     ba = a.reblind(b.blind(ids))
     one_by_one = b"".join(a.blind([x]) for x in ids)
-    if ab != ba or a.blind(ids) != one_by_one or len(set(split_points(ab))) != len(ids):
-        raise RuntimeError("openmined-psi does not behave as vfl.secure.psi expects (order or commutativity)")
+    r = hashlib.sha512(DOMAIN + ids[0].encode()).digest()[:32]
+    converted = sodium.crypto_sign_ed25519_pk_to_curve25519(sodium.crypto_core_ed25519_from_uniform(r))
+    if (ab != ba or a.blind(ids) != one_by_one or len(set(split_points(ab))) != len(ids)
+            or converted != hash_to_group(ids[0])):
+        raise RuntimeError("libsodium does not behave as vfl.secure.psi expects (order, commutativity or the map)")

@@ -21,8 +21,8 @@ from vfl.exceptions import (
 )
 from vfl.secure.encoding import encode_offset_chunk
 from vfl.secure.executors import (
+    PINNED_EXECUTORS,
     InlineExecutor,
-    PinnedPool,
     bucket_add_task,
     bucket_discard_task,
     bucket_result_task,
@@ -120,7 +120,7 @@ class ResponderFold:
         columns, and chunks dealt round-robin, when there are fewer columns than workers); ``[]`` otherwise.
         Sets the window in ``self._window``."""
         ex, G = self._executor, self._G
-        if not isinstance(ex, PinnedPool):
+        if not isinstance(ex, PINNED_EXECUTORS):   # a local PinnedPool or a Dask DaskPinnedPool (issue 34)
             return []
         W = ex.workers
         if d_b >= W:
@@ -197,7 +197,7 @@ class ResponderFold:
 
     def _pin_chunk(self, chunk: EncryptedChunk, block: np.ndarray) -> None:
         """Send the chunk to the workers that keep the buckets of its columns (or, by rows, to one worker)."""
-        assert isinstance(self._executor, PinnedPool)
+        assert isinstance(self._executor, PINNED_EXECUTORS)
         by_rows = len(self._pinned) > 1 and self._pinned[0] == self._pinned[1]
         bits = self.stream.layout.exponent_bits
         for p, (lo, hi) in enumerate(self._pinned):
@@ -213,7 +213,7 @@ class ResponderFold:
 
     def _collect_pinned(self) -> None:
         """Each worker's products of its buckets, multiplied into the running products."""
-        assert isinstance(self._executor, PinnedPool)
+        assert isinstance(self._executor, PINNED_EXECUTORS)
         futures = [self._executor.submit_to(p, bucket_result_task, self._token) for p in range(len(self._pinned))]
         self._token = None
         for (lo, _), future, sent in zip(self._pinned, futures, self._pinned_chunks, strict=True):
@@ -247,7 +247,7 @@ class ResponderFold:
         self._pending.clear()
         for future in self._rerandomisers:
             future.cancel()
-        if self._token is not None and isinstance(self._executor, PinnedPool):
+        if self._token is not None and isinstance(self._executor, PINNED_EXECUTORS):
             for p in range(len(self._pinned)):   # an abandoned fold: free its buckets in a pool that outlives it
                 try:
                     self._executor.submit_to(p, bucket_discard_task, self._token)

@@ -1,0 +1,125 @@
+"""Chunked PSI lists against a real `vfl party --id` process (issue 34): a hostile coordinator holding a co-party's
+honestly signed chunks sends them out of order, twice, moved, past the signed count, or stops early and answers a
+result; the party stops with one line (exit code 4) before re-blinding the bad chunk.
+
+The party (alice) has a throwaway identity and pins "bob"; the test holds bob's key to sign what an honest (or, for
+the count, a colluding) bob would send. FAST TESTS: 1024-bit INSECURE Paillier test keys (no product is reached).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers.fake_coordinator import FakeCoordinator
+
+from vfl.net.messages import MessageType
+from vfl.protocols.roster import sign_registration
+from vfl.secure.identity import SigningIdentity, write_identities
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
+
+IDS = [f"user{i:05d}" for i in range(60)]
+BOB_COUNT = 40
+
+
+def _bob_registration(bob: SigningIdentity) -> dict:
+    return sign_registration(bob, {"name": "bob", "n_rows": BOB_COUNT, "features": ["b1"], "label_owner": False,
+                                   "row_ids": True})
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A real `vfl party --id` process (alice) against a fake coordinator; yields (fake, process, bob identity)."""
+    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in IDS))
+    (tmp_path / "bounds.toml").write_text("[bounds]\ny = [-1.0, 1.0]\na1 = [-1.0, 1.0]\n")
+    certs = tmp_path / "alice_certs"
+    write_identities(certs, ["alice"])
+    bob = SigningIdentity.generate("bob")
+    (certs / "bob.sign.pub").write_text(bob.public_hex + "\n")
+    fake = FakeCoordinator()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "alice",
+         "--data", str(tmp_path / "alice.csv"), "--features", "a1", "--label", "y", "--id", "id",
+         "--bounds", str(tmp_path / "bounds.toml"), "--identity-dir", str(certs), "--no-progress",
+         "--timeout", "60", "--insecure-test-keys"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield fake, proc, bob
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    fake.close()
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("vfl: error")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+def _bob_chunks(fake, peer, bob, alice_reg, *, size=7):
+    """Open the ring (alice index 0, bob 1), take alice's own list, and return bob's 40 blinded points cut into
+    chunks of ``size`` points, each signed by bob's real key at its true offset: what an honest bob sends."""
+    from vfl.protocols.alignment import PsiRing
+    from vfl.secure.psi import POINT_BYTES, BlindingKey
+
+    start = {"index": 0, "parties": 2, "registrations": [alice_reg, _bob_registration(bob)]}
+    fake.send(peer, MessageType.PSI_START, start)
+    got = fake.wait_for(MessageType.PSI_POINTS, timeout=60)
+    assert got is not None and got[1].body["offset"] == 0 and len(got[1].blob(0)) == POINT_BYTES * len(IDS)
+    ring = PsiRing.from_start(start, index=1, name=None, n_ids=BOB_COUNT, pinned=None, run=fake.run_id)
+    points = BlindingKey().blind([f"bob{i:03d}" for i in range(BOB_COUNT)])
+    chunks = []
+    for off in range(0, BOB_COUNT, size):
+        body = {"origin": 1, "hops": 1, "offset": off}
+        blob = points[off * POINT_BYTES:(off + size) * POINT_BYTES]
+        chunks.append((body | {"auth": bob.sign(ring.list_digest(body, blob))}, blob))
+    return ring, chunks
+
+
+@pytest.mark.parametrize("case,expected,reblinded", [
+    # bob's second chunk first: a chunk is re-blinded only where the list stands
+    ("reordered", "a chunk of the list of party 'bob' starts at point 7, not at 0", 0),
+    # the first chunk again (a replay): refused, only the first copy was re-blinded
+    ("repeated", "a chunk of the list of party 'bob' starts at point 0, not at 7", 1),
+    # bob's signed second chunk relabelled as the first: the offset is signed
+    ("moved", "bad signature on the PSI list of party 'bob' after 1 hop(s) from 'bob'", 0),
+    # 5 chunks (35 points), then 12 points signed at offset 35 (bob's key: a colluding bob): past the signed count
+    ("overlong", "the list of party 'bob' holds 47 points but 'bob' signed 40 row IDs", 5),
+    # 5 of bob's 6 chunks, then a PSI_RESULT: the ring did not finish, the result is refused
+    ("truncated", "psi_result: sent before the ring finished", 5),
+])
+def test_hostile_chunk_sequences_are_refused(victim, case, expected, reblinded):
+    """A hostile coordinator holding bob's honestly signed chunks sends them out of order, twice, moved, past the
+    count, or stops early and answers a result: the real party stops with one line before re-blinding the bad
+    chunk (on main, before issue 34, lists were one message and any partial list was refused on its count)."""
+    import numpy as np
+
+    fake, proc, bob = victim
+    peer, alice_reg = fake.register(timeout=60)
+    ring, chunks = _bob_chunks(fake, peer, bob, alice_reg)
+    if case == "reordered":
+        sequence = [chunks[1]]
+    elif case == "repeated":
+        sequence = [chunks[0], chunks[0]]
+    elif case == "moved":
+        sequence = [({**chunks[1][0], "offset": 0}, chunks[1][1])]
+    elif case == "overlong":
+        extra, twelve = {"origin": 1, "hops": 1, "offset": 35}, chunks[5][1] + chunks[0][1]
+        sequence = [*chunks[:5], (extra | {"auth": bob.sign(ring.list_digest(extra, twelve))}, twelve)]
+    else:
+        sequence = chunks[:5]
+    for body, blob in sequence:
+        fake.send(peer, MessageType.PSI_POINTS, body, [blob])
+    if case == "truncated":
+        for _ in range(5):   # the 5 chunks re-blinded (valid so far), then the early result
+            got = fake.wait_for(MessageType.PSI_POINTS, MessageType.ERROR, timeout=60)
+            assert got is not None and got[1].type is MessageType.PSI_POINTS, got
+        fake.send(peer, MessageType.PSI_RESULT, {"n_common": 1, "offset": 0}, [np.array([0], dtype=np.int64)])
+    got = fake.wait_for(MessageType.ERROR, timeout=60)
+    assert got is not None and expected in got[1].body["reason"], got
+    back = [m for m in fake.sent_by_party(MessageType.PSI_POINTS) if m.body["origin"] == 1]
+    assert len(back) == reblinded and [m.body["offset"] for m in back] == [c[0]["offset"] for c in chunks[:reblinded]]
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert expected in _one_line(err) and not any(u in err for u in IDS)
