@@ -433,3 +433,30 @@ def test_a_hostile_register_with_a_terminal_code_column_name_is_rejected_as_wire
         sock.close(linger=0)
         c.kill()
     assert "\x1b" not in "".join(procs.finish(c)[1:])
+
+
+def test_a_plan_naming_a_column_with_terminal_text_is_refused_before_the_roster_entry(fake, tmp_path, identity_dir):
+    """review6. A hostile coordinator (with a hostile co-party that signs such a registration) puts escape codes in
+    a co-party's column names: they would end up in this party's model file and in `vfl report`'s coefficient table.
+    On e5d4639 the party accepted the plan (ROSTER_ENTRY); now it refuses it in one line, before its roster entry."""
+    proc = _party(fake, tmp_path, identity_dir)
+    try:
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties = [{"name": "alice", "n_features": 2, "features": [EVIL_COLUMN], "label_owner": True,
+                    "intercept": True},
+                   {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
+                    "intercept": False}]
+        fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params={
+            "epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
+            "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}, n_samples=N, label_owner=0)
+        got = fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=GENEROUS)
+        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan (on e5d4639)
+            proc.kill()
+        code, stdout, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert got is not None and got[1].type is MessageType.ERROR, got
+    line = _one_line(err)
+    assert code != 0 and "not printable" in line, (code, err)
+    assert "\x1b" not in stdout + err and "\u202e" not in stdout + err

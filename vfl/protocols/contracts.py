@@ -178,6 +178,9 @@ class PlanBody:
                        for p in body["parties"]]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed plan: {exc!r}") from None
+        bad = [f for p in parties for f in p.features if not f.isprintable()]
+        if bad:   # they end up in this party's model file and `vfl report`'s table (review6)
+            raise ProtocolError(f"malformed plan: column name {ascii(bad[0])[:80]} is not printable text")
         index, owner = int(body["index"]), int(body["label_owner"])
         if not (0 <= index < len(parties) and 0 <= owner < len(parties)):
             raise ProtocolError(f"malformed plan: index {index} / label owner {owner} of {len(parties)} parties")
