@@ -389,3 +389,101 @@ def test_table_windows_grow_with_the_planned_encryptions_within_the_memory_cap()
         c = fastmath.best_table_window(count, bits)
         assert -(-bits // c) * (1 << c) * fastmath.TABLE_ENTRY_BYTES <= fastmath.TABLE_BYTES_CAP
     assert fastmath.best_table_window(10**8, bits, cap_bytes=1 << 40) == 16
+
+
+# ----------------------------------------------------------------------------- review7: a stale compiled extension
+@needs_c
+def test_a_stale_extension_without_crt_encrypt_falls_back_with_one_clear_line(keypair, monkeypatch):
+    """An extension built before ``crt_encrypt`` existed (an old build left in place, ``pip install -e .`` not re-run)
+    is not used: the loader names what it lacks and how to rebuild in one line, and the key holder's encryptions run
+    in Python with the same bytes -- never an AttributeError in the middle of a run."""
+    import types
+
+    real = sys.modules["vfl.secure._fastloops"]
+    stale = types.ModuleType("vfl.secure._fastloops")
+    for name in ("Buckets", "FixedBase", "GMP_VERSION", "GMP_REDC_N", "mulmod_repeat"):
+        setattr(stale, name, getattr(real, name))
+    monkeypatch.setitem(sys.modules, "vfl.secure._fastloops", stale)
+    monkeypatch.setattr(sys.modules["vfl.secure"], "_fastloops", stale, raising=False)
+    module, line = native._load()
+    assert module is None and "\n" not in line
+    assert "crt_encrypt" in line and "pip install -e ." in line
+    monkeypatch.setattr(native, "fastloops", module)
+    monkeypatch.setattr(native, "IMPLEMENTATION", line)
+    monkeypatch.setattr(executors, "_TASK_ENCRYPTERS", {})
+    pk, sk = keypair
+    holder = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    rows = np.random.default_rng(7).integers(0, 2**20, (30, 3))
+    draws = [random.Random(700 + i).getrandbits(fastmath.SHORT_EXPONENT_BITS) for i in range(60)]
+    width = ciphertext_byte_length(pk)
+    frame = executors.encrypt_rows_task(holder.task_state(with_factors=True), rows, [(0, 2), (2, 3)], 30, draws,
+                                        False, width, 10**5)
+    assert frame == _reference_frames(int(pk.n), int(holder.h_s), rows, draws, width)
+
+
+@needs_c
+def test_another_thread_runs_while_crt_encrypt_works(keypair):
+    """With ``--workers 1`` the key holder's encryption tasks run inline on the party's worker thread, so one
+    ``crt_encrypt`` call (a whole task) must release the GIL as the other C loops do, or the party's heartbeat
+    thread stops for the whole task. A ticker thread's largest gap must be a small part of the call's time (with the
+    GIL held it is the whole call)."""
+    import threading
+    import time
+
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**5)
+    tp, tq = enc._crt_tables
+    width = ciphertext_byte_length(pk)
+    count = 6000
+    rng = random.Random(71)
+    alphas = [rng.getrandbits(fastmath.SHORT_EXPONENT_BITS) for _ in range(count)]
+    plains = [rng.randrange(int(pk.n)) for _ in range(count)]
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    native.crt_encrypt(tp, tq, plains, alphas, enc.n, enc.p2_inv_q2, width)
+    end = time.monotonic()
+    stop.set()
+    thread.join(10)
+    during = [t for t in ticks if start <= t <= end]
+    gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
+    assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, indirect=True)
+def test_both_encryption_paths_refuse_a_plaintext_not_below_n(impl, keypair):
+    """``Enc(m)`` is only defined for ``0 <= m < n``: the C call refuses ``m >= n``, and the Python loop of
+    :meth:`Encrypter.encrypt_frame` must too (it encrypted ``m mod n`` silently: a different frame, not an error)."""
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**4)
+    width = ciphertext_byte_length(pk)
+    assert len(enc.encrypt_frame([int(pk.n) - 1], [7], width)) == width
+    for bad in (int(pk.n), int(pk.n) + 5, -1):
+        with pytest.raises(ValueError, match="not below n|non-negative"):
+            enc.encrypt_frame([bad], [7], width)
+
+
+@needs_c
+def test_crt_encrypt_matches_plain_pow_at_the_edges_of_both_ranges(keypair):
+    """``alpha`` in {0, 1, 2^256 - 1} (all-zero digits, one digit, every digit full) and ``m`` in {0, 1, n - 1}: the C
+    call's bytes equal ``(1 + m n) h_s^alpha mod n^2`` computed with plain ``pow``."""
+    pk, sk = keypair
+    enc = fastmath.Encrypter(pk.n, p=sk.p, q=sk.q)
+    enc.prepare(10**5)
+    tp, tq = enc._crt_tables
+    n, width = int(pk.n), ciphertext_byte_length(pk)
+    alphas = [0, 1, (1 << fastmath.SHORT_EXPONENT_BITS) - 1]
+    pairs = [(m, a) for m in (0, 1, n - 1) for a in alphas]
+    got = native.crt_encrypt(tp, tq, [m for m, _ in pairs], [a for _, a in pairs], n, enc.p2_inv_q2, width)
+    want = b"".join(((1 + m * n) * pow(int(enc.h_s), a, n * n) % (n * n)).to_bytes(width, "big") for m, a in pairs)
+    assert got == want

@@ -193,3 +193,55 @@ def test_another_thread_runs_while_a_long_list_is_blinded(monkeypatch):
     during = [t for t in ticks if start <= t <= end]
     gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
     assert len(during) >= 3 and max(gaps) < (end - start) / 2, (max(gaps), end - start)
+
+
+@pytest.mark.parametrize("y, what", [(1, "neutral"), (2**255 - 19 + 2, "non-canonical"), (2**255 - 1, "non-canonical")])
+def test_the_u_map_refuses_the_neutral_element_and_non_canonical_y(y, what):
+    """``u = (1 + y) / (1 - y)`` is undefined at the neutral element ``y = 1`` (it would divide by zero) and a
+    non-canonical ``y >= p`` would be reduced silently (a second encoding of a point): ``montgomery_u`` refuses both
+    with a ValueError naming the case instead of a ZeroDivisionError or a silently reduced u."""
+    from vfl.secure.psi import montgomery_u
+
+    with pytest.raises(ValueError, match=what):
+        montgomery_u(y.to_bytes(32, "little"))
+    # canonical y of a subgroup point: libsodium's own conversion agrees
+    import nacl.bindings as nb
+
+    e = nb.crypto_core_ed25519_from_uniform(bytes(range(32)))
+    assert montgomery_u(e) == nb.crypto_sign_ed25519_pk_to_curve25519(e)
+
+
+def test_a_small_order_component_is_annihilated_by_the_clamped_scalar():
+    """docs/psi.md "Hostile points" (i): a point of the prime-order subgroup plus a point of order 4 or 8 is a
+    different, valid curve point (it passes every check), but ``8 | c(k)`` so it re-blinds to exactly what the clean
+    point does: a hostile sender learns nothing about ``k mod 8`` from such a point."""
+    import nacl.bindings as nb
+
+    from vfl.secure.psi import montgomery_u
+
+    key = BlindingKey(workers=1)
+    clean = nb.crypto_core_ed25519_from_uniform(bytes(range(1, 33)))
+    order4 = bytes(32)   # y = 0, x = sqrt(-1): a point of order 4
+    # a point of order 8 (libsodium's small-order blocklist, ed25519_ref10.c)
+    order8 = bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
+    assert _is_small_order_edwards(order4, 4) and _is_small_order_edwards(order8, 8)
+    for torsion in (order4, order8):
+        mixed = nb.crypto_core_ed25519_add(clean, torsion)
+        u_clean, u_mixed = montgomery_u(clean), montgomery_u(mixed)
+        assert u_mixed != u_clean
+        assert key.reblind(u_mixed) == key.reblind(u_clean)
+
+
+def _is_small_order_edwards(e: bytes, order: int) -> bool:
+    """``e`` decodes to an edwards25519 point of exactly this order (by repeated addition with libsodium)."""
+    import nacl.bindings as nb
+
+    try:
+        acc = e
+        for i in range(1, order + 1):
+            if acc == (1).to_bytes(32, "little"):
+                return i == order
+            acc = nb.crypto_core_ed25519_add(acc, e)
+    except Exception:
+        return False
+    return False

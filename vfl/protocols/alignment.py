@@ -46,13 +46,15 @@ Who learns what (semi-honest, no collusion; docs/threat_model.md):
 
 * party j: which of its own IDs are in the intersection of ALL K sets (and hence N), and every party's ID count
   n_i (the length of the lists it re-blinds); nothing about any ID outside the intersection: every point it sees
-  carries at least one key it does not hold (DDH on P-256), and no fully blinded list ever reaches a party, so no
-  party can match its own IDs against another's (for K >= 3 not even pairwise intersections are revealed).
+  carries at least one key it does not hold (DDH in Curve25519's prime-order subgroup), and no fully blinded
+  list ever reaches a party, so no party can match its own IDs against another's (for K >= 3 not even pairwise
+  intersections are revealed).
 * coordinator: the counts n_j, N, and how many fully blinded points each subset of parties shares (the sizes of
   the "Venn diagram" of the K ID sets); no ID, no plain hash of an ID (every point it relays is keyed).
 
-Sequential cost: each party computes ``n_j`` hashes-to-curve and sum_{i != j} n_i exponentiations (both on P-256 in
-openmined-psi's C++); 2n each for K = 2, the same total work as one two-party ECDH-PSI run (docs/psi.md).
+Sequential cost: each party computes ``n_j`` hashes-to-curve and sum_{i != j} n_i exponentiations (both on
+Curve25519 through libsodium, vfl.secure.psi); 2n each for K = 2, the same total work as one two-party
+ECDH-PSI run (docs/psi.md).
 """
 
 from __future__ import annotations

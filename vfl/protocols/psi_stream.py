@@ -32,7 +32,7 @@ from vfl.secure.psi import POINT_BYTES, normalise_id
 
 __all__ = ["id_array", "CHUNK_POINTS", "chunk_points", "N_BUCKETS", "BucketStore", "points_array"]
 
-#: points per PSI_POINTS message by default (2.1 MB of 33-byte points; the message limit is 256 MB)
+#: points per PSI_POINTS message by default (2.1 MB of 32-byte points; the message limit is 256 MB)
 CHUNK_POINTS = 65_536
 #: buckets of the coordinator's intersection (2 x 10^7 points: ~80 000 a bucket, ~3 MB)
 N_BUCKETS = 256

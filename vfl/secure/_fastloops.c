@@ -742,7 +742,8 @@ static unsigned long digit_of(const unsigned char *bytes, Py_ssize_t len, long f
 static int pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char *bytes, Py_ssize_t len) {
     const mp_size_t n = self->mo.n;
     const Py_ssize_t row_len = (Py_ssize_t)1 << self->window;
-    mp_limb_t *acc = PyMem_Malloc((size_t)(3 * n) * sizeof(mp_limb_t));
+    /* raw allocator: crt_encrypt calls this without the GIL (PyMem_Malloc needs it) */
+    mp_limb_t *acc = PyMem_RawMalloc((size_t)(3 * n) * sizeof(mp_limb_t));
     if (acc == NULL)
         return -1;
     mp_limb_t *t = acc + n;
@@ -767,7 +768,7 @@ static int pow_montgomery(FixedBaseObject *self, mpz_t out, const unsigned char 
         from_montgomery(out, acc, t, &self->mo);
     else
         mpz_set_ui(out, 1);
-    PyMem_Free(acc);
+    PyMem_RawFree(acc);
     return 0;
 }
 
@@ -937,28 +938,34 @@ static PyObject *crt_encrypt(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "crt_encrypt: width is below the bytes of n^2");
         goto done;
     }
+    if (count > 0 && width > PY_SSIZE_T_MAX / count) {
+        PyErr_SetString(PyExc_ValueError, "crt_encrypt: count x width overflows");
+        goto done;
+    }
     out = PyBytes_FromStringAndSize(NULL, count * width);
     if (out == NULL)
         goto done;
     unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(out);
     memset(dst, 0, (size_t)(count * width));
-    for (Py_ssize_t i = 0; i < count; i++) {
+    /* the whole task without the GIL (only GMP, the tables and these buffers, which the arguments keep alive and
+     * which are immutable bytes): with --workers 1 it runs inline on the party's worker thread, and the party's
+     * heartbeat thread must keep running meanwhile */
+    int bad = 0;   /* 1: exponent too long, 2: plaintext not below n, 3: out of memory */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count && !bad; i++) {
         const unsigned char *a = (const unsigned char *)alphas.buf + i * alpha_len;
         if (!exponent_fits(tp, a, alpha_len) || !exponent_fits(tq, a, alpha_len)) {
-            PyErr_SetString(PyExc_ValueError, "crt_encrypt: an exponent has more bits than the tables");
-            Py_CLEAR(out);
-            goto done;
+            bad = 1;
+            break;
         }
         mpz_import(m, (size_t)plain_len, 1, 1, 1, 0, (const unsigned char *)plains.buf + i * plain_len);
         if (mpz_cmp(m, n) >= 0) {
-            PyErr_SetString(PyExc_ValueError, "crt_encrypt: a plaintext is not below n");
-            Py_CLEAR(out);
-            goto done;
+            bad = 2;
+            break;
         }
         if (pow_montgomery(tp, rp, a, alpha_len) < 0 || pow_montgomery(tq, rq, a, alpha_len) < 0) {
-            PyErr_NoMemory();
-            Py_CLEAR(out);
-            goto done;
+            bad = 3;
+            break;
         }
         mpz_sub(t, rq, rp);
         mpz_mul(t, t, inv);
@@ -972,9 +979,19 @@ static PyObject *crt_encrypt(PyObject *module, PyObject *args) {
         mpz_add(rho, rho, t);                /* < 2 n^2 */
         if (mpz_cmp(rho, n2) >= 0)
             mpz_sub(rho, rho, n2);
-        size_t len = (mpz_sizeinbase(rho, 256) + 0);
+        size_t len = mpz_sizeinbase(rho, 256);
         if (mpz_sgn(rho) != 0)
             mpz_export(dst + i * width + (width - (Py_ssize_t)len), NULL, 1, 1, 1, 0, rho);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        if (bad == 1)
+            PyErr_SetString(PyExc_ValueError, "crt_encrypt: an exponent has more bits than the tables");
+        else if (bad == 2)
+            PyErr_SetString(PyExc_ValueError, "crt_encrypt: a plaintext is not below n");
+        else
+            PyErr_NoMemory();
+        Py_CLEAR(out);
     }
 done:
     mpz_clears(n, n2, inv, m, rp, rq, rho, t, NULL);

@@ -255,6 +255,8 @@ class Encrypter:
             return native.crt_encrypt(tables[0], tables[1], plaintexts, draws, self.n, self.p2_inv_q2, width)
         out = bytearray()
         for m, draw in zip(plaintexts, draws, strict=True):
+            if not 0 <= m < self.n:   # as the C call: Enc is defined on [0, n) only
+                raise ValueError("encrypt_frame: a plaintext is not below n (or is negative)")
             out += int((1 + mpz(m) * self.n) * self.residue_from(draw) % self.n2).to_bytes(width, "big")
         return bytes(out)
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 PURE_PYTHON_VARIABLE = "VFL_PURE_PYTHON"
 MAX_EXPONENT_BITS = 64
 """The C buckets take exponents as ``uint64``; wider exponents use the Python loops."""
+REQUIRED = ("Buckets", "FixedBase", "GMP_VERSION", "crt_encrypt", "mulmod_repeat")
+"""What this module calls in the extension: a build that lacks one (compiled from older sources) is not used."""
 
 
 def pure_python_requested() -> bool:
@@ -41,6 +43,10 @@ def _load() -> tuple[ModuleType | None, str]:
         from vfl.secure import _fastloops  # type: ignore[attr-defined]
     except ImportError as exc:
         return None, f"pure Python (the optional C extension is not built: {exc})"
+    missing = [name for name in REQUIRED if not hasattr(_fastloops, name)]
+    if missing:   # a stale build: fall back as a whole rather than fail with an AttributeError mid-run
+        return None, (f"pure Python (the C extension is stale, it lacks {', '.join(missing)}: rebuild it with "
+                      "pip install -e .)")
     return _fastloops, f"C (vfl.secure._fastloops on GMP {_fastloops.GMP_VERSION})"
 
 

@@ -92,9 +92,15 @@ def hash_to_group(x: str) -> bytes:
 def montgomery_u(edwards: bytes) -> bytes:
     """The Montgomery u-coordinate ``(1 + y) / (1 - y) mod p`` of an edwards25519 point of the prime-order subgroup
     (RFC 7748 section 4.1), as 32 little-endian bytes: what ``crypto_sign_ed25519_pk_to_curve25519`` returns for it
-    after its own subgroup check. Only for points this module computed (``y != 1``: not the neutral element)."""
-    y = mpz(int.from_bytes(edwards, "little") & _Y_MASK)
-    return int((1 + y) * invert(1 - y, _P) % _P).to_bytes(POINT_BYTES, "little")
+    after its own subgroup check. Only for points this module computed; ValueError for the neutral element
+    (``y = 1``: u is undefined) and for a non-canonical ``y >= p`` (libsodium never outputs one)."""
+    y = int.from_bytes(edwards, "little") & _Y_MASK
+    if y >= _P:
+        raise ValueError("montgomery_u: non-canonical edwards25519 encoding (y >= p)")
+    if y == 1:
+        raise ValueError("montgomery_u: the neutral element has no Montgomery u-coordinate (y = 1)")
+    ym = mpz(y)
+    return int((1 + ym) * invert(1 - ym, _P) % _P).to_bytes(POINT_BYTES, "little")
 
 
 def normalise_id(value: Any) -> str:
