@@ -337,3 +337,126 @@ def test_a_plan_naming_a_party_with_terminal_text_is_refused_before_it_is_printe
     line = _one_line(err)
     assert code != 0 and "not a party name" in line, (code, err)
     assert "\x1b" not in stdout + err and "FAKE" not in stdout, stdout
+
+
+# ----------------------------------------------------------------------------- 1b. review6: READY is no release
+def test_a_noisy_gd_party_refuses_a_result_after_its_ready_before_its_rounds(procs, tmp_path, identity_dir):
+    """review6. Invariant: a party returns a model only for a run whose release it took part in. Attacker: a
+    coordinator that sends a valid noisy-gd PLAN, plays the co-party in the roster, waits for the party's READY
+    (public bounds, no round computed) and then sends RESULT with a model of its own. On main READY counted as
+    "its release" and the party exited 0 printing "done: model released" with the hub's model (noisy-gd models
+    are unsigned, so nothing else stops it); now exit non-zero, one line, and no GD_REQUEST ever left it."""
+    from tests.net.test_network_gd_cli import _bob_process
+    from tests.net.test_network_gd_cli import _plan as _gd_plan
+
+    fake = FakeCoordinator()
+    try:
+        bob = _bob_process(procs, tmp_path, fake.endpoint)
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties, params = _gd_plan()
+        fake.plan(peer, index=1, parties=parties, mechanism="noisy-gd", params=params, n_samples=N, label_owner=0)
+        assert fake.roster(peer, identity_dir, timeout=GENEROUS) is not None
+        ready = fake.wait_for(MessageType.READY, MessageType.ERROR, timeout=GENEROUS)
+        assert ready is not None and ready[1].type is MessageType.READY, ready
+        model = _fake_model()
+        model["mechanism"] = "noisy-gd"
+        fake.send(peer, MessageType.RESULT, {"model": model})
+        code, stdout, err = procs.finish(bob)
+    finally:
+        fake.close()
+    assert code != 0 and "model released" not in stdout, (code, stdout)
+    line = _one_line(err)
+    assert code != 0 and "has not taken part in" in line, (code, err)
+    assert "model released" not in stdout
+    assert fake.sent_by_party(MessageType.GD_REQUEST) == [] and fake.sent_by_party(MessageType.GD_SHARE) == []
+
+
+# ----------------------------------------------------------------------------- 2b. review6: peer column names
+#: a column name a hostile party registers: clear the screen, colour, a bidirectional override (no comma, no newline:
+#: a real `vfl party` reads it from its own CSV header and bounds file)
+EVIL_COLUMN = "\x1b[2J\x1b[31mFAKE\u202espend"
+
+
+def test_a_column_name_with_terminal_codes_never_reaches_the_coordinators_terminal(procs, tmp_path):
+    """review6. Invariant: peer-supplied text on an operator's terminal is printable. Attacker: a party whose
+    REGISTER names a column with terminal escape codes (here a real `vfl party` reading them from its own CSV header
+    and bounds file). On e5d4639 the run completed and the coordinator printed the name verbatim in its coefficient
+    table (the screen cleared, a right-to-left override); now the party refuses its own column name in one line and
+    nothing of it reaches any terminal (a hostile party that sends it anyway: the next test)."""
+    from vfl.demo import free_port, make_demo_data
+
+    data = make_demo_data(tmp_path / "data", 200, seed=3)
+    bob_csv = data["bob"].read_text().splitlines()
+    data["bob"].write_text("\n".join([bob_csv[0].replace("spend", EVIL_COLUMN), *bob_csv[1:]]) + "\n")
+    toml = data["bounds"].read_text().replace("spend = ", '"\\u001b[2J\\u001b[31mFAKE\\u202espend" = ')
+    data["bounds"].write_text(toml)
+    url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "m.json"
+    common = ["--no-progress", "--timeout", str(GENEROUS), "--insecure-test-keys"]
+    coord = procs.start("coordinator", "--parties", "2", "--bind", url, "--out", str(out), "--key-bits", "1024",
+                        "--timeout", str(GENEROUS), "--mechanism", "gaussian-fm", "--epsilon", "4",
+                        "--insecure-test-keys")
+    alice = procs.start("party", "--connect", url, "--name", "alice", "--data", str(data["alice"]), "--features",
+                        "age:tenure", "--label", "score", "--id", "id", "--bounds", str(data["bounds"]), *common)
+    bob = procs.start("party", "--connect", url, "--name", "bob", "--data", str(data["bob"]), "--features",
+                      f"visits,{EVIL_COLUMN}", "--id", "id", "--bounds", str(data["bounds"]), *common)
+    code, stdout, err = procs.finish(bob)   # on e5d4639: after the whole run, exit 0
+    for p in (coord, alice):   # waiting for a bob who will not come: stopped here (the test needs no timeout)
+        if p.poll() is None:
+            p.kill()
+    shown_text = stdout + err + "".join(procs.finish(p)[1] + procs.finish(p)[2] for p in (coord, alice))
+    assert "\x1b" not in shown_text and "\u202e" not in shown_text, repr(shown_text[-3000:])
+    line = _one_line(err)
+    assert code != 0 and "not printable" in line and "rename the column" in line, (code, err)
+    assert not out.exists()
+
+
+def test_a_hostile_register_with_a_terminal_code_column_name_is_rejected_as_wire_input(procs, tmp_path):
+    """review6. The same column name sent by a hostile peer that skips the party's own check: rejected as wire input
+    (no WELCOME), and the rejection line the coordinator prints is escaped. On e5d4639 it was WELCOMEd and the name
+    later printed in the coefficient table."""
+    from tests.net.test_scoring_network import _free_endpoint
+
+    url = _free_endpoint()
+    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
+                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
+                    "--insecure-test-keys")
+    procs.wait_for_line(c, "listening on")
+    sock = _raw_peer(url)
+    try:
+        body = _register_body("mallory")
+        body["features"] = [EVIL_COLUMN]
+        _send_raw(sock, MessageType.REGISTER, body, sender="mallory")
+        line = procs.wait_for_line(c, "rejected wire input", timeout=GENEROUS)
+        assert "\x1b" not in line and "\u202e" not in line, repr(line)
+        assert _recv_raw(sock, 1.0) is None   # no WELCOME (and nothing else) for it
+    finally:
+        sock.close(linger=0)
+        c.kill()
+    assert "\x1b" not in "".join(procs.finish(c)[1:])
+
+
+def test_a_plan_naming_a_column_with_terminal_text_is_refused_before_the_roster_entry(fake, tmp_path, identity_dir):
+    """review6. A hostile coordinator (with a hostile co-party that signs such a registration) puts escape codes in
+    a co-party's column names: they would end up in this party's model file and in `vfl report`'s coefficient table.
+    On e5d4639 the party accepted the plan (ROSTER_ENTRY); now it refuses it in one line, before its roster entry."""
+    proc = _party(fake, tmp_path, identity_dir)
+    try:
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties = [{"name": "alice", "n_features": 2, "features": [EVIL_COLUMN], "label_owner": True,
+                    "intercept": True},
+                   {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
+                    "intercept": False}]
+        fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params={
+            "epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
+            "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}, n_samples=N, label_owner=0)
+        got = fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=GENEROUS)
+        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan (on e5d4639)
+            proc.kill()
+        code, stdout, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert got is not None and got[1].type is MessageType.ERROR, got
+    line = _one_line(err)
+    assert code != 0 and "not printable" in line, (code, err)
+    assert "\x1b" not in stdout + err and "\u202e" not in stdout + err

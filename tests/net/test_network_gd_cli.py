@@ -193,3 +193,26 @@ def test_a_party_runs_noisy_gd_rounds_only_when_its_operator_allows_them(procs, 
     assert all(code != 0 for code, _, _ in results)
     assert any("noisy-gd" in err and "--allow-mechanisms" in err for _, _, err in results[1:]), results
     assert not out.exists()
+
+
+@pytest.mark.parametrize("key,value", [("party_sensitivities", [0.1, 0.2, 0.3]), ("party_radii", {"a": 1}),
+                                       ("widths", [[3, 2], [3, 2]])])
+def test_party_refuses_a_plan_number_of_another_shape_in_one_line(procs, tmp_path, key, value):
+    """review6. A plan number of another shape than the one the party derives: a list of three sensitivities, a
+    table for the radii, the widths repeated as a matrix. On e5d4639 the first two ended the party with a numpy
+    error outside the plan check (ValueError: operands could not be broadcast; TypeError) and the third passed
+    by broadcasting; now each is refused as a plan whose number differs, before the roster entry."""
+    fake = FakeCoordinator()
+    try:
+        bob = _bob_process(procs, tmp_path, fake.endpoint)
+        peer, _ = fake.register(timeout=GENEROUS)
+        parties, params = _plan()
+        params[key] = value
+        fake.plan(peer, index=1, parties=parties, mechanism="noisy-gd", params=params, n_samples=N, label_owner=0)
+        got = fake.wait_for(MessageType.ERROR, MessageType.ROSTER_ENTRY, timeout=GENEROUS)
+        code, _, err = procs.finish(bob)
+        assert got is not None and got[1].type is MessageType.ERROR, err[-1500:]
+        assert f"refused noisy-gd plan: its {key}" in got[1].body["reason"], got[1].body["reason"]
+        assert code != 0 and "Traceback" not in err
+    finally:
+        fake.close()

@@ -123,7 +123,12 @@ def _is_hex(length: int) -> Check:
     return lambda v: isinstance(v, str) and len(v) == length and bool(_HEX_RE.fullmatch(v))
 
 
-_FEATURE = _is_str(256)
+def _is_text(limit: int) -> Check:
+    """A string an operator may be shown as is: printable (no escape code, newline or bidirectional override)."""
+    return lambda v: isinstance(v, str) and len(v) <= limit and v.isprintable()
+
+
+_FEATURE = _is_text(256)   # column names reach terminals (the coordinator's coefficient table; review6)
 _BLOCK = _is_str(64)
 _KEY = _is_hex(64)    # an Ed25519 public key or a sha256 digest, hex (vfl.secure.identity)
 _AUTH = _is_hex(128)  # an Ed25519 signature, hex: the sender's, end to end (vfl.protocols.roster)

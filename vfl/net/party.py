@@ -103,10 +103,23 @@ def plan_spend(session: Session, plan_body: dict) -> Spend:
     return Spend(plan.mechanism, math.inf, float(plan.params.get("delta") or 0.0), {"kind": "non-private"})
 
 
+#: what a party sends after its roster verified that is not yet its part of the release: READY (public bounds,
+#: no statistic computed); a RESULT after only these is refused (review6: a noisy-gd party took one)
+NOT_RELEASE = frozenset({ROSTER_ENTRY, "ready"})
+
+
 def releases(sent: Sequence[Message], roster: Roster | None) -> bool:
-    """Whether ``sent`` holds this party's part of the release: a message sent after its roster verified."""
+    """Whether ``sent`` holds this party's part of the release: a message after its roster verified, not READY."""
     return bool(sent) and roster is not None and roster.digest is not None and any(
-        m.type.value != ROSTER_ENTRY for m in sent)
+        m.type.value not in NOT_RELEASE for m in sent)
+
+
+def rounds_done(session: Session | None) -> bool:
+    """A noisy-gd party ran every planned round (its model is unsigned: nothing else ties a RESULT to the rounds);
+    any other session: True."""
+    if not isinstance(session, GDRunParty):
+        return True
+    return session.rounds is not None and session.rounds.next_round >= int(session.release.steps)
 
 
 def took_part(released: bool) -> None:
@@ -291,7 +304,7 @@ class PartyNode(Member):
     def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
         """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
         stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
-        took_part(session is not None and self.released)   # else refused: exit non-zero, no file
+        took_part(session is not None and self.released and rounds_done(session))   # else: exit non-zero, no file
         doc = msg.body["model"]
         if not isinstance(session, FMParty):
             return FittedModel.from_dict(doc)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vfl.exceptions import ProtocolError
+from vfl.exceptions import ConfigurationError, ProtocolError
 
 __all__ = ["Out", "Incoming", "kind_of", "RegisterBody", "Registration", "PlanParty", "PlanBody", "ReadyBody"]
 
@@ -65,6 +65,14 @@ class RegisterBody:
     label: str | None = None            # the label owner's label column name (recorded in the model file)
     #: the declared preprocessing of its columns (vfl.data.preprocessing.Preprocessing.to_record; public)
     preprocessing: dict | None = None
+
+    def __post_init__(self) -> None:
+        # column names are shown to operators (the coordinator's coefficient table, `vfl report`): printable text
+        # only, refused here at the party that reads them, and as wire input at the hub (vfl.net.message_specs)
+        bad = [f for f in [*self.features, self.label or ""] if not (isinstance(f, str) and f.isprintable())]
+        if bad:
+            raise ConfigurationError(f"column name {ascii(bad[0])} holds a character that is not printable (an "
+                                     "escape code, a line break or a bidirectional override); rename the column")
 
     def to_body(self) -> dict:
         body: dict[str, Any] = {"name": self.name, "n_rows": self.n_rows, "features": list(self.features),
@@ -170,6 +178,9 @@ class PlanBody:
                        for p in body["parties"]]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed plan: {exc!r}") from None
+        bad = [f for p in parties for f in p.features if not f.isprintable()]
+        if bad:   # they end up in this party's model file and `vfl report`'s table (review6)
+            raise ProtocolError(f"malformed plan: column name {ascii(bad[0])[:80]} is not printable text")
         index, owner = int(body["index"]), int(body["label_owner"])
         if not (0 <= index < len(parties) and 0 <= owner < len(parties)):
             raise ProtocolError(f"malformed plan: index {index} / label owner {owner} of {len(parties)} parties")

@@ -165,6 +165,18 @@ class GDRunCoordinator:
                             params=plan_params(self.release, self.params, self.settings.allow_insecure_keys))
 
 
+def _same_number(given: Any, value: Any) -> bool:
+    """Whether a plan's ``given`` is the number (or list of numbers) ``value`` this party derives: the same shape
+    (no broadcasting: review6) and equal to :data:`PLAN_RTOL`; anything else, e.g. a table, is not."""
+    if not (isinstance(value, (float, list)) and not isinstance(given, (bool, str))):
+        return bool(given == value)
+    try:
+        a, b = np.asarray(given, dtype=float), np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=PLAN_RTOL, atol=0))
+
+
 class GDRunParty:
     """Party side: re-derives and checks the plan's numbers, prepares its columns, runs :class:`GDParty`.
 
@@ -204,9 +216,7 @@ class GDRunParty:
             raise ProtocolError(f"malformed noisy-gd plan: {exc}") from None
         for key, value in mine.items():
             given = p.get(key)
-            same = (np.allclose(np.asarray(given, dtype=float), np.asarray(value, dtype=float), rtol=PLAN_RTOL, atol=0)
-                    if isinstance(value, (float, list)) and not isinstance(given, (bool, str)) else given == value)
-            if not same:
+            if not _same_number(given, value):
                 raise ProtocolError(f"refused noisy-gd plan: its {key} {given!r} is not the {value!r} this party "
                                     "derives from the plan's epsilon, delta, rounds, radius and columns")
         if params.key_bits < 2048 and not allow_insecure:
