@@ -144,3 +144,34 @@ def test_cpu_flag_is_read_from_cpuinfo(tmp_path):
 def test_backend_argument_is_checked():
     with pytest.raises(ValueError, match="backend"):
         BlindingKey(backend="fast")
+
+
+def _plant_distribution(where: Path) -> Path:
+    """An ``ipp_crypto`` distribution whose RECORD names a library of the planter's choosing (any file will do: the
+    lookup is what is tested, nothing is loaded from it)."""
+    lib = where / "libcrypto_mb.so"
+    lib.write_bytes(b"\x7fELF not really")
+    info = where / "ipp_crypto-9999.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ipp-crypto\nVersion: 9999.0\n")
+    (info / "RECORD").write_text(f"{lib},,\n")
+    return lib
+
+
+def test_library_is_never_taken_from_the_current_directory_or_pythonpath(tmp_path):
+    """Attacker: can write to the directory a party is started from (``python -m`` / ``python -c`` put it first on
+    sys.path) or to a PYTHONPATH entry, and plants an ``ipp_crypto`` dist-info whose RECORD names its own .so. The
+    loader must only take the distribution from site-packages, so it never names (let alone dlopens) that file."""
+    import os
+    import subprocess
+    import sys
+
+    cwd, pp = tmp_path / "cwd", tmp_path / "pythonpath"
+    cwd.mkdir()
+    pp.mkdir()
+    planted = {str(_plant_distribution(cwd)), str(_plant_distribution(pp))}
+    env = {**os.environ, "PYTHONPATH": str(pp), "LD_LIBRARY_PATH": f"{pp}:"}
+    out = subprocess.run([sys.executable, "-c", "from vfl.secure import x25519_mb; print(x25519_mb.library_path())"],
+                         cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=True).stdout.strip()
+    assert out not in planted
+    assert out == str(x25519_mb.library_path())   # the same answer as this process's: site-packages or None

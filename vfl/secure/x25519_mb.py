@@ -14,7 +14,8 @@ the output itself. The bit-identity with libsodium's ``crypto_scalarmult`` for t
 vfl.secure.psi relies on; :func:`load` checks it on random and fixed inputs before it returns a backend.
 
 Where it is used (:func:`load`): only when the ``ipp-crypto`` distribution is installed in this Python (the library
-is found through that distribution's own file list, ``<prefix>/lib/libcrypto_mb.so``, never on a system path),
+is found through that distribution's own file list, ``<prefix>/lib/libcrypto_mb.so``, never on a system path, and
+the distribution only in site-packages, never through the current directory or PYTHONPATH),
 the CPU reports AVX-512 IFMA (``avx512ifma`` in /proc/cpuinfo; without it the library would fall back to slower
 AVX2 code), and the self-check passes. Otherwise vfl.secure.psi uses libsodium exactly as before.
 ``pip install 'vfl[psi-fast]'`` installs the wheel.
@@ -27,6 +28,8 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import secrets
+import site
+import sysconfig
 from pathlib import Path
 
 import nacl.bindings as sodium
@@ -46,12 +49,23 @@ _RUNTIME_DIST = "intel-cmplr-lib-rt"
 _RUNTIME = ("libintlc.so.5", "libimf.so", "libsvml.so", "libirng.so")
 
 
+def _install_dirs() -> list[str]:
+    """The directories pip installs distributions into for this interpreter: site-packages (and the user's, where
+    enabled). Not ``sys.path``: that may start with the current directory (``python -m``, ``python -c``) or hold
+    PYTHONPATH entries, where anyone who can write a ``ipp_crypto-*.dist-info`` would choose the library we load."""
+    paths = sysconfig.get_paths()
+    dirs = [*site.getsitepackages(), paths["purelib"], paths["platlib"]]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return list(dict.fromkeys(dirs))
+
+
 def _dist_file(dist_name: str, file_name: str) -> Path | None:
     """The installed file ``file_name`` of distribution ``dist_name`` (pip puts a wheel's data files under the
-    environment's prefix, here ``<prefix>/lib/``, and lists them in the distribution's RECORD), or None."""
-    try:
-        dist = importlib.metadata.distribution(dist_name)
-    except importlib.metadata.PackageNotFoundError:
+    environment's prefix, here ``<prefix>/lib/``, and lists them in the distribution's RECORD), or None. Only a
+    distribution in :func:`_install_dirs` counts."""
+    dist = next(iter(importlib.metadata.distributions(name=dist_name, path=_install_dirs())), None)
+    if dist is None:
         return None
     for f in dist.files or []:
         if f.name == file_name:
