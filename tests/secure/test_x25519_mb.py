@@ -73,13 +73,18 @@ NEAR_P = [P - d for d in range(3, 200) if _on_curve(P - d)][:24]
 def test_hostile_points_near_p_are_reblinded_by_libsodium():
     """Attacker: a peer sends valid curve points crypto_mb mishandles, to make a party output a faulty multiple of
     its key. reblind must return libsodium's bytes for them (it never routes peer points through crypto_mb); the
-    library's own result differs for at least one of them (what the invariant guards against)."""
+    library's own result differs for at least one of them (what the invariant guards against) in crypto_mb 2026.2;
+    a later release that fixes it must not turn CI red (the invariant does not depend on the bug), so the library's
+    own result is only compared where the installed release is one known to have it."""
+    import importlib.metadata
+
     assert MB is not None
     key = BlindingKey(backend=MB, workers=1)
     blob = b"".join(_u(u) for u in NEAR_P)
     assert key.reblind(blob) == _sodium(key._key, [_u(u) for u in NEAR_P])
     raw, _ = MB.scalarmult(key._key, blob)
-    assert raw != _sodium(key._key, [_u(u) for u in NEAR_P])
+    if importlib.metadata.version("ipp-crypto") == "2026.2.0":
+        assert raw != _sodium(key._key, [_u(u) for u in NEAR_P])
 
 
 @needs_mb
@@ -100,6 +105,17 @@ def test_small_order_points_are_refused_in_every_lane(where):
             key._mult_all(bad, own=True)      # the eight-lane path itself (reblind uses libsodium)
         with pytest.raises(ProtocolError, match="small order"):
             key.reblind(b"".join(bad))
+
+
+@needs_mb
+def test_threaded_blinding_on_crypto_mb_is_libsodiums_bytes():
+    """Several CHUNKs on a thread pool of the shared MultiBuffer (ctypes releases the GIL; every call has its own
+    buffers): the same bytes, in order, as one-by-one libsodium."""
+    from vfl.secure.psi import CHUNK
+
+    ids = [secrets.token_hex(5) for _ in range(2 * CHUNK + 11)]
+    key = BlindingKey(backend=MB, workers=3)
+    assert key.blind(ids) == _sodium(key._key, [hash_to_group(x) for x in ids])
 
 
 @needs_mb
