@@ -318,22 +318,7 @@ def test_shown_escapes_and_bounds_peer_text():
 def test_a_plan_naming_a_party_with_terminal_text_is_refused_before_it_is_printed(fake, tmp_path, identity_dir):
     """The party's "plan: ..." line printed the plan's party names unchecked (on main: the escape codes reached the
     terminal before the roster refused the run); now a plan naming a party that is not a name is refused first."""
-    proc = _party(fake, tmp_path, identity_dir)
-    try:
-        peer, _ = fake.register(timeout=GENEROUS)
-        parties = [{"name": ESCAPES, "n_features": 2, "features": ["a0"], "label_owner": True, "intercept": True},
-                   {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
-                    "intercept": False}]
-        fake.plan(peer, index=1, parties=parties, mechanism="gaussian-fm", params={
-            "epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
-            "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}, n_samples=N, label_owner=0)
-        got = fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=GENEROUS)
-        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan (on main)
-            proc.kill()
-        code, stdout, err = _finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    got, code, stdout, err = _run_plan_naming(fake, _party(fake, tmp_path, identity_dir), ESCAPES, "a0")
     line = _one_line(err)
     assert code != 0 and "not a party name" in line, (code, err)
     assert "\x1b" not in stdout + err and "FAKE" not in stdout, stdout
@@ -439,10 +424,19 @@ def test_a_plan_naming_a_column_with_terminal_text_is_refused_before_the_roster_
     """review6. A hostile coordinator (with a hostile co-party that signs such a registration) puts escape codes in
     a co-party's column names: they would end up in this party's model file and in `vfl report`'s coefficient table.
     On e5d4639 the party accepted the plan (ROSTER_ENTRY); now it refuses it in one line, before its roster entry."""
-    proc = _party(fake, tmp_path, identity_dir)
+    got, code, stdout, err = _run_plan_naming(fake, _party(fake, tmp_path, identity_dir), "alice", EVIL_COLUMN)
+    assert got is not None and got[1].type is MessageType.ERROR, got
+    line = _one_line(err)
+    assert code != 0 and "not printable" in line, (code, err)
+    assert "\x1b" not in stdout + err and "\u202e" not in stdout + err
+
+
+def _run_plan_naming(fake, proc, party_name: str, column: str):
+    """Send the party ``proc`` (index 1, bob) a gaussian-fm PLAN whose first party is ``party_name`` with one column
+    ``column``; kill it if it accepts (a ROSTER_ENTRY: what the old code did); returns (reply, code, stdout, err)."""
     try:
         peer, _ = fake.register(timeout=GENEROUS)
-        parties = [{"name": "alice", "n_features": 2, "features": [EVIL_COLUMN], "label_owner": True,
+        parties = [{"name": party_name, "n_features": 2, "features": [column], "label_owner": True,
                     "intercept": True},
                    {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
                     "intercept": False}]
@@ -450,13 +444,10 @@ def test_a_plan_naming_a_column_with_terminal_text_is_refused_before_the_roster_
             "epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
             "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}, n_samples=N, label_owner=0)
         got = fake.wait_for(MessageType.ROSTER_ENTRY, MessageType.ERROR, timeout=GENEROUS)
-        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan (on e5d4639)
+        if got is not None and got[1].type is MessageType.ROSTER_ENTRY:   # it accepted the plan
             proc.kill()
         code, stdout, err = _finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert got is not None and got[1].type is MessageType.ERROR, got
-    line = _one_line(err)
-    assert code != 0 and "not printable" in line, (code, err)
-    assert "\x1b" not in stdout + err and "\u202e" not in stdout + err
+    return got, code, stdout, err

@@ -249,3 +249,23 @@ def test_chunked_ring_gives_the_exact_intersection(procs, tmp_path, monkeypatch)
     n_points = sum(len(h) for h in held.values())
     small = sum(f for f in frames if f and f % POINT_BYTES == 0 and f <= 7 * POINT_BYTES)
     assert small >= 3 * POINT_BYTES * n_points          # every list, every hop, in frames of at most 7 points
+
+
+def test_a_party_shows_the_progress_of_its_blinding(procs, tmp_path, monkeypatch):
+    """A long PSI is not silent: with ``--progress`` (the CLI's default) a party writes plain ``[progress]`` lines
+    (stderr is not a terminal here) counting the IDs it blinded and re-blinded, up to every ID count of the signed
+    ring (its own list and each co-party's), and one ``done`` line; with ``--no-progress`` none."""
+    monkeypatch.setenv("VFL_PSI_CHUNK_POINTS", "7")   # many chunks, so the display moves in steps
+    files, bounds, X, y, common, _ = _write_parties(tmp_path, 15, ["alice", "bob"])
+    url = f"tcp://127.0.0.1:{free_port()}"
+    c = _coordinator_cli(procs, url, tmp_path / "model.json", 2)
+    ps = [_party(procs, url, "alice", files, bounds, "--progress"), _party(procs, url, "bob", files, bounds)]
+    code, err = _finish(c)
+    assert code == 0, err
+    (a_code, a_err), (b_code, b_err) = (_finish(p) for p in ps)
+    assert (a_code, b_code) == (0, 0), (a_err, b_err)
+    total = sum(1 for nm in files for _ in files[nm].read_text(encoding="utf-8").splitlines()[1:])
+    lines = [ln for ln in a_err.splitlines() if ln.startswith("[progress] [alice] PSI: blinding row IDs")]
+    assert len(lines) >= 2, a_err
+    assert f": done, {total} IDs in " in lines[-1], lines
+    assert "PSI: blinding" not in b_err

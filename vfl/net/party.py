@@ -36,9 +36,9 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from vfl.exceptions import (
     ProtocolError,
@@ -51,6 +51,7 @@ from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
 from vfl.privacy.budget_guard import BudgetGuard
 from vfl.privacy.ledger import Budget, Ledger, Spend, dataset_key, spend_of_report
+from vfl.progress import progress as progress_display
 from vfl.protocols.alignment import PSI_POINTS, PSI_RESULT, PSI_START, AlignmentParty
 from vfl.protocols.bcd_rounds import BCDParty
 from vfl.protocols.contracts import PlanBody, RegisterBody
@@ -62,7 +63,7 @@ from vfl.protocols.roster import RELAYED, ROSTER_ENTRY, Roster, plan_digest, sig
 from vfl.protocols.settings import BCD_MECHANISMS, GD_MECHANISMS
 from vfl.rng import RandomState, make_rng
 from vfl.secure.identity import member_identity
-from vfl.secure.psi import BlindingKey
+from vfl.secure.psi import POINT_BYTES, BlindingKey
 
 __all__ = ["PartyNode", "LocalData", "wire_reason", "INSECURE_NO_IDENTITY_WARNING", "missing_bounds",
            "check_declared_bounds", "plan_privacy_line"]
@@ -188,7 +189,7 @@ class PartyNode(Member):
         self._work = OrderedWorker(f"vfl-party-{data.name}", self._seal)   # the phases' work, in order
         self.alignment = RowAlignment(data.ids, data.n_rows, name=data.name, identity=self.identity,
                                       pinned=self.pinned, registration=lambda: self.registration,
-                                      workers=workers)
+                                      workers=workers, progress=progress)
         #: where the signed model is stored at the end of an FM run (None: next to the ledger, if any)
         self.model_out = model_out
         self.signed_digest: bytes | None = None   # the model digest this party signed (its model check)
@@ -387,11 +388,29 @@ class RowAlignment:
     common rows."""
 
     def __init__(self, ids: Any, n_rows: int, *, name: str, identity: Any, pinned: Any,
-                 registration: Callable[[], dict], workers: int | None = None) -> None:
+                 registration: Callable[[], dict], workers: int | None = None, progress: bool = False) -> None:
         self.ids, self.rows_before, self.name = ids, n_rows, name
         self.workers = workers   # blinding threads (the party's --workers; default: the usable cores)
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
+        self.show_progress, self._bar, self._done_points = progress, cast(Any, None), 0
+
+    def _advance(self, items: Iterable[Any]) -> None:
+        """Count the points of the PSI_POINTS messages this party just blinded or re-blinded on a progress display
+        whose total is every ID count of the signed ring (each party blinds its own list and re-blinds every other
+        list once); the display closes when the total is reached. Runs on the party's one worker thread."""
+        ring = None if self.party is None else self.party.ring
+        if not self.show_progress or ring is None:
+            return
+        if self._bar is None:
+            self._bar = progress_display(sum(ring.counts), f"[{self.name}] PSI: blinding row IDs", unit="IDs")
+        for out in items:
+            if getattr(out, "type", None) == PSI_POINTS and out.payload:
+                n = len(out.payload[0]) // POINT_BYTES
+                self._bar.update(n)
+                self._done_points += n
+        if self._done_points >= sum(ring.counts):
+            self._bar.close()
 
     @property
     def done(self) -> bool:
@@ -411,11 +430,17 @@ class RowAlignment:
             self._own_step(iter(self.party.on_message(msg)), submit)
             return None
         if msg.type is not MessageType.PSI_RESULT:
-            submit(self.party.on_message, msg)
+            submit(self._reblind, msg)
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
         self.party.on_message(msg)
         return self.party.rows   # None until the last chunk of the positions
+
+    def _reblind(self, msg: Message) -> list:
+        assert self.party is not None
+        out = list(self.party.on_message(msg))
+        self._advance(out)
+        return out
 
     def _own_step(self, chunks: Iterator[Any], submit: Callable[..., None]) -> None:
         """Queue the blinding of this party's next own chunk behind the co-parties' chunks received so far, so the
@@ -425,6 +450,7 @@ class RowAlignment:
             if item is None:
                 return []
             self._own_step(chunks, submit)
+            self._advance([item])
             return [item]
 
         submit(step)
