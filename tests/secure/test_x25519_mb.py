@@ -191,3 +191,40 @@ def test_library_is_never_taken_from_the_current_directory_or_pythonpath(tmp_pat
                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=True).stdout.strip()
     assert out not in planted
     assert out == str(x25519_mb.library_path())   # the same answer as this process's: site-packages or None
+
+
+@needs_mb
+def test_runtime_libraries_are_never_searched_for(tmp_path):
+    """Attacker: controls a directory on LD_LIBRARY_PATH (or an empty entry, i.e. the start directory) and puts
+    Intel runtime libraries of its choosing there (here: byte copies of the real ones, so that loading them works
+    and shows). An environment with ``ipp-crypto`` but without ``intel-cmplr-lib-rt`` (the wheel does not require
+    it) must fall back to libsodium, not let the dynamic loader search for libimf.so & co."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    lib = x25519_mb.library_path()
+    assert lib is not None
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=600)
+    site_dir = venv / Path(sysconfig.get_paths()["purelib"]).relative_to(sysconfig.get_paths()["data"])
+    shutil.copy(lib, venv / "lib" / lib.name)               # ipp-crypto installed here, its runtime not
+    info = site_dir / "ipp_crypto-2026.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ipp-crypto\nVersion: 2026.2.0\n")
+    (info / "RECORD").write_text(f"../../{lib.name},,\n")   # as the wheel's own RECORD
+    repo = Path(__file__).resolve().parents[2]
+    (site_dir / "vfl_deps.pth").write_text(f"{repo}\n{sysconfig.get_paths()['purelib']}\n")   # vfl, nacl, numpy
+    evil = tmp_path / "ld_path"
+    evil.mkdir()
+    for name in x25519_mb._RUNTIME:
+        found = x25519_mb._dist_file(x25519_mb._RUNTIME_DIST, name) or lib.parent / name
+        shutil.copy(found, evil / name)
+    maps = f"sum({str(evil)!r} in ln for ln in open('/proc/self/maps'))"
+    probe = f"from vfl.secure import x25519_mb as m; b = m.load(); print(m.library_path(), b is not None, {maps})"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(evil)}, timeout=600, check=True).stdout.split()
+    assert out[0] == str(venv / "lib" / lib.name)           # the test environment is what it claims to be
+    assert out[1:] == ["False", "0"]                         # no backend, nothing mapped from the attacker's dir

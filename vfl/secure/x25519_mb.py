@@ -15,7 +15,8 @@ vfl.secure.psi relies on; :func:`load` checks it on random and fixed inputs befo
 
 Where it is used (:func:`load`): only when the ``ipp-crypto`` distribution is installed in this Python (the library
 is found through that distribution's own file list, ``<prefix>/lib/libcrypto_mb.so``, never on a system path, and
-the distribution only in site-packages, never through the current directory or PYTHONPATH),
+the distribution only in site-packages, never through the current directory or PYTHONPATH; its Intel runtime
+likewise from ``intel-cmplr-lib-rt`` or next to it, never searched for by the dynamic loader),
 the CPU reports AVX-512 IFMA (``avx512ifma`` in /proc/cpuinfo; without it the library would fall back to slower
 AVX2 code), and the self-check passes. Otherwise vfl.secure.psi uses libsodium exactly as before.
 ``pip install 'vfl[psi-fast]'`` installs the wheel.
@@ -105,8 +106,10 @@ class MultiBuffer:
         self.path = path
         for name in _RUNTIME:                 # next to the library first (one prefix), else the runtime's own list
             dep = path.parent / name if (path.parent / name).is_file() else _dist_file(_RUNTIME_DIST, name)
-            if dep is not None:
-                ctypes.CDLL(str(dep), mode=ctypes.RTLD_LOCAL)   # found by soname, not exported to others
+            if dep is None:   # else the dynamic loader would search LD_LIBRARY_PATH and the system for it
+                raise OSError(f"{name} (crypto_mb's Intel runtime) is not installed next to {path} or by "
+                              f"{_RUNTIME_DIST}")
+            ctypes.CDLL(str(dep), mode=ctypes.RTLD_LOCAL)   # found by soname, not exported to others
         lib = ctypes.CDLL(str(path))          # OSError if it (or a runtime library it needs) cannot be loaded
         fn = lib.mbx_x25519_mb8
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
