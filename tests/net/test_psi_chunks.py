@@ -8,54 +8,20 @@ the count, a colluding) bob would send. FAST TESTS: 1024-bit INSECURE Paillier t
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from helpers.fake_coordinator import FakeCoordinator
+from helpers.psi_victim import BOB_COUNT, IDS, bob_registration, one_error_line, psi_victim
 
 from vfl.net.messages import MessageType
-from vfl.protocols.roster import sign_registration
-from vfl.secure.identity import SigningIdentity, write_identities
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
-
-IDS = [f"user{i:05d}" for i in range(60)]
-BOB_COUNT = 40
-
-
-def _bob_registration(bob: SigningIdentity) -> dict:
-    return sign_registration(bob, {"name": "bob", "n_rows": BOB_COUNT, "features": ["b1"], "label_owner": False,
-                                   "row_ids": True})
 
 
 @pytest.fixture
 def victim(tmp_path):
     """A real `vfl party --id` process (alice) against a fake coordinator; yields (fake, process, bob identity)."""
-    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in IDS))
-    (tmp_path / "bounds.toml").write_text("[bounds]\ny = [-1.0, 1.0]\na1 = [-1.0, 1.0]\n")
-    certs = tmp_path / "alice_certs"
-    write_identities(certs, ["alice"])
-    bob = SigningIdentity.generate("bob")
-    (certs / "bob.sign.pub").write_text(bob.public_hex + "\n")
-    fake = FakeCoordinator()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "alice",
-         "--data", str(tmp_path / "alice.csv"), "--features", "a1", "--label", "y", "--id", "id",
-         "--bounds", str(tmp_path / "bounds.toml"), "--identity-dir", str(certs), "--no-progress",
-         "--timeout", "60", "--insecure-test-keys"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield fake, proc, bob
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
-    fake.close()
+    with psi_victim(tmp_path) as started:
+        yield started
 
-
-def _one_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("vfl: error")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 def _bob_chunks(fake, peer, bob, alice_reg, *, size=7):
     """Open the ring (alice index 0, bob 1), take alice's own list, and return bob's 40 blinded points cut into
@@ -63,7 +29,7 @@ def _bob_chunks(fake, peer, bob, alice_reg, *, size=7):
     from vfl.protocols.alignment import PsiRing
     from vfl.secure.psi import POINT_BYTES, BlindingKey
 
-    start = {"index": 0, "parties": 2, "registrations": [alice_reg, _bob_registration(bob)]}
+    start = {"index": 0, "parties": 2, "registrations": [alice_reg, bob_registration(bob)]}
     fake.send(peer, MessageType.PSI_START, start)
     got = fake.wait_for(MessageType.PSI_POINTS, timeout=60)
     assert got is not None and got[1].body["offset"] == 0 and len(got[1].blob(0)) == POINT_BYTES * len(IDS)
@@ -122,4 +88,4 @@ def test_hostile_chunk_sequences_are_refused(victim, case, expected, reblinded):
     assert len(back) == reblinded and [m.body["offset"] for m in back] == [c[0]["offset"] for c in chunks[:reblinded]]
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 4, err
-    assert expected in _one_line(err) and not any(u in err for u in IDS)
+    assert expected in one_error_line(err) and not any(u in err for u in IDS)

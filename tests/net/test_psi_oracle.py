@@ -14,54 +14,22 @@ FAST TESTS: 1024-bit INSECURE Paillier test keys (no product is ever reached).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from helpers.fake_coordinator import FakeCoordinator, psi_probe
+from helpers.fake_coordinator import psi_probe
+from helpers.psi_victim import BOB_COUNT, IDS, bob_registration, one_error_line, psi_victim
 
 from vfl.net.messages import MessageType
 from vfl.protocols.roster import sign_registration
-from vfl.secure.identity import SigningIdentity, write_identities
+from vfl.secure.identity import SigningIdentity
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
-
-IDS = [f"user{i:05d}" for i in range(60)]
-BOB_COUNT = 40
-
-
-def _bob_registration(bob: SigningIdentity, n_rows: int = BOB_COUNT) -> dict:
-    return sign_registration(bob, {"name": "bob", "n_rows": n_rows, "features": ["b1"], "label_owner": False,
-                                   "row_ids": True})
 
 
 @pytest.fixture
 def victim(tmp_path):
     """A real `vfl party --id` process (alice) against a fake coordinator; yields (fake, process, bob identity)."""
-    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in IDS))
-    (tmp_path / "bounds.toml").write_text("[bounds]\ny = [-1.0, 1.0]\na1 = [-1.0, 1.0]\n")
-    certs = tmp_path / "alice_certs"
-    write_identities(certs, ["alice"])
-    bob = SigningIdentity.generate("bob")              # bob's secret stays with "bob" (this test), not in certs
-    (certs / "bob.sign.pub").write_text(bob.public_hex + "\n")
-    fake = FakeCoordinator()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vfl.cli", "party", "--connect", fake.endpoint, "--name", "alice",
-         "--data", str(tmp_path / "alice.csv"), "--features", "a1", "--label", "y", "--id", "id",
-         "--bounds", str(tmp_path / "bounds.toml"), "--identity-dir", str(certs), "--no-progress",
-         "--timeout", "60", "--insecure-test-keys"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield fake, proc, bob
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
-    fake.close()
-
-
-def _one_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("vfl: error")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    with psi_victim(tmp_path) as started:
+        yield started
 
 
 @pytest.mark.parametrize("case,guesses,expected", [
@@ -81,7 +49,7 @@ def test_psi_prober_gets_nothing_reblinded(victim, case, guesses, expected):
     assert alice_reg["n_rows"] == len(IDS) and alice_reg["row_ids"] and "auth" in alice_reg
     second = {"invented": sign_registration(SigningIdentity.generate("mallory"), {
                   "name": "mallory", "n_rows": guesses, "features": ["m1"], "label_owner": False, "row_ids": True}),
-              "inflated": {**_bob_registration(bob), "n_rows": guesses}}.get(case, _bob_registration(bob))
+              "inflated": {**bob_registration(bob), "n_rows": guesses}}.get(case, bob_registration(bob))
     # the prober's 40 true members hidden among its guesses (cheap stand-ins beyond the first 2 000: the party must
     # refuse on the count alone, so their content never matters)
     guessed = IDS[20:] + [f"guess{i:06d}" for i in range(min(guesses, 2_000) - 40)]
@@ -95,7 +63,7 @@ def test_psi_prober_gets_nothing_reblinded(victim, case, guesses, expected):
     assert len(lists) == (0 if case in ("invented", "inflated") else 1)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 4, err
-    line = _one_line(err)
+    line = one_error_line(err)
     assert expected in line and ("'bob'" in line or "'mallory'" in line)
     assert not any(u in err for u in IDS)
 
@@ -121,7 +89,7 @@ def test_a_pinned_party_cannot_have_invalid_points_reblinded(victim, case, point
     fake, proc, bob = victim
     peer, alice_reg = fake.register(timeout=60)
     guessed = IDS[20:]
-    result = psi_probe(fake, peer, guessed, registrations=[alice_reg, _bob_registration(bob)], sign=bob,
+    result = psi_probe(fake, peer, guessed, registrations=[alice_reg, bob_registration(bob)], sign=bob,
                        replace={7: point})
     assert result["reblinded"] is None and result["learned"] == []
     assert expected in (result["error"] or ""), result
@@ -129,4 +97,4 @@ def test_a_pinned_party_cannot_have_invalid_points_reblinded(victim, case, point
     assert len(lists) == 1 and lists[0].body["origin"] == 0
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 4, err
-    assert expected in _one_line(err)
+    assert expected in one_error_line(err)
