@@ -54,3 +54,24 @@ def test_the_streamed_table_is_the_committed_runs_and_every_process_stays_below_
     assert f"largest peak RSS of any process: {peak:.0f} MB" in " ".join(text.split())
     if len(doc["runs"]) > 1:   # the per-ID slopes and the 10^7 extrapolation quoted are the JSON's two largest runs
         assert bench.scaling_text(doc["runs"]) in " ".join(text.split())
+
+
+TEN_MILLION_JSON = ROOT / "docs" / "data" / "psi_cli_stream_1e7.json"
+TEN_MILLION_HEADING = "## 10^7 IDs per party through the CLI (issue 34)"
+
+
+def test_the_ten_million_id_run_is_the_committed_json_and_stays_below_1_gb() -> None:
+    """The 10^7 x 10^7 table is psi_cli.py's rendering of its JSON; every process stayed <= 1 GB and the peak and
+    wall the prose quotes are the JSON's."""
+    bench, doc = load_benchmark("psi_cli"), json.loads(TEN_MILLION_JSON.read_text())
+    text = section(DOC, TEN_MILLION_HEADING)
+    assert bench.markdown(doc["runs"]) in text
+    (run,) = doc["runs"]
+    assert run["ids_per_party"] == 10**7 and run["command"].split("python ", 1)[1] in text
+    assert run["date"][:10] in text and run["code"] in text
+    peaks = run["at_alignment"]["peak_rss_mb"]
+    assert all(0 < v <= 1024 for v in peaks.values())
+    flat = " ".join(text.split())
+    assert f"every process at most {max(peaks.values()):.0f} MB" in flat
+    assert f"coordinator at {peaks['coordinator']:.0f} MB" in flat
+    assert f"{run['at_alignment']['wall_s']:.1f} s of wall time" in flat
