@@ -180,13 +180,7 @@ def _register_body(name: str) -> dict:
 def test_a_partys_error_text_reaches_the_coordinators_terminal_printable(procs, tmp_path):
     """A registered party's ERROR reason (what the coordinator prints and forwards in its ABORT): on main verbatim,
     now escaped and on one line."""
-    from tests.net.test_scoring_network import _free_endpoint
-
-    url = _free_endpoint()
-    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
-                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
-                    "--insecure-test-keys")
-    procs.wait_for_line(c, "listening on")
+    c, url = _listening_coordinator(procs, tmp_path)
     sock = _raw_peer(url)
     try:
         _send_raw(sock, MessageType.REGISTER, _register_body("alice"), sender="alice")
@@ -211,13 +205,7 @@ def test_a_name_with_a_trailing_newline_is_not_a_name(procs, tmp_path):
     """``alice\\n`` in a REGISTER's sender and body: on main a valid name (``re.match`` with ``$`` accepts a
     trailing newline; the wire input was not rejected), a second "alice" the operator cannot tell from the first; now
     rejected as wire input, unanswered."""
-    from tests.net.test_scoring_network import _free_endpoint
-
-    url = _free_endpoint()
-    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
-                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
-                    "--insecure-test-keys")
-    procs.wait_for_line(c, "listening on")
+    c, url = _listening_coordinator(procs, tmp_path)
     sock = _raw_peer(url)
     try:
         _send_raw(sock, MessageType.REGISTER, _register_body("alice\n"), sender="alice\n")
@@ -399,13 +387,7 @@ def test_a_hostile_register_with_a_terminal_code_column_name_is_rejected_as_wire
     """review6. The same column name sent by a hostile peer that skips the party's own check: rejected as wire input
     (no WELCOME), and the rejection line the coordinator prints is escaped. On e5d4639 it was WELCOMEd and the name
     later printed in the coefficient table."""
-    from tests.net.test_scoring_network import _free_endpoint
-
-    url = _free_endpoint()
-    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
-                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
-                    "--insecure-test-keys")
-    procs.wait_for_line(c, "listening on")
+    c, url = _listening_coordinator(procs, tmp_path)
     sock = _raw_peer(url)
     try:
         body = _register_body("mallory")
@@ -451,3 +433,15 @@ def _run_plan_naming(fake, proc, party_name: str, column: str):
         if proc.poll() is None:
             proc.kill()
     return got, code, stdout, err
+
+
+def _listening_coordinator(procs, tmp_path):
+    """A real two-party gaussian-fm `vfl coordinator` (1024-bit test keys), once it listens; returns (process, url)."""
+    from tests.net.test_scoring_network import _free_endpoint
+
+    url = _free_endpoint()
+    c = procs.start("coordinator", "--parties", "2", "--mechanism", "gaussian-fm", "--epsilon", "1", "--bind", url,
+                    "--out", str(tmp_path / "m.json"), "--timeout", str(GENEROUS), "--key-bits", "1024",
+                    "--insecure-test-keys")
+    procs.wait_for_line(c, "listening on")
+    return c, url
