@@ -51,7 +51,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # this tree's vfl (the spu venv may hold another tree's editable install)
-PROTOCOLS = ("ECDH-25519", "KKRT16", "RR22")
+PROTOCOLS = ("ECDH-25519", "ECDH-25519-ELL2", "KKRT16", "RR22")
 COLS = 10
 
 
@@ -140,15 +140,19 @@ def make_ids(n: int) -> tuple[list[str], list[str], set[str]]:
 def spu_psi_party(rank: int, queue: Any, ports: list[int], protocol: str, inp: str, out: str) -> None:
     import spu.psi as psi
 
-    kinds = {"ECDH-25519": psi.PsiProtocol.PROTOCOL_ECDH, "KKRT16": psi.PsiProtocol.PROTOCOL_KKRT,
-             "RR22": psi.PsiProtocol.PROTOCOL_RR22}
+    kinds = {"ECDH-25519": psi.PsiProtocol.PROTOCOL_ECDH, "ECDH-25519-ELL2": psi.PsiProtocol.PROTOCOL_ECDH,
+             "KKRT16": psi.PsiProtocol.PROTOCOL_KKRT, "RR22": psi.PsiProtocol.PROTOCOL_RR22}
+    # ECDH-25519 hashes an ID with SHA-256 straight to an X25519 u-coordinate (curve or twist);
+    # ECDH-25519-ELL2 hashes into the prime-order subgroup with Elligator 2, as vfl does.
+    curve = (psi.EllipticCurveType.CURVE_25519_ELLIGATOR2 if protocol == "ECDH-25519-ELL2"
+             else psi.EllipticCurveType.CURVE_25519)
     link = make_link(rank, ports)
     link.barrier()
     wall, cpu = time.perf_counter(), time.process_time()
     config = psi.PsiExecuteConfig(
         protocol_conf=psi.PsiProtocolConfig(
             protocol=kinds[protocol], receiver_rank=0, broadcast_result=True,
-            ecdh_params=psi.EcdhParams(curve=psi.EllipticCurveType.CURVE_25519)),
+            ecdh_params=psi.EcdhParams(curve=curve)),
         input_params=psi.InputParams(path=inp, selected_keys=["id"], keys_unique=True),
         output_params=psi.OutputParams(path=out, disable_alignment=False))
     report = psi.psi_execute(config, link)
