@@ -247,9 +247,9 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             self._inference_result = self.inference()
         return self._inference_result
 
-    def inference(self, *, world_floor: float = 1.0) -> InferenceResult:
-        """The inference of the release, computed afresh (post-processing, no epsilon); ``world_floor`` < 1 is the
-        opt-in mid-floor bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
+    def inference(self, *, spectrum: str = "deflated") -> InferenceResult:
+        """The inference of the release, computed afresh (post-processing, no epsilon); ``spectrum="matched"``: the
+        spectrum-matched bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
         self._check_is_fitted()
         if self._release_ is None:
             raise ConfigurationError("inference is computed from a released objective; mechanism 'noisy-gd' releases "
@@ -263,7 +263,7 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             self.objective_, mech, w=self.coef_unit_, lambda_floor=floor, regularization=regularization,
             to_original=self._original_units, names=[*names, "intercept"],
             intercept_index=self.coef_unit_.size - 1 if self.fit_intercept else None,
-            intercept_value=icpt_value, label_half_range=half, beta_released=beta, world_floor=world_floor)
+            intercept_value=icpt_value, label_half_range=half, beta_released=beta, spectrum=spectrum)
 
     @property
     def inference_(self) -> InferenceResult:

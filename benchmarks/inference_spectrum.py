@@ -1,14 +1,14 @@
-"""Coverage of the opt-in mid-floor bootstrap world (issue 31) beside the default interval, on the same fits.
+"""Coverage of the spectrum-matched bootstrap world (issue 31) beside the deflated one, on the same fits.
 
-    python benchmarks/inference_world_floor.py --out /tmp/world_floor.json                 # every cell, 200 sets
-    python benchmarks/inference_world_floor.py --quick --out /tmp/world_floor.json         # one small cell
+    python benchmarks/inference_spectrum.py --out /tmp/spectrum.json                 # the six failing cells, 200 sets
+    python benchmarks/inference_spectrum.py --quick --out /tmp/spectrum.json         # one small cell
 
 The cells, the known models, the truth and the seeds are those of benchmarks/inference_coverage.py (data set s uses
 data seed ``seed + s`` and noise seed ``seed + s + 10^6``; ``--confirm`` runs disjoint seeds ``seed + 10^7 + s``).
-Every data set is fitted once; from the same release the benchmark computes the default interval (``conf_int()``,
-the bootstrap world M_0 floored at the solver's floor) and the opt-in interval
-``est.inference(world_floor=K).conf_int()`` (M_0 floored at K x the floor; vfl.models.inference.release_inference
-says why), and the non-private OLS interval on the same data. Per cell: the mean, min and max coverage of the 11
+Every data set is fitted once; from the same release the benchmark computes the interval of the deflated world
+(``est.inference(spectrum="deflated").conf_int()``: M_0's eigenvalues sqrt(s^2 - v) floored at the solver's floor)
+and of the spectrum-matched world (``spectrum="matched"``, vfl.models.inference.matched_second_moments), and the
+non-private OLS interval on the same data. Per cell: the mean, min and max coverage of the 11
 coefficients' nominal 95 % intervals, their median width (mean over the coefficients) and that width over the OLS
 width. Writes JSON and prints the Markdown table docs/inference.md quotes (checked by
 tests/docs/test_docs_inference.py).
@@ -29,15 +29,14 @@ from run_record import parse_split_args, split_parser, write_run
 
 from vfl.models.estimators import LinearRegression, LogisticRegression
 
-#: the cells where the default interval misses the target [0.93, 0.975] (docs/inference.md), linear then logistic
+#: the cells where the deflated world's interval misses the target [0.93, 0.975] (docs/inference.md)
 FAILING = (("linear", 1000, 0.5), ("linear", 1000, 4.0), ("logistic", 1000, 0.5), ("logistic", 1000, 1.0),
            ("logistic", 1000, 4.0), ("logistic", 10000, 0.5))
-KEYS = ("default", "world", "ols")
+KEYS = ("deflated", "matched", "ols")
 
 
-def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int, world_floor: float
-        ) -> dict[str, np.ndarray]:
-    """The default, the opt-in and the OLS interval of one data set (one fit)."""
+def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> dict[str, np.ndarray]:
+    """The deflated-world, the matched-world and the OLS interval of one data set (one fit)."""
     X, y = draw(model, n, np.random.default_rng(data_seed))
     if model == "linear":
         est: Any = LinearRegression(epsilon=epsilon, delta=DELTA, bounds=(-1.0, 1.0),
@@ -48,23 +47,23 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int, wor
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)
-        out = {"default": est.conf_int(), "world": est.inference(world_floor=world_floor).conf_int()}
+        out = {k: est.inference(spectrum=k).conf_int() for k in ("deflated", "matched")}
     b, se = ols(model, X, y)
     out["ols"] = np.column_stack([b - Z975 * se, b + Z975 * se])
     return out
 
 
-def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int, world_floor: float) -> dict[str, Any]:
+def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     target = truth(model)
     hits: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
     widths: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
     for s in range(sets):
-        for key, ci in fit(model, n, epsilon, seed + s, seed + s + 10**6, world_floor).items():
+        for key, ci in fit(model, n, epsilon, seed + s, seed + s + 10**6).items():
             hits[key].append((ci[:, 0] <= target) & (target <= ci[:, 1]))
             widths[key].append(ci[:, 1] - ci[:, 0])
     row: dict[str, Any] = {"model": model, "n": n, "epsilon": epsilon, "sets": sets, "first_seed": seed,
-                           "world_floor": world_floor, "binomial_sd": round(math.sqrt(0.95 * 0.05 / sets), 4)}
+                           "binomial_sd": round(math.sqrt(0.95 * 0.05 / sets), 4)}
     ols_width = float(np.median(widths["ols"], axis=0).mean())
     for key in KEYS:
         cover = np.mean(hits[key], axis=0)
@@ -83,13 +82,13 @@ def in_target(row: dict, key: str) -> bool:
 
 def markdown(doc: dict) -> str:
     """The table of docs/inference.md: main run, then the confirmation run on disjoint seeds."""
-    lines = ["| cell | data sets | default coverage (mean, min-max) | default width / OLS | mid-floor coverage "
-             "(mean, min-max) | mid-floor width / OLS | OLS coverage (mean) |",
+    lines = ["| cell | data sets | deflated coverage (mean, min-max) | deflated width / OLS | matched coverage "
+             "(mean, min-max) | matched width / OLS | OLS coverage (mean) |",
              "|---|---|---|---|---|---|---|"]
     for key, mark in (("rows", ""), ("confirm", " (confirm)")):
         for r in doc.get(key, []):
             cells = [f"{r[k]['coverage_mean']:.3f}, {r[k]['coverage_min']:.3f}-{r[k]['coverage_max']:.3f} | "
-                     f"{r[k]['width_ratio_to_ols']:.2f}" for k in ("default", "world")]
+                     f"{r[k]['width_ratio_to_ols']:.2f}" for k in ("deflated", "matched")]
             lines.append(f"| {cell_label(r)}{mark} | {r['sets']} | {cells[0]} | {cells[1]} | "
                          f"{r['ols']['coverage_mean']:.3f} |")
     return "\n".join(lines)
@@ -105,11 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cells", default="failing",
                         help="'failing' (the six cells where the default misses the target; default) or a "
                              "comma-separated list of model:N:eps, e.g. linear:100000:1")
-    parser.add_argument("--world-floor", type=float, default=0.5,
-                        help="the opt-in world's floor as a fraction of the solver's floor, in (0, 1] (default 0.5)")
     args = parse_split_args(parser, argv)
-    if not 0.0 < args.world_floor <= 1.0:
-        parser.error("--world-floor must be in (0, 1]")
     try:
         cells = (list(FAILING) if args.cells == "failing" else
                  [(m, int(n), float(e)) for m, n, e in (c.split(":") for c in args.cells.split(","))])
@@ -122,13 +117,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     rows, confirm = [], []
     for model, n, eps in cells:
-        rows.append(run_cell(model, n, eps, args.splits, args.seed, args.world_floor))
+        rows.append(run_cell(model, n, eps, args.splits, args.seed))
         print(markdown({"rows": rows[-1:]}).splitlines()[-1], flush=True)
         if args.confirm:
-            confirm.append(run_cell(model, n, eps, args.confirm, args.seed + 10**7, args.world_floor))
+            confirm.append(run_cell(model, n, eps, args.confirm, args.seed + 10**7))
             print(markdown({"confirm": confirm[-1:]}).splitlines()[-1], flush=True)
-    write_run("inference_world_floor.py", argv, args, start,
-              {"delta": DELTA, "world_floor": args.world_floor, "rows": rows, "confirm": confirm}, markdown)
+    write_run("inference_spectrum.py", argv, args, start, {"delta": DELTA, "rows": rows, "confirm": confirm}, markdown)
 
 
 if __name__ == "__main__":
