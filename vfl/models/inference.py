@@ -13,7 +13,9 @@ Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022), adapt
    take the eigenvalues sqrt(s^2 - v) floored at the solver's floor, where v = E[||E e||^2]/d is the noise's spread
    of the spectrum (E[(M + E)^2] = M^2 + E[E^2] for zero-mean noise; from the public noise law), so that the
    bootstrap world is not better conditioned than the real one (Bernstein & Sheldon 2019 make the same point: the
-   noise must be modelled, not plugged in);
+   noise must be modelled, not plugged in); opt-in (``spectrum="matched"``): the eigenvalues that reproduce the
+   released spectrum in expectation under the public noise law (:func:`matched_second_moments`), which also undo
+   the noise's upward spread of the large eigenvalues and may go below the floor (to half of it);
 2. the residual variance from the release: linear sigma^2 = f^(theta^) = beta^ + alpha^.theta^ + theta^'M^theta^
    (the released objective at theta^, i.e. the in-sample mean squared error) when beta = (1/N) y'y is released, else
    its upper bound 1 + alpha^.theta^ + theta^'M^theta^ (|y| <= 1 in the public domain: conservative); logistic the
