@@ -75,13 +75,15 @@ def test_the_lower_bound_and_a_noise_free_release():
     assert np.array_equal(matched_second_moments(M, np.zeros((5, 3, 3)), 0.3), M)
 
 
-def test_the_option_deflated_is_the_default_and_matched_names_itself():
+def test_matched_is_the_default_and_deflated_names_itself():
     est = _logistic(1000, 0.5, 7)
-    assert np.array_equal(est.inference(spectrum="deflated").conf_int(), est.conf_int())
-    matched = est.inference(spectrum="matched")
-    assert "spectrum-matched" in matched.method
-    assert np.array_equal(matched.conf_int(), est.inference(spectrum="matched").conf_int())   # f(release) only
-    assert np.array_equal(matched.unreliable, est._inference().unreliable)   # the flag: the deflated world's
+    assert np.array_equal(est.inference(spectrum="matched").conf_int(), est.conf_int())
+    assert "spectrum-matched" in est._inference().method
+    deflated = est.inference(spectrum="deflated")
+    assert "deflated bootstrap world" in deflated.method
+    assert not np.array_equal(deflated.conf_int(), est.conf_int())
+    assert np.array_equal(est.inference().conf_int(), est.conf_int())   # a function of the release only
+    assert np.array_equal(deflated.unreliable, est._inference().unreliable)   # the flag: the deflated world's
     with pytest.raises(ConfigurationError, match="spectrum"):
         est.inference(spectrum="nonsense")
 

@@ -247,9 +247,9 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             self._inference_result = self.inference()
         return self._inference_result
 
-    def inference(self, *, spectrum: str = "deflated") -> InferenceResult:
-        """The inference of the release, computed afresh (post-processing, no epsilon); ``spectrum="matched"``: the
-        spectrum-matched bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
+    def inference(self, *, spectrum: str = "matched") -> InferenceResult:
+        """The inference of the release, computed afresh (post-processing, no epsilon); ``spectrum="deflated"``: the
+        earlier bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
         self._check_is_fitted()
         if self._release_ is None:
             raise ConfigurationError("inference is computed from a released objective; mechanism 'noisy-gd' releases "

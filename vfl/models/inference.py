@@ -13,9 +13,10 @@ Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022), adapt
    take the eigenvalues sqrt(s^2 - v) floored at the solver's floor, where v = E[||E e||^2]/d is the noise's spread
    of the spectrum (E[(M + E)^2] = M^2 + E[E^2] for zero-mean noise; from the public noise law), so that the
    bootstrap world is not better conditioned than the real one (Bernstein & Sheldon 2019 make the same point: the
-   noise must be modelled, not plugged in); opt-in (``spectrum="matched"``): the eigenvalues that reproduce the
-   released spectrum in expectation under the public noise law (:func:`matched_second_moments`), which also undo
-   the noise's upward spread of the large eigenvalues and may go below the floor (to half of it);
+   noise must be modelled, not plugged in). That is ``spectrum="deflated"``; the default (``"matched"``) takes the
+   eigenvalues that reproduce the released spectrum in expectation under the public noise law
+   (:func:`matched_second_moments`), which also undoes the noise's upward spread of the large eigenvalues and may
+   go below the floor (to half of it);
 2. the residual variance from the release: linear sigma^2 = f^(theta^) = beta^ + alpha^.theta^ + theta^'M^theta^
    (the released objective at theta^, i.e. the in-sample mean squared error) when beta = (1/N) y'y is released, else
    its upper bound 1 + alpha^.theta^ + theta^'M^theta^ (|y| <= 1 in the public domain: conservative); logistic the
@@ -72,8 +73,8 @@ DEFAULT_BOOTSTRAP = 300
 #: public seed of the bootstrap: the intervals are a deterministic function of the release (post-processing; the
 #: bootstrap's randomness need not be secret, as in :mod:`vfl.privacy.floor_selection`)
 INFERENCE_SEED = 31
-METHOD = ("parametric bootstrap from the release (Ferrando, Wang & Sheldon 2022), de-biased floor solve, "
-          "basic intervals")
+METHOD = ("parametric bootstrap from the release (Ferrando, Wang & Sheldon 2022), spectrum-matched world, "
+          "de-biased floor solve, basic intervals")
 _MIN_VAR = 1e-12
 
 
@@ -520,17 +521,18 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
                       regularization: str, to_original: Callable[[np.ndarray], np.ndarray], names: Sequence[str],
                       intercept_index: int | None, intercept_value: float, label_half_range: float = 1.0,
                       beta_released: bool = False, n_bootstrap: int = DEFAULT_BOOTSTRAP, alpha: float = 0.05,
-                      seed: int = INFERENCE_SEED, spectrum: str = "deflated") -> InferenceResult:
+                      seed: int = INFERENCE_SEED, spectrum: str = "matched") -> InferenceResult:
     """Inference for the released model ``w`` from the released ``objective`` (module docstring).
 
     ``to_original(w)``: the public affine map to [coef..., intercept] in original units; ``names`` one per output
     (the last "intercept"); ``intercept_index`` / ``intercept_value``: the public constant column (None: no
     intercept); ``label_half_range``: (hi - lo)/2 of the label bounds (linear MSE in original units).
 
-    ``spectrum``: how the bootstrap world's second moments M_0 are estimated from the release. "deflated" (step 1:
-    each eigenvalue s to sqrt(s^2 - v), floored at the solver's floor) or "matched"
-    (:func:`matched_second_moments`: the eigenvalues whose noisy spectrum matches the released one in expectation,
-    floored at :data:`MATCHED_LOWER` x the floor). docs/inference.md ("The spectrum-matched world") measures both.
+    ``spectrum``: how the bootstrap world's second moments M_0 are estimated from the release. "matched" (the
+    default; :func:`matched_second_moments`: the eigenvalues whose noisy spectrum matches the released one in
+    expectation, floored at :data:`MATCHED_LOWER` x the floor) or "deflated" (the earlier default, step 1: each
+    eigenvalue s to sqrt(s^2 - v), floored at the solver's floor). docs/inference.md ("The spectrum-matched world")
+    measures both.
     The unreliable flag is computed in the deflated world either way.
     """
     if n_bootstrap < 20:
@@ -570,7 +572,7 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
     if flags.any():
         notes.append(unreliable_warning([n for n, f in zip(names, flags, strict=True) if f], n_unresolved))
     fit, fit_warnings = fit_measures(rel, w, reps, alpha=alpha, label_half_range=label_half_range)
-    method = METHOD if spectrum == "deflated" else f"{METHOD}, spectrum-matched bootstrap world"
+    method = METHOD if spectrum == "matched" else f"{METHOD}, deflated bootstrap world"
     return InferenceResult(method, float(alpha), list(names), est, bse, conf, pvalues, int(n_bootstrap), fit,
                            notes + fit_warnings, centre, flags, bound, n_unresolved)
 
