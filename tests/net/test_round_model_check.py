@@ -45,7 +45,9 @@ class AlteringCoordinator(Coordinator):
     """The real coordinator, except that it adds 0.5 to coefficient ``index`` of the model it hands out.
 
     ``how``: "model" (the MODEL_CHECK's document and the RESULT), "forged release" (also rewrites the recorded
-    release to match: the owner's BCD coefficient, or one noisy-gd share), "no check" (no MODEL_CHECK at all)."""
+    release to match: the owner's BCD coefficient, or one noisy-gd share), "no check" (no MODEL_CHECK at all);
+    "iterate" (noisy-gd): alters nothing at the end but sends both parties round 1's iterate with coefficient
+    ``index`` moved by 0.01 (inside the ball, the same to both: their digests agree)."""
 
     def __init__(self, *args, index: int, how: str, **kw) -> None:
         super().__init__(*args, **kw)
@@ -57,7 +59,16 @@ class AlteringCoordinator(Coordinator):
         return model
 
     def _run_gd(self, regs):
-        return self._alter(super()._run_gd(regs))
+        model = super()._run_gd(regs)
+        return model if self.how == "iterate" else self._alter(model)
+
+    def send_out(self, outs, order):
+        if self.how == "iterate":
+            for o in outs:
+                if o.type == "gd_round" and o.body["t"] == 1:
+                    o.body["w"] = list(o.body["w"])
+                    o.body["w"][self.index] += 0.01
+        super().send_out(outs, order)
 
     def _run_bcd(self, regs):
         return self._alter(super()._run_bcd(regs))
@@ -128,13 +139,14 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("mechanism", ["noisy-gd", "dp-bcd"])
-@pytest.mark.parametrize("index,how", [(0, "model"), (-1, "forged release"), (0, "no check")])
+@pytest.mark.parametrize("mechanism,index,how", [
+    *((m, i, h) for m in ("noisy-gd", "dp-bcd") for i, h in ((0, "model"), (-1, "forged release"), (0, "no check"))),
+    ("noisy-gd", 2, "iterate")])
 def test_a_party_refuses_a_model_with_an_altered_coefficient_and_writes_nothing(procs, tmp_path, mechanism, index,
                                                                                how):
     """index 0 is alice's first coefficient, -1 the last (noisy-gd: the intercept, alice's; dp-bcd: bob's last)."""
     results, failure = _run_hostile(procs, tmp_path, mechanism, index, how)
-    expected = {"model": "refusing to sign", "forged release": "signature",
+    expected = {"model": "refusing to sign", "forged release": "signature", "iterate": "round 1",
                 "no check": "not the one this party checked and signed"}[how]
     for code, out, err in results:
         line = _one_line(err)
