@@ -93,18 +93,19 @@ class ReleaseRecorder:
             self.items.append((party, msg))
 
     def check_message(self, model_doc: dict, settings: RunSettings) -> Message:
-        """MODEL_CHECK: the settings and each recorded message's body in the header; frame 0 the model document
-        (JSON, a frame: a wide model's document may exceed the header limit), frame 1 every recorded message's
-        payload packed (:func:`vfl.net.messages.pack_payloads`, descriptors in ``frames``)."""
+        """MODEL_CHECK: the settings in the header; frame 0 the model document (JSON, a frame: a wide model's
+        document may exceed the header limit), frame 1 each recorded message's body and the payload descriptors
+        (JSON, a frame: a noisy-gd run of many rounds records more than a header may hold), frame 2 every recorded
+        message's payload packed (:func:`vfl.net.messages.pack_payloads`)."""
         release, payloads = [], []
         for party, msg in self.items:
             release.append({"party": party, "type": msg.type.value, "frames": len(msg.payload),
                             "body": {k: v for k, v in msg.body.items() if k != "origin"}})
             payloads.extend(msg.payload)
         descs, packed = pack_payloads(payloads)   # one frame: a run has more frames than a message may carry
-        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings), "release": release,
-                                                 "frames": descs},
-                       [json.dumps(model_doc, allow_nan=False).encode(), packed])
+        index = json.dumps({"release": release, "frames": descs}, allow_nan=False).encode()
+        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings)},
+                       [json.dumps(model_doc, allow_nan=False).encode(), index, packed])
 
 
 class Coordinator(Hub):

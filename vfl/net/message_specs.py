@@ -230,10 +230,9 @@ SPECS: tuple[MessageSpec, ...] = (
        "its additive share of a cross block (+ its local offset)"),
     _S(M.BLOCK, "vertical", "party", "coordinator", {"block": (_REQ, _BLOCK), "auth": (_OPT, _AUTH)}, _ARRAY,
        "a single-party block with the owner's noise added"),
-    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {
-        "settings": (_REQ, _is_dict), "release": (_REQ, _is_list(_is_dict, 1_000_000)),
-        "frames": (_REQ, _is_list(_is_dict, 1_000_000))}, None,
-       "the run settings, every released input as received and the model; each party re-derives the model"),
+    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {"settings": (_REQ, _is_dict)}, None,
+       "the run settings; the model, every released input as received and their payloads (3 frames); each party "
+       "re-derives the model"),
     _S(M.MODEL_SIGNATURE, "vertical", "party", "coordinator", {"digest": (_REQ, _KEY), "auth": (_OPT, _AUTH)},
        None, "the model file's digest and the party's Ed25519 signature over it"),
     _S(M.BCD_REMAINDER, "vertical", "party", "next party (relayed)", {

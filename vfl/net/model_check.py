@@ -3,13 +3,14 @@
 Issue 29: a party must serve only a model that follows from a run it took part in and completed. After the FM
 release (:mod:`vfl.protocols.fm_release`) the coordinator sends every party MODEL_CHECK:
 
-* ``release``: every message the release was assembled from, as the coordinator received it: each party's READY
-  (public bounds), BLOCK (its noisy single-party blocks), ENC_REQUEST (the public stream header and Paillier key of
-  each secure product) and SHARE (the two shares of each cross block). Each carries its producer's Ed25519
-  signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
+* ``release`` (frame 1, JSON, with the payload descriptors ``frames``: a noisy-gd run of many rounds records more
+  messages than a header may describe): every message the release was assembled from, as the coordinator received
+  it: each party's READY (public bounds), BLOCK (its noisy single-party blocks), ENC_REQUEST (the public stream
+  header and Paillier key of each secure product) and SHARE (the two shares of each cross block). Each carries its
+  producer's Ed25519 signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
 * ``settings``: the run's public settings (:class:`vfl.protocols.settings.RunSettings`);
 * ``model`` (frame 0, JSON): the model document the coordinator will write (without signatures); the recorded
-  messages' payloads travel packed in frame 1 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
+  messages' payloads travel packed in frame 2 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
   message may carry frames).
 
 The party (:func:`check_release`) checks every signature against its pinned keys, rebuilds the coordinator's side
@@ -91,11 +92,20 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def recorded_messages(msg: Message, kinds: Sequence[str] = RECORDED) -> list[tuple[str, Message]]:
-    """The recorded messages: each body from ``release``, its payloads unpacked from frame 1; every type one of
-    ``kinds`` (the release of this party's mechanism)."""
-    payloads = unpack_payloads(msg.body["frames"], msg.blob(1))
+    """The recorded messages: each body from ``release`` (frame 1), its payloads unpacked from frame 2; every type
+    one of ``kinds`` (the release of this party's mechanism)."""
+    try:
+        index = json.loads(msg.blob(1))
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("the model check's release is not JSON") from None
+    if not isinstance(index, dict) or not isinstance(index.get("release"), list) or not isinstance(
+            index.get("frames"), list):
+        raise ProtocolError("the model check's release is malformed")
+    payloads = unpack_payloads(index["frames"], msg.blob(2))
     items, pos = [], 0
-    for item in msg.body["release"]:
+    for item in index["release"]:
+        if not isinstance(item, dict):
+            raise ProtocolError("the model check's release is malformed")
         kind, count, party = item.get("type"), item.get("frames"), item.get("party")
         if kind not in kinds or not isinstance(count, int) or not 0 <= count <= len(payloads) - pos \
                 or not isinstance(party, str) or not isinstance(item.get("body"), dict):
