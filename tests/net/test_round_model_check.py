@@ -187,3 +187,17 @@ def test_an_honest_dp_bcd_run_is_signed_by_both_parties_and_served_without_the_o
     predicted = np.genfromtxt(tmp_path / "p.csv", delimiter=",", names=True)
     column = predicted.dtype.names[-1]
     np.testing.assert_allclose(predicted[column], X @ np.array(doc["w"]), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_a_noisy_gd_run_of_400_rounds_is_signed():
+    """The MODEL_CHECK of a long run: 4 signed shares per round describe about 1.1 KB each round, more than the
+    256 KiB message header holds from about 235 rounds on; the release index travels as a frame instead."""
+    from vfl import Party, fit
+
+    rng = np.random.default_rng(0)
+    Xa, Xb, y = rng.uniform(-2, 2, (40, 3)), rng.uniform(0, 5, (40, 2)), rng.uniform(-4, 4, 40)
+    m = fit([Party("a", Xa, bounds=[(-2, 2)] * 3), Party("b", Xb, y, bounds=[(0, 5)] * 2, label_bounds=(-4, 4))],
+            model="linear", mechanism="noisy-gd", epsilon=1.0, steps=400, key_bits=1024, allow_insecure_keys=True,
+            timeout=GENEROUS)
+    assert verify_model_signatures(m) == ["a", "b"]
