@@ -68,7 +68,7 @@ import numpy as np
 
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.protocols.contracts import Out
-from vfl.protocols.psi_stream import BucketStore, chunk_points, id_array, points_array
+from vfl.protocols.psi_stream import BucketStore, bucket_cap, chunk_points, id_array, points_array
 from vfl.protocols.roster import sign_registration, verify_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity, digest_of, message_digest
 from vfl.secure.psi import POINT_BYTES, BlindingKey, self_test, split_points
@@ -389,7 +389,11 @@ class AlignmentCoordinator:
         split_points(blob, m)   # the points' format, one chunk at a time
         if self._store is None:
             self._store = BucketStore(K)
-        self._store.add(origin, offset, points_array(blob))
+        try:   # fully blinded points are pseudorandom: a list piled into a few buckets is refused (bucket_cap)
+            self._store.add(origin, offset, points_array(blob), cap=bucket_cap(n))
+        except ProtocolError as exc:
+            raise ProtocolError(f"psi_points: the list of party {origin} fully blinded by party {sender}: {exc}; "
+                                "refusing it") from None
         if any(self._next.get((o, K), 0) != self.n_rows[o] for o in range(K)):
             return []
         return self._finish()
