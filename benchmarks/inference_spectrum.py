@@ -15,6 +15,10 @@ logistic:10000:4,linear:100000:1), each with ``--splits 200 --seed 2024`` (main)
     python benchmarks/inference_spectrum.py merge docs/data/inference_spectrum.json /tmp/s_main_failing.json \
         /tmp/s_main_rest.json -- /tmp/s_confirm_failing.json /tmp/s_confirm_rest.json
 
+docs/data/inference_spectrum_500.json: three cells with 500 data sets (seeds 2024 on, the main run's), one run each
+(``--splits 500 --cells logistic:1000:0.5`` and likewise logistic:1000:1, linear:1000:0.5), merged with
+``python benchmarks/inference_spectrum.py merge-long docs/data/inference_spectrum_500.json RUN.json ...``.
+
 The cells, the known models, the truth and the seeds are those of benchmarks/inference_coverage.py (data set s uses
 data seed ``seed + s`` and noise seed ``seed + s + 10^6``; ``--confirm`` runs disjoint seeds ``seed + 10^7 + s``).
 Every data set is fitted once; from the same release the benchmark computes the interval of the deflated world
@@ -132,6 +136,10 @@ def in_target(row: dict, key: str) -> bool:
     return 0.93 <= row[key]["coverage_mean"] <= 0.975
 
 
+#: the row groups of a document and the mark after their label (the 500-set runs are "long")
+MARKS = (("rows", ""), ("confirm", " (confirm)"), ("real", ""), ("real_confirm", " (confirm)"), ("long", " (500 sets)"))
+
+
 def label(row: dict) -> str:
     """A table row's first cell: the synthetic cell, or ``garment eps=1`` for a real data set."""
     return cell_label(row) if row["model"] in ("linear", "logistic") else f"{row['model']} eps={row['epsilon']:g}"
@@ -142,7 +150,7 @@ def markdown(doc: dict) -> str:
     lines = ["| cell | data sets | deflated coverage (mean, min-max) | deflated width / OLS | matched coverage "
              "(mean, min-max) | matched width / OLS | OLS coverage (mean) |",
              "|---|---|---|---|---|---|---|"]
-    for key, mark in (("rows", ""), ("confirm", " (confirm)"), ("real", ""), ("real_confirm", " (confirm)")):
+    for key, mark in MARKS:
         for r in doc.get(key, []):
             cells = [f"{r[k]['coverage_mean']:.3f}, {r[k]['coverage_min']:.3f}-{r[k]['coverage_max']:.3f} | "
                      f"{r[k]['width_ratio_to_ols']:.2f}" for k in ("deflated", "matched")]
@@ -168,6 +176,14 @@ def merge(out: Path, main_runs: Sequence[Path], confirm_runs: Sequence[Path]) ->
 def main(argv: Sequence[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
+    if argv and argv[0] == "merge-long":   # merge-long OUT RUN.json ...: 500-set runs, rows marked (500 sets)
+        runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in argv[2:]]
+        doc = {"delta": DELTA, "runs": [{"command": d["command"], "vfl_commit": d["vfl_commit"],
+                                         "seconds": d["seconds"]} for d in runs],
+               "long": [r for d in runs for r in d["rows"]]}
+        Path(argv[1]).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        print(markdown(doc))
+        return
     if argv and argv[0] == "merge":   # merge OUT MAIN.json ... -- CONFIRM.json ...
         rest = list(argv[2:])
         cut = rest.index("--") if "--" in rest else len(rest)

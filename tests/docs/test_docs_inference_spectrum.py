@@ -18,6 +18,7 @@ from helpers.docs_tables import table_rows as _rows
 ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "docs" / "data" / "inference_spectrum.json"
 REAL = ROOT / "docs" / "data" / "inference_spectrum_real.json"
+LONG = ROOT / "docs" / "data" / "inference_spectrum_500.json"
 HEADING = "## The spectrum-matched world"
 
 
@@ -30,7 +31,7 @@ def _section() -> str:
 def differences(section: str, doc: dict) -> list[str]:
     bench = load_benchmark("inference_spectrum")
     rows, problems = _rows(section), []
-    for key, mark in (("rows", ""), ("confirm", " (confirm)"), ("real", ""), ("real_confirm", " (confirm)")):
+    for key, mark in bench.MARKS:
         for r in doc.get(key, []):
             label = bench.label(r) + mark
             if label not in rows:
@@ -56,6 +57,9 @@ def test_the_spectrum_table_of_inference_md_is_the_committed_measurement() -> No
     real = json.loads(REAL.read_text(encoding="utf-8"))
     assert len(real["real"]) == 4 and len(real["real_confirm"]) == 4
     assert differences(_section(), real) == []
+    long = json.loads(LONG.read_text(encoding="utf-8"))
+    assert [r["sets"] for r in long["long"]] == [500, 500, 500]
+    assert differences(_section(), long) == []
 
 
 def test_a_changed_number_is_caught() -> None:
@@ -102,3 +106,10 @@ def test_the_reading_follows_from_the_json() -> None:
     for cell in (("garment", 1.0), ("forestfires", 4.0)):
         r = rr[cell]
         assert f"from {r['deflated']['coverage_mean']:.3f} to {r['matched']['coverage_mean']:.3f}" in text
+    long = {key(r): r for r in json.loads(LONG.read_text(encoding="utf-8"))["long"]}
+    for cell, words in ((("linear", 1000, 0.5), "at linear N = 10³, ε = 0.5 ({:.3f})"),
+                        (("logistic", 1000, 0.5), "logistic N = 10³, ε = 0.5 ({:.3f})"),
+                        (("logistic", 1000, 1.0), "stays short ({:.3f})")):
+        assert words.format(long[cell]["matched"]["coverage_mean"]) in text
+    assert 0.93 <= long[("linear", 1000, 0.5)]["matched"]["coverage_mean"] <= 0.975
+    assert long[("logistic", 1000, 1.0)]["matched"]["coverage_mean"] < 0.93

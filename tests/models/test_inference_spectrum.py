@@ -101,8 +101,9 @@ def _taylor_truth() -> np.ndarray:
 
 #: fresh data sets (seeds disjoint from the benchmark's main 2024.., confirmation 9000000.. and earlier runs)
 SETS, FIRST_SEED = 300, 50_000_000
-#: the matched interval's coverage claimed in this cell (docs/inference.md: measured >= 0.93 on both seed sets)
-CLAIM = 0.93
+#: the matched interval's coverage claimed in this cell: docs/inference.md measured 0.927 (main, 200 data sets),
+#: 0.928 (confirmation, disjoint seeds) and 0.930 (500 data sets); the claim is a little below the lowest
+CLAIM = 0.925
 
 
 @pytest.mark.slow
@@ -111,8 +112,9 @@ def test_the_matched_interval_covers_where_the_deflated_one_does_not():
     the mean coverage over the 11 coefficients and SETS independent data sets. Its variance is at most one
     coefficient's, p (1 - p) / SETS (a mean of correlated indicators varies at most as much as the most variable
     one), so when the claim p >= CLAIM holds the test fails with probability <= 0.001 at the threshold CLAIM - 3.09
-    sqrt(CLAIM (1 - CLAIM) / SETS) = 0.884. Power: an interval of the deflated world's coverage 0.864 passes with
-    probability <= P(Z >= (0.884 - 0.864) / sqrt(0.864 x 0.136 / SETS)) = P(Z >= 1.0) = 0.16."""
+    sqrt(CLAIM (1 - CLAIM) / SETS) = 0.878. Power: an interval of the deflated world's coverage 0.864 passes with
+    probability <= P(Z >= (0.878 - 0.864) / sqrt(0.864 x 0.136 / SETS)) = P(Z >= 0.7) = 0.24 (the
+    naive interval of "Coverage, measured", 0.542 there, fails almost surely)."""
     threshold = CLAIM - 3.09 * math.sqrt(CLAIM * (1.0 - CLAIM) / SETS)
     target = _taylor_truth()
     hits = []
