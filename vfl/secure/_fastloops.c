@@ -29,6 +29,13 @@
 
 #define MAX_WINDOW 16
 #define MAX_SLOTS ((Py_ssize_t)1 << 31)
+#include "_ifma52.h"
+#ifdef VFL_HAVE_IFMA
+#define IFMA_PRESENT ifma_available()
+#else
+#define IFMA_PRESENT 0
+#endif
+#define IFMA_LANES_MIN 8   /* products x windows per row below which eight lanes would mostly idle: GMP instead */
 
 /* Prefetch the n limbs at p into the cache (issue 34): the bucket and table entries are picked by random digits out
  * of tens of MB, so each one is a cache and TLB miss; asking for the next ones before the current product is computed
@@ -269,6 +276,11 @@ typedef struct {
     unsigned long long combination_mults;   /* running products of result(): fastmath.multiexp counts them too */
     int busy;                 /* add/result run without the GIL: one call at a time per object */
     int ready;
+    int simd;                 /* 1: buckets of ifma.nd 52-bit digits, eight products per IFMA call (_ifma52.h) */
+    Py_ssize_t stride;        /* uint64 words per bucket: mo.n, or ifma.nd with simd */
+#ifdef VFL_HAVE_IFMA
+    Ifma ifma;
+#endif
 } BucketsObject;
 
 static void Buckets_dealloc(BucketsObject *self) {
@@ -277,6 +289,9 @@ static void Buckets_dealloc(BucketsObject *self) {
     PyMem_Free(self->released);
     PyMem_Free(self->exp_sum);
     montgomery_clear(&self->mo);
+#ifdef VFL_HAVE_IFMA
+    ifma_clear(&self->ifma);
+#endif
     if (self->ready)
         mpz_clear(self->modulus);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -286,12 +301,13 @@ static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t n_products;
     int window, n_windows;
     Py_buffer mod;
+    int simd = -1;
     (void)kwds;
     if (self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "Buckets is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "niiy*", &n_products, &window, &n_windows, &mod))
+    if (!PyArg_ParseTuple(args, "niiy*|i", &n_products, &window, &n_windows, &mod, &simd))
         return -1;
     if (n_products < 1 || window < 1 || window > MAX_WINDOW || n_windows < 1 || (long)window * (n_windows - 1) >= 64) {
         PyBuffer_Release(&mod);
@@ -318,12 +334,36 @@ static int Buckets_init(BucketsObject *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
+    /* simd: -1 where it pays (IFMA present and at least 8 products per row to fill the lanes), 0 never, 1 required */
+    int can_simd = 0;
+#ifdef VFL_HAVE_IFMA
+    can_simd = ifma_available() && ifma_digits(mpz_sizeinbase(self->modulus, 2)) <= IFMA_MAX_DIGITS;
+#endif
+    if (simd == 1 && !can_simd) {
+        PyErr_SetString(PyExc_ValueError, "Buckets: simd=1 needs a CPU with AVX-512 IFMA");
+        return -1;
+    }
+    self->simd = simd == 1 || (simd == -1 && can_simd && (long long)n_products * n_windows >= IFMA_LANES_MIN);
+    self->stride = n;
+#ifdef VFL_HAVE_IFMA
+    if (self->simd) {
+        if (ifma_init(&self->ifma, mpz_limbs_read(self->modulus), n, mpz_sizeinbase(self->modulus, 2)) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->stride = self->ifma.nd;
+        if (n_products * per_product > PY_SSIZE_T_MAX / 8 / self->stride) {
+            PyErr_SetString(PyExc_ValueError, "too many buckets");
+            return -1;
+        }
+    }
+#endif
     self->window = window;
     self->n_windows = n_windows;
     self->n_products = n_products;
     self->per_product = per_product;
     Py_ssize_t total = n_products * per_product;
-    self->slots = big_calloc((size_t)(total * n) * sizeof(mp_limb_t));   /* read only where used[] is set */
+    self->slots = big_calloc((size_t)(total * self->stride) * sizeof(mp_limb_t));   /* read only where used[] is set */
     self->used = PyMem_Calloc((size_t)total, 1);
     self->released = PyMem_Calloc((size_t)n_products, 1);
     self->exp_sum = PyMem_Calloc((size_t)(2 * n_products), sizeof(uint64_t));
@@ -388,6 +428,105 @@ static int check_add_args(BucketsObject *self, Py_ssize_t frame_len, Py_ssize_t 
     return 0;
 }
 
+#ifdef VFL_HAVE_IFMA
+/* lanes [0, batch) of the work vectors from the operands, eight products, results back (idle lanes: a zero dummy) */
+static void flush_lanes(BucketsObject *self, uint64_t **slot, const uint64_t **base) {
+    const int nd = self->ifma.nd;
+    uint64_t *X = self->ifma.work, *Y = X + (size_t)nd * IFMA_LANES, *R = Y + (size_t)nd * IFMA_LANES;
+    for (int l = 0; l < IFMA_LANES; l++)
+        for (int j = 0; j < nd; j++) {
+            X[j * IFMA_LANES + l] = slot[l][j];
+            Y[j * IFMA_LANES + l] = base[l][j];
+        }
+    ifma_amm8(R, X, Y, &self->ifma, R + (size_t)nd * IFMA_LANES);
+    for (int l = 0; l < IFMA_LANES; l++)
+        for (int j = 0; j < nd; j++)
+            slot[l][j] = R[j * IFMA_LANES + l];
+}
+
+/* add()'s bucket loop with eight products per IFMA call: rows in order, in a row its P (group, column, window)
+ * positions in order; each multiplication takes the next lane, and a batch is computed when its eight lanes are full
+ * or before a lane would take a position P or more after the batch's first one. So a batch's positions are distinct
+ * (product, window) pairs, never one bucket twice, and every bucket still receives its bases in row order. A position
+ * with a zero digit or an empty bucket (copied, not multiplied) takes no lane: these are the GMP loop's two branches,
+ * and when a batch is computed is a function of their outcomes only (no new branch on the data). Idle lanes
+ * multiply a dummy zero. -1: out of memory. */
+static int add_simd(BucketsObject *self, const mp_limb_t *bases, Py_ssize_t rows, Py_ssize_t n_groups,
+                    const uint64_t *e, Py_ssize_t n_cols, Py_ssize_t first, unsigned long long *mults) {
+    const mp_size_t n = self->mo.n;
+    const int nd = self->ifma.nd, c = self->window;
+    const uint64_t mask = ((uint64_t)1 << c) - 1;
+    const Py_ssize_t per_row = n_groups * n_cols * self->n_windows;
+    if (rows > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(uint64_t) - 2 * nd) / nd / n_groups)   /* the digit copy's size */
+        return -1;
+    uint64_t *b52 = PyMem_RawMalloc((size_t)(rows * n_groups * nd + 2 * nd) * sizeof(uint64_t));
+    if (b52 == NULL)
+        return -1;
+    uint64_t *dummy_slot = b52 + rows * n_groups * nd, *dummy_base = dummy_slot + nd;
+    memset(dummy_slot, 0, (size_t)(2 * nd) * sizeof(uint64_t));
+    for (Py_ssize_t r = 0; r < rows * n_groups; r++)
+        ifma_from_limbs(b52 + r * nd, bases + r * n, n, nd);
+    uint64_t *slot[IFMA_LANES];
+    const uint64_t *base[IFMA_LANES];
+    for (int l = 0; l < IFMA_LANES; l++) {
+        slot[l] = dummy_slot;
+        base[l] = dummy_base;
+    }
+    int lane = 0;
+    Py_ssize_t position = 0, first_position = 0;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        for (Py_ssize_t k = 0; i + 1 < rows && k < n_cols; k++) {   /* the next row's buckets, fetched early */
+            uint64_t y = e[(i + 1) * n_cols + k];
+            for (Py_ssize_t g = 0; g < n_groups; g++) {
+                Py_ssize_t off = (first + k * n_groups + g) * self->per_product;
+                uint64_t yy = y;
+                for (int w = 0; yy && w < self->n_windows; w++, yy >>= c)
+                    if (yy & mask)
+                        prefetch_limbs(self->slots + (off + ((Py_ssize_t)w << c) + (Py_ssize_t)(yy & mask)) * nd, nd);
+            }
+        }
+        for (Py_ssize_t g = 0; g < n_groups; g++) {
+            const uint64_t *b = b52 + (i * n_groups + g) * nd;
+            for (Py_ssize_t k = 0; k < n_cols; k++) {
+                Py_ssize_t product = first + k * n_groups + g;
+                uint64_t *sum = self->exp_sum + 2 * product;
+                Py_ssize_t off = product * self->per_product;
+                uint64_t x = e[i * n_cols + k];
+                sum[0] += x;
+                sum[1] += sum[0] < x;
+                for (int w = 0; w < self->n_windows; w++, x >>= c, position++) {
+                    uint64_t d = x & mask;
+                    Py_ssize_t s = off + ((Py_ssize_t)w << c) + (Py_ssize_t)d;
+                    if (d && self->used[s]) {
+                        if (lane == IFMA_LANES || (lane > 0 && position - first_position >= per_row)) {
+                            flush_lanes(self, slot, base);
+                            for (int l = 0; l < IFMA_LANES; l++) {
+                                slot[l] = dummy_slot;
+                                base[l] = dummy_base;
+                            }
+                            lane = 0;
+                        }
+                        if (lane == 0)
+                            first_position = position;
+                        slot[lane] = self->slots + s * nd;
+                        base[lane] = b;
+                        lane++;
+                        ++*mults;
+                    } else if (d) {
+                        memcpy(self->slots + s * nd, b, (size_t)nd * sizeof(uint64_t));
+                        self->used[s] = 1;
+                    }
+                }
+            }
+        }
+    }
+    if (lane > 0)
+        flush_lanes(self, slot, base);
+    PyMem_RawFree(b52);
+    return 0;
+}
+#endif
+
 /* product index first + k * n_groups + g for column k of the exponents and group g of a row */
 static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
     Py_buffer frame, exps;
@@ -420,6 +559,12 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
     const uint64_t mask = ((uint64_t)1 << c) - 1;
     Py_BEGIN_ALLOW_THREADS
     bad = import_bases(bases, (const unsigned char *)frame.buf, rows * n_groups, width, self->modulus, n);
+#ifdef VFL_HAVE_IFMA
+    if (self->simd && !bad) {
+        bad = add_simd(self, bases, rows, n_groups, e, n_cols, first, &mults) < 0 ? 2 : 0;
+        goto added;
+    }
+#endif
     /* product by product (column k, group g), rows in order: one product's buckets (2^c n_windows of them, 8.4 MB at
      * c = 13 and 2048-bit keys) and the frame's bases stay in the last-level cache while its rows are added; every
      * bucket still receives its bases in row order, so the values are those of a row-major pass */
@@ -456,10 +601,15 @@ static PyObject *Buckets_add(BucketsObject *self, PyObject *args) {
             }
         }
     }
+#ifdef VFL_HAVE_IFMA
+added:
+#endif
     Py_END_ALLOW_THREADS
     self->busy = 0;
     self->mults += mults;
-    if (bad)
+    if (bad == 2)
+        PyErr_NoMemory();
+    else if (bad)
         PyErr_SetString(PyExc_ValueError, "Buckets.add: a base is not below the modulus (validate ciphertexts first)");
     else
         ret = Py_NewRef(Py_None);
@@ -492,9 +642,9 @@ static int combine(BucketsObject *self, Py_ssize_t product, mp_limb_t *result, m
             Py_ssize_t s = off + ((Py_ssize_t)w << c) + d;
             if (self->used[s]) {
                 if (!have_running) {
-                    memcpy(running, self->slots + s * n, (size_t)n * sizeof(mp_limb_t));
+                    memcpy(running, self->slots + s * self->stride, (size_t)n * sizeof(mp_limb_t));
                 } else {
-                    montmul(running, running, self->slots + s * n, t, &self->mo);
+                    montmul(running, running, self->slots + s * self->stride, t, &self->mo);
                     ++*others;
                 }
                 have_running = 1;
@@ -539,14 +689,34 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
         return NULL;
     }
     const mp_size_t n = self->mo.n;
-    mp_limb_t *work = PyMem_Malloc((size_t)(6 * n) * sizeof(mp_limb_t));
+    mp_limb_t *work = PyMem_Malloc((size_t)(8 * n + 2) * sizeof(mp_limb_t));
     if (work == NULL)
         return PyErr_NoMemory();
     self->busy = 1;
     unsigned long long squarings = 0, others = 0;
-    mpz_t value, r_mod, e_total;
+    mpz_t value, r_mod, e_total, d_total;
     Py_BEGIN_ALLOW_THREADS
-    mpz_inits(value, r_mod, e_total, NULL);
+    mpz_inits(value, r_mod, e_total, d_total, NULL);
+#ifdef VFL_HAVE_IFMA
+    /* simd buckets hold b = P R'^(1 - count) < 2m (P: the product of the bases put into it, R' = 2^(52 nd)), as 52-bit
+     * digits: each becomes n limbs of b mod m in place, which combine() takes as the Montgomery form of b / R as in
+     * the GMP loop. The combination is then prod c^e R'^(D - E) R^(-D), D = sum of d 2^(c w) over the used buckets
+     * (d, w), so the correction below is R^D R'^(E - D) = 2^(64 n D + 52 nd (E - D)) instead of R^E. */
+    if (self->simd) {
+        const int c = self->window;
+        for (int w = 0; w < self->n_windows; w++)
+            for (Py_ssize_t d = 1; d < ((Py_ssize_t)1 << c); d++) {
+                Py_ssize_t s = product * self->per_product + ((Py_ssize_t)w << c) + d;
+                if (!self->used[s])
+                    continue;
+                ifma_to_limbs(self->slots + s * self->stride, self->slots + s * self->stride, self->ifma.nd,
+                              self->mo.m, n, work + 6 * n);
+                mpz_set_ui(r_mod, (unsigned long)d);
+                mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)(c * w));
+                mpz_add(d_total, d_total, r_mod);
+            }
+    }
+#endif
     if (combine(self, product, work + 5 * n, work, &squarings, &others)) {
         from_montgomery(value, work + 5 * n, work + n, &self->mo);   /* (prod b^e) R^(-E) mod m */
         /* E = exp_sum[hi] 2^64 + exp_sum[lo], least significant word first, native byte order: portable where
@@ -554,6 +724,12 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
         mpz_import(e_total, 2, -1, sizeof(uint64_t), 0, 0, self->exp_sum + 2 * product);
         mpz_set_ui(r_mod, 1);
         mpz_mul_2exp(r_mod, r_mod, (mp_bitcnt_t)n * GMP_NUMB_BITS);
+        if (self->simd) {   /* 2^(64 n D + 52 nd (E - D)) = 2^X: r_mod <- 2, e_total <- X */
+            mpz_sub(e_total, e_total, d_total);
+            mpz_mul_ui(e_total, e_total, (unsigned long)(52 * self->stride));
+            mpz_addmul_ui(e_total, d_total, (unsigned long)(n * GMP_NUMB_BITS));
+            mpz_set_ui(r_mod, 2);
+        }
         /* the responder's column sum E is its own data: mpz_powm_sec's time does not depend on E's bits (the bucket
          * loop above does skip zero digits, as the Python loops do: docs/threat_model.md, "Out of scope") */
         if (mpz_sgn(e_total) > 0)
@@ -573,7 +749,7 @@ static PyObject *Buckets_result(BucketsObject *self, PyObject *arg) {
     self->busy = 0;
     PyMem_Free(work);
     PyObject *out = export_be(value);
-    mpz_clears(value, r_mod, e_total, NULL);
+    mpz_clears(value, r_mod, e_total, d_total, NULL);
     return out;
 }
 
@@ -594,7 +770,13 @@ static PyObject *Buckets_get_combination_mults(BucketsObject *self, void *closur
     return PyLong_FromUnsignedLongLong(self->combination_mults);
 }
 
+static PyObject *Buckets_get_simd(BucketsObject *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(self->simd);
+}
+
 static PyGetSetDef Buckets_getset[] = {
+    {"simd", (getter)Buckets_get_simd, NULL, "True: eight bucket products per AVX-512 IFMA call (_ifma52.h)", NULL},
     {"mults", (getter)Buckets_get_mults, NULL, "bucket multiplications and squarings (BucketAccumulator's count)", NULL},
     {"combination_mults", (getter)Buckets_get_combination_mults, NULL,
      "the running-product multiplications of result() (fastmath.multiexp counts these too)", NULL},
@@ -1027,7 +1209,8 @@ PyMODINIT_FUNC PyInit__fastloops(void) {
     if (PyModule_AddObjectRef(m, "Buckets", (PyObject *)&BucketsType) < 0
         || PyModule_AddObjectRef(m, "FixedBase", (PyObject *)&FixedBaseType) < 0
         || PyModule_AddStringConstant(m, "GMP_VERSION", gmp_version) < 0
-        || PyModule_AddIntConstant(m, "GMP_REDC_N", redc_n_trusted) < 0) {
+        || PyModule_AddIntConstant(m, "GMP_REDC_N", redc_n_trusted) < 0
+        || PyModule_AddIntConstant(m, "IFMA", IFMA_PRESENT) < 0) {
         Py_DECREF(m);
         return NULL;
     }
