@@ -153,3 +153,22 @@ def test_another_thread_runs_while_the_ifma_buckets_work():
     t.join()
     inside = [x for x in ticks if start < x < start + took]
     assert len(inside) >= 3, (took, len(inside))
+
+
+@pytest.mark.parametrize("n_groups", [1, 2, 3])
+def test_a_per_chunk_task_with_the_columns_together_equals_one_multiexp_per_column(monkeypatch, n_groups):
+    """multiexp_rows_task (per-chunk tasks: Dask, process pools, short products) puts the columns that share a window
+    in one IFMA bucket set; the products and the count are those of fastmath.multiexp per column and group."""
+    from vfl.secure import executors
+
+    rng = random.Random(n_groups)
+    modulus = rng.getrandbits(2048) | 1 | (1 << 2047)
+    width, rows = 256, 130
+    frame = b"".join(rng.randrange(modulus).to_bytes(width, "big") for _ in range(rows * n_groups))
+    exps = np.array([[rng.getrandbits(18) for _ in range(5)] for _ in range(rows)], dtype=np.int64)
+    exps[:, 3] = 0                                   # an all-zero column
+    exps[:, 4] >>= 9                                 # a column with shorter exponents: a window of its own
+    together = executors.multiexp_rows_task(modulus, frame, width, n_groups, exps)
+    monkeypatch.setenv("VFL_NO_IFMA", "1")
+    assert executors._ifma_columns(modulus, frame, width, n_groups, [[1]], exps, []) is None
+    assert executors.multiexp_rows_task(modulus, frame, width, n_groups, exps) == together

@@ -224,7 +224,7 @@ def _ifma_columns(m: int, frame: bytes, width: int, n_groups: int, bases: list[l
     if any(c > 16 for c, _ in by_window):
         return None
     for (c, b), ks in by_window.items():
-        acc = native.CBucketAccumulator(len(ks), b, c, m)
+        acc = native.CBucketAccumulator(len(ks) * n_groups, b, c, m)
         acc.add_frame(frame, width, n_groups, block[:, ks])
         for j, k in enumerate(ks):
             for g in range(n_groups):
