@@ -35,7 +35,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -394,6 +396,10 @@ class RowAlignment:
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
         self.show_progress, self._bar, self._done_points = progress, cast(Any, None), 0
+        #: co-parties' chunks checked on the receive thread, waiting for the worker (bounded by the signed counts)
+        self._pending: deque[tuple[int, int, int, bytes]] = deque()
+        self._draining = False   # a _reblind task is queued or running
+        self._lock = threading.Lock()
 
     def _advance(self, items: Iterable[Any]) -> None:
         """Count the points of the PSI_POINTS messages this party just blinded or re-blinded on a progress display
@@ -429,18 +435,41 @@ class RowAlignment:
         if msg.type is MessageType.PSI_START:   # the ring is checked here; the own list is blinded chunk by chunk
             self._own_step(iter(self.party.on_message(msg)), submit)
             return None
-        if msg.type is not MessageType.PSI_RESULT:
-            submit(self._reblind, msg)
+        if msg.type is not MessageType.PSI_RESULT:   # checked here, on the receive thread, before it is queued
+            checked = self.party.check_points(msg)
+            with self._lock:
+                self._pending.append(checked)
+                if self._draining:
+                    return None
+                self._draining = True
+            submit(self._reblind, submit)
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
+        with self._lock:
+            waiting = len(self._pending)
+        if waiting:   # checked chunks not yet taken by the worker: the ring has not finished here
+            raise ProtocolError("psi_result: sent before the ring finished (a list this party re-blinds is not "
+                                "complete)")
         self.party.on_message(msg)
         return self.party.rows   # None until the last chunk of the positions
 
-    def _reblind(self, msg: Message) -> list:
+    def _reblind(self, submit: Callable[..., None]) -> Iterator[Any]:
+        """Worker: re-blind the checked chunks queued when this task starts, one message each, then give way to this
+        party's next own chunk; chunks queued meanwhile get the next task. One task however many chunks wait, so a
+        list in tiny chunks costs no thread per chunk (review of issue 34: one thread per chunk before)."""
         assert self.party is not None
-        out = list(self.party.on_message(msg))
-        self._advance(out)
-        return out
+        with self._lock:
+            batch = len(self._pending)
+        for _ in range(batch):
+            with self._lock:
+                checked = self._pending.popleft()
+            out = self.party.reblind(checked)
+            self._advance([out])
+            yield out
+        with self._lock:
+            self._draining = bool(self._pending)
+        if self._draining:
+            submit(self._reblind, submit)
 
     def _own_step(self, chunks: Iterator[Any], submit: Callable[..., None]) -> None:
         """Queue the blinding of this party's next own chunk behind the co-parties' chunks received so far, so the
