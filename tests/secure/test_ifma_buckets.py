@@ -172,3 +172,41 @@ def test_a_per_chunk_task_with_the_columns_together_equals_one_multiexp_per_colu
     monkeypatch.setenv("VFL_NO_IFMA", "1")
     assert executors._ifma_columns(modulus, frame, width, n_groups, [[1]], exps, []) is None
     assert executors.multiexp_rows_task(modulus, frame, width, n_groups, exps) == together
+
+
+def _tables(p: int, q: int, hs: int, window: int = 6):
+    return (native.CFixedBaseTable(hs % (p * p), p * p, 256, window),
+            native.CFixedBaseTable(hs % (q * q), q * q, 256, window))
+
+
+@pytest.mark.parametrize("count", [1, 7, 8, 9, 17])
+def test_crt_encrypt_eight_at_a_time_gives_the_bytes_of_the_gmp_loop_and_of_pow(monkeypatch, count):
+    """crt_encrypt on IFMA lanes (whole batches of eight, the rest one at a time) against the GMP loop (VFL_NO_IFMA
+    at table construction) and plain (1 + m n) h_s^alpha mod n^2, with zero and all-ones exponents, m = 0 and n - 1."""
+    pk, sk = generate_keypair(1024, allow_insecure=True)
+    n, p, q = pk.n, sk.p, sk.q
+    n2, rng = n * n, random.Random(count)
+    hs = pow(rng.randrange(2, n) ** 2 % n, n, n2)
+    alphas = [rng.getrandbits(256) for _ in range(count)]
+    plains = [rng.randrange(n) for _ in range(count)]
+    alphas[0], plains[0] = 0, n - 1
+    if count > 1:
+        alphas[-1], plains[-1] = (1 << 256) - 1, 0
+    inv = pow(p * p, -1, q * q)
+    ifma = native.crt_encrypt(*_tables(p, q, hs), plains, alphas, n, inv, 256)
+    monkeypatch.setenv("VFL_NO_IFMA", "1")
+    gmp = native.crt_encrypt(*_tables(p, q, hs), plains, alphas, n, inv, 256)
+    want = b"".join(((1 + m * n) * pow(hs, a, n2) % n2).to_bytes(256, "big") for m, a in zip(plains, alphas))
+    assert ifma == gmp == want
+
+
+def test_crt_encrypt_on_ifma_lanes_refuses_what_the_gmp_loop_refuses():
+    pk, sk = generate_keypair(1024, allow_insecure=True)
+    n, p, q = pk.n, sk.p, sk.q
+    hs = pow(7, n, n * n)
+    inv = pow(p * p, -1, q * q)
+    tables = _tables(p, q, hs)
+    with pytest.raises(ValueError, match="not below n"):
+        native.crt_encrypt(*tables, [1] * 5 + [n] + [1] * 10, [3] * 16, n, inv, 256)
+    with pytest.raises(ValueError, match="more bits than the tables"):
+        native.crt_encrypt(*tables, [1] * 16, [3] * 12 + [1 << 260] + [3] * 3, n, inv, 256)

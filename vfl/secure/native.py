@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 PURE_PYTHON_VARIABLE = "VFL_PURE_PYTHON"
 NO_IFMA_VARIABLE = "VFL_NO_IFMA"
-"""Set (like ``VFL_PURE_PYTHON``): the C buckets use GMP's one-at-a-time Montgomery product even where the CPU has
-AVX-512 IFMA (issue 34: eight bucket products per call, ``vfl/secure/_ifma52.h``); the results are identical."""
+"""Set (like ``VFL_PURE_PYTHON``): the C buckets and the key holder's fixed-base tables (read when a table is built) use
+GMP's one-at-a-time Montgomery product even where the CPU has AVX-512 IFMA (issue 34: eight products per call,
+``vfl/secure/_ifma52.h``); the results are identical."""
 MAX_EXPONENT_BITS = 64
 """The C buckets take exponents as ``uint64``; wider exponents use the Python loops."""
 REQUIRED = ("Buckets", "FixedBase", "GMP_VERSION", "crt_encrypt", "mulmod_repeat")
@@ -59,7 +60,8 @@ def _load() -> tuple[ModuleType | None, str]:
     if missing:   # a stale build: fall back as a whole rather than fail with an AttributeError mid-run
         return None, (f"pure Python (the C extension is stale, it lacks {', '.join(missing)}: rebuild it with "
                       "pip install -e .)")
-    simd = " and AVX-512 IFMA buckets" if getattr(_fastloops, "IFMA", 0) and not _flag(NO_IFMA_VARIABLE) else ""
+    ifma = getattr(_fastloops, "IFMA", 0) and not _flag(NO_IFMA_VARIABLE)
+    simd = " and AVX-512 IFMA buckets and encryption" if ifma else ""
     return _fastloops, f"C (vfl.secure._fastloops on GMP {_fastloops.GMP_VERSION}{simd})"
 
 
