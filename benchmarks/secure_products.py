@@ -278,8 +278,8 @@ def ifma_mulmod_costs(n2: Any, p2: Any, rows: int = 1000) -> dict[str, float]:
 
 def cheapest_mulmod(u: dict[str, float], modulus: str) -> float:
     """The cheapest measured multiplication modulo ``n2`` or ``p2``: Python/gmpy2, GMP in C, Montgomery in C, and
-    eight at a time on AVX-512 IFMA where measured (issue 34: a technique the floor prices for every multiplication,
-    also the key holder's fixed-base tables, which vfl does not yet run on IFMA)."""
+    eight at a time on AVX-512 IFMA where measured (issue 34: vfl's buckets and the key holder's fixed-base tables
+    run their multiplications that way where the CPU has it)."""
     return min(v for k, v in u.items() if k in (f"mulmod_{modulus}", f"mulmod_{modulus}_gmp_c", f"montmul_{modulus}_c",
                                                  f"montmul_{modulus}_ifma_c"))
 
@@ -489,8 +489,8 @@ FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n², Python (gmpy2)",
                      "montmul_n2_ifma_c": "multiplication mod n², 8 lanes of AVX-512 IFMA in C (vfl's buckets)",
                      "mulmod_p2": "multiplication mod p², Python (gmpy2)",
                      "mulmod_p2_gmp_c": "multiplication mod p², GMP mul + mod in C",
-                     "montmul_p2_c": "multiplication mod p², Montgomery in C (vfl's tables)",
-                     "montmul_p2_ifma_c": "multiplication mod p², 8 lanes of AVX-512 IFMA in C (not used by vfl yet)",
+                     "montmul_p2_c": "multiplication mod p², Montgomery in C (vfl's tables without IFMA)",
+                     "montmul_p2_ifma_c": "multiplication mod p², 8 lanes of AVX-512 IFMA in C (vfl's tables)",
                      "serialise": "serialise one ciphertext", "validate_batched": "parse + validate one ciphertext",
                      "rerandomise": "responder re-randomiser r^n mod n²", "decrypt": "CRT decryption"}
 
