@@ -253,18 +253,17 @@ SPECS: tuple[MessageSpec, ...] = (
        "its additive share of a cross block (+ its local offset)"),
     _S(M.BLOCK, "vertical", "party", "coordinator", {"block": (_REQ, _BLOCK), "auth": (_OPT, _AUTH)}, _ARRAY,
        "a single-party block with the owner's noise added"),
-    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {
-        "settings": (_REQ, _is_dict), "release": (_REQ, _is_list(_is_dict, 1_000_000)),
-        "frames": (_REQ, _is_list(_is_dict, 1_000_000))}, None,
-       "(FM) the run settings, every released input as received and the model; each party re-derives the model"),
+    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {"settings": (_REQ, _is_dict)}, None,
+       "the run settings; the model, every released input as received and their payloads (3 frames); each party "
+       "re-derives the model"),
     _S(M.MODEL_SIGNATURE, "vertical", "party", "coordinator", {"digest": (_REQ, _KEY), "auth": (_OPT, _AUTH)},
-       None, "(FM) the model file's digest and the party's Ed25519 signature over it"),
+       None, "the model file's digest and the party's Ed25519 signature over it"),
     _S(M.BCD_REMAINDER, "vertical", "party", "next party (relayed)", {
         "round": (_REQ, _is_int(0, 1_000_000)), "to": (_REQ, _is_name), "origin": (_OPT, _is_opt(_is_name)),
         "auth": (_OPT, _AUTH)}, _ARRAY, "DP-BCD residual of the ring"),
     _S(M.BCD_COEF, "vertical", "party", "coordinator", {
         "status": (_REQ, _is_str(64)), "reason": (_OPT, _is_opt(_is_str(1024))),
-        "rounds_run": (_OPT, _is_int(0, 1_000_000))}, ((), ("array",)),
+        "rounds_run": (_OPT, _is_int(0, 1_000_000)), "auth": (_OPT, _AUTH)}, ((), ("array",)),
        "a party's final DP-BCD coefficients (\"completed\"; \"converged\" when --tol stops the ring)"),
     _S(M.BCD_STOP, "vertical", "coordinator", "party", {"rounds_run": (_REQ, _is_int(0, 1_000_000))}, _NONE,
        "the ring stopped early (--tol): send your coefficients now"),
