@@ -196,7 +196,8 @@ def test_crt_encrypt_eight_at_a_time_gives_the_bytes_of_the_gmp_loop_and_of_pow(
     ifma = native.crt_encrypt(*_tables(p, q, hs), plains, alphas, n, inv, 256)
     monkeypatch.setenv("VFL_NO_IFMA", "1")
     gmp = native.crt_encrypt(*_tables(p, q, hs), plains, alphas, n, inv, 256)
-    want = b"".join(((1 + m * n) * pow(hs, a, n2) % n2).to_bytes(256, "big") for m, a in zip(plains, alphas, strict=True))
+    want = b"".join(((1 + m * n) * pow(hs, a, n2) % n2).to_bytes(256, "big")
+                    for m, a in zip(plains, alphas, strict=True))
     assert ifma == gmp == want
 
 
