@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +67,26 @@ def _aligned(log: Path) -> bool:
         return False
 
 
+def _kill_unreaped(procs: dict[str, subprocess.Popen]) -> None:
+    """SIGKILL every role not yet reaped, without reaping it (``Popen.kill`` polls first and so may reap a role
+    that just exited, after which its ``os.wait4`` raised ChildProcessError): an unreaped pid is never reused."""
+    for p in procs.values():
+        if p.returncode is None:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:   # pragma: no cover - not possible while unreaped
+                pass
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a role's log (its one-line error), bounded."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:500] if lines else "nothing printed"
+
+
 def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: float,
              until_aligned: bool = False) -> dict:
     from vfl.demo import free_port
@@ -95,6 +116,7 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
     sampler = scale.RssSampler(procs)
     cpu: dict[str, float] = {}
     at_alignment: dict | None = None
+    failed = ""   # the first role that exited non-zero
     while len(cpu) < len(procs):
         sampler.sample()
         if at_alignment is None and all(_aligned(logs[p]) for p in ("alice", "bob")):
@@ -113,15 +135,15 @@ def run_once(n: int, overlap: float, workdir: Path, *, key_bits: int, timeout: f
                     p.returncode = os.waitstatus_to_exitcode(status)
                     cpu[r] = usage.ru_utime + usage.ru_stime
                     if p.returncode != 0:   # one role failed: the others would wait out their --timeout
-                        for other in procs.values():
-                            if other.returncode is None:
-                                other.kill()
+                        failed = failed or r
+                        _kill_unreaped(procs)
         time.sleep(0.2)
     codes = {r: p.returncode for r, p in procs.items()}
     if until_aligned and at_alignment is not None:
         codes = {r: 0 for r in procs}   # ended by the benchmark after the alignment (SIGTERM)
     if any(codes.values()) or at_alignment is None:
-        raise SystemExit(f"psi_cli.py: the run at n={n} failed: exit codes {codes} (logs in {workdir})")
+        why = f"{failed} exited {codes[failed]} ({_last_line(logs[failed])}); " if failed else ""
+        raise SystemExit(f"psi_cli.py: the run at n={n} failed: {why}exit codes {codes} (logs in {workdir})")
     said = re.search(r"row alignment \(private set intersection\): (\d+) row IDs common",
                      logs["coordinator"].read_text())
     if said is None or int(said.group(1)) != int(round(overlap * n)):

@@ -92,7 +92,7 @@ def fit(parties: Sequence[Party], model: str = "linear", mechanism: str = "gauss
     ``domain="l2"``). (DP-)BCD: ``rounds`` is the maximum T (it fixes eps_r = eps/(kT)); ``tol`` stops earlier by
     the rule of :func:`vfl.models.bcd.run_bcd`. ``mechanism="noisy-gd"`` (exactly two parties): T noisy gradient
     rounds across the parties (:mod:`vfl.protocols.gd_phase`), options ``steps``, ``iterate_radius`` and
-    ``learning_rate``; its model is unsigned (the model check re-derives FM models only).
+    ``learning_rate``; every party signs its model after replaying the rounds (:mod:`vfl.net.round_check`).
     ``timeout`` bounds each party's silence, ``max_run_seconds`` the whole run. ``min_rows``: public minimum N
     (after the row alignment when the parties give ``ids``) below which the run stops. ``release_beta`` (linear
     FM): the label owner also releases beta = (1/N) y'y with calibrated noise, as :class:`vfl.LinearRegression`

@@ -75,3 +75,18 @@ def test_the_ten_million_id_run_is_the_committed_json_and_stays_below_1_gb() -> 
     assert f"every process at most {max(peaks.values()):.0f} MB" in flat
     assert f"coordinator at {peaks['coordinator']:.0f} MB" in flat
     assert f"{run['at_alignment']['wall_s']:.1f} s of wall time" in flat
+
+
+def test_a_role_that_fails_to_start_is_one_line_and_a_non_zero_exit(tmp_path) -> None:
+    """The coordinator refuses its --key-bits at once, the benchmark kills the two waiting parties: on bbf5d54 a
+    ChildProcessError traceback (``Popen.kill`` polled, so reaped, a party before ``os.wait4``); now one line naming
+    the role and its error, exit 1."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "psi_cli.py"), "--ids", "50", "--key-bits", "7",
+                           "--timeout", "600", "--workdir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc
+    assert "failed: coordinator exited 2 (vfl: error: --key-bits must be" in lines[0], lines

@@ -26,9 +26,11 @@ def bob_registration(bob: SigningIdentity, n_rows: int = BOB_COUNT) -> dict:
 
 
 @contextmanager
-def psi_victim(tmp_path: Path) -> Iterator[tuple[FakeCoordinator, subprocess.Popen, SigningIdentity]]:
-    """Start alice against a fake coordinator; yields (fake, process, bob identity); kills what is left after."""
-    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in IDS))
+def psi_victim(tmp_path: Path, ids: list[str] = IDS) -> Iterator[tuple[FakeCoordinator, subprocess.Popen,
+                                                                     SigningIdentity]]:
+    """Start alice (row IDs ``ids``) against a fake coordinator; yields (fake, process, bob identity); kills what is
+    left after."""
+    (tmp_path / "alice.csv").write_text("id,y,a1\n" + "".join(f"{u},0.1,0.2\n" for u in ids))
     (tmp_path / "bounds.toml").write_text("[bounds]\ny = [-1.0, 1.0]\na1 = [-1.0, 1.0]\n")
     certs = tmp_path / "alice_certs"
     write_identities(certs, ["alice"])

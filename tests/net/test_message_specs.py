@@ -52,7 +52,7 @@ def _field_names(cls: type) -> set[str]:
 
 @pytest.mark.parametrize("body, typed", [
     (RegisterBody(name="alice", n_rows=3, features=["x"], label_owner=True, order=0, label="y",
-                  preprocessing={"columns": {}}), RegisterBody),
+                  preprocessing={"inputs": ["x"], "categories": {}, "impute": {}}), RegisterBody),
     (PlanBody(index=0, parties=[PlanParty(name="alice", n_features=2, features=["x"], label_owner=True,
                                           intercept=True)], model="linear", mechanism="fm", params={},
               n_samples=3, label_owner=0), PlanBody),

@@ -16,8 +16,8 @@ from vfl.exceptions import ConfigurationError
 from vfl.fm.domain import ColumnBounds, prepare_labels, prepare_party_block
 from vfl.fm.objective import fm_objective
 from vfl.privacy.gradient_release import GradientRelease, objective_gradient, run_noisy_gradient
-from vfl.protocols.gd_phase import UNSIGNED_REASON
 from vfl.protocols.gd_rounds import GDParams, run_local
+from vfl.protocols.model_signing import verify_model_signatures
 from vfl.secure.keys import generate_keypair
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
@@ -68,11 +68,11 @@ def test_networked_fit_equals_the_rounds_and_numpy_under_the_same_noise(model, t
     np.testing.assert_array_equal(m.w, w_ref)        # same seeds: the same noise, the same exact integer sums
     # numpy on the prepared rows under the recorded noise: differs only by the 2^-p fixed-point rounding
     np.testing.assert_allclose(m.w, w_np, rtol=0, atol=1e-6)
-    assert m.mechanism == "noisy-gd" and m.signatures is None
+    assert m.mechanism == "noisy-gd"
+    assert verify_model_signatures(m) == ["a", "b"]   # each party replayed the rounds and signed (round_check)
     rep = m.privacy_report
     assert rep["mechanism"] == "noisy-gd" and rep["epsilon"] == pytest.approx(report.epsilon)
     assert rep["formal_dp"] is False   # seeded
-    assert UNSIGNED_REASON in rep["notes"]
     assert m.extra["steps"] == steps and m.extra["sigma"] == pytest.approx(report.noise_scales["sigma"])
     # the model file maps the prepared coefficients back to raw units like an FM model
     d = 6

@@ -15,9 +15,12 @@ import pytest
 from helpers.fake_coordinator import FakeCoordinator
 
 from vfl.demo import free_port, make_demo_data
+from vfl.models.modelio import load_model
 from vfl.net.messages import MessageType
 from vfl.privacy.ledger import Ledger
 from vfl.protocols.gd_phase import gd_params, plan_params
+from vfl.protocols.model_signing import verify_model_signatures
+from vfl.secure.identity import load_pinned
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(600)]   # outer limit (loaded machine); good runs end sooner
 
@@ -26,7 +29,7 @@ TEST_KEYS = ["--insecure-test-keys"]
 N = 40
 
 
-def test_cli_noisy_gd_run_writes_the_model_and_charges_both_ledgers(procs, tmp_path):
+def test_cli_noisy_gd_run_writes_the_model_and_charges_both_ledgers(procs, tmp_path, identity_dir):
     data = make_demo_data(tmp_path / "data", 200, seed=1)
     url, out = f"tcp://127.0.0.1:{free_port()}", tmp_path / "m.json"
     ledgers = {"alice": tmp_path / "alice.sqlite", "bob": tmp_path / "bob.sqlite"}
@@ -43,29 +46,30 @@ def test_cli_noisy_gd_run_writes_the_model_and_charges_both_ledgers(procs, tmp_p
     results = [procs.finish(p) for p in (coord, alice, bob)]
     assert [r[0] for r in results] == [0, 0, 0], [r[2][-800:] for r in results]
     doc = json.loads(out.read_text())
-    assert doc["mechanism"] == "noisy-gd" and doc.get("signatures") is None
+    assert doc["mechanism"] == "noisy-gd" and sorted(doc["signatures"]) == ["alice", "bob"]
     rep = doc["privacy_report"]
     assert rep["mechanism"] == "noisy-gd" and rep["formal_dp"] is True and rep["extra"]["steps"] == 3
-    assert any("UNSIGNED" in note for note in rep["notes"]) and "UNSIGNED" in results[0][1]
+    assert not any("UNSIGNED" in note for note in rep["notes"]) and "signed by all 2 parties" in results[0][1]
     assert doc["extra"]["iterate_radius"] == 2.0
     assert len(doc["w"]) == sum(len(p["features"]) for p in doc["parties"]) + 1   # + the intercept
     assert np.linalg.norm(doc["w"]) <= 2.0 + 1e-12                         # an average of iterates in the ball
     for name in ("alice", "bob"):
         (run,) = Ledger(ledgers[name]).runs()
         assert run.state == "completed" and run.epsilon == pytest.approx(rep["epsilon"], rel=1e-12)
-    # review 5 (d): the unsigned noisy-gd model is refused by `vfl predict` exactly like any unsigned file, and
-    # served with --allow-unsigned-model (with the loud warning)
+    # each party replayed the rounds and signed (vfl.net.round_check): the model, the coordinator's file and each
+    # party's stored copy, verifies under the pinned keys and `vfl predict` uses it without --allow-unsigned-model
+    pinned = load_pinned(identity_dir)
+    for name in ("alice", "bob"):
+        (stored,) = tmp_path.glob(f"model-{name}-*.json")
+        assert json.loads(stored.read_text()) == doc
+        assert verify_model_signatures(load_model(stored), pinned=pinned) == ["alice", "bob"]
     a, b = (np.genfromtxt(data[k], delimiter=",", names=True, dtype=None, encoding="utf-8") for k in ("alice", "bob"))
     joined = tmp_path / "joined.csv"
     joined.write_text("age,income,tenure,visits,spend\n" + "".join(
         f"{r['age']},{r['income']},{r['tenure']},{s['visits']},{s['spend']}\n" for r, s in zip(a, b, strict=True)))
-    refused = procs.start("predict", "--model", str(out), "--data", str(joined))
-    code, _, err = procs.finish(refused)
-    assert code != 0 and "--allow-unsigned-model" in err and "Traceback" not in err, err[-800:]
-    allowed = procs.start("predict", "--model", str(out), "--data", str(joined), "--allow-unsigned-model",
-                          "--out", str(tmp_path / "p.csv"))
-    code, _, err = procs.finish(allowed)
-    assert code == 0 and "UNSIGNED" in err.upper() and (tmp_path / "p.csv").exists(), err[-800:]
+    served = procs.start("predict", "--model", str(out), "--data", str(joined), "--out", str(tmp_path / "p.csv"))
+    code, _, err = procs.finish(served)
+    assert code == 0 and "UNSIGNED" not in err.upper() and (tmp_path / "p.csv").exists(), err[-800:]
 
 
 # ------------------------------------------------------------------ hostile coordinator

@@ -85,7 +85,11 @@ def test_hostile_chunk_sequences_are_refused(victim, case, expected, reblinded):
     got = fake.wait_for(MessageType.ERROR, timeout=60)
     assert got is not None and expected in got[1].body["reason"], got
     back = [m for m in fake.sent_by_party(MessageType.PSI_POINTS) if m.body["origin"] == 1]
-    assert len(back) == reblinded and [m.body["offset"] for m in back] == [c[0]["offset"] for c in chunks[:reblinded]]
+    # the bad chunk is refused on the party's receive thread, so the valid ones before it may not all have been
+    # re-blinded by then: what came back is a prefix of them (all of them when the test waited for them)
+    exact = case == "truncated"
+    assert len(back) == reblinded if exact else len(back) <= reblinded
+    assert [m.body["offset"] for m in back] == [c[0]["offset"] for c in chunks[:len(back)]]
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 4, err
     assert expected in one_error_line(err) and not any(u in err for u in IDS)

@@ -119,3 +119,40 @@ def test_the_coordinator_takes_chunks_only_in_order_and_never_ahead_of_the_hop_b
     with pytest.raises(ProtocolError, match="8 points, 10 registered and 4 sent to party 1"):
         coordinator.handle(1, early)                     # more of hop 2 than hop 1 ever relayed
     coordinator.close()
+
+
+def test_the_coordinator_refuses_a_fully_blinded_list_piled_into_one_bucket():
+    """Review of issue 34: the party applying the last key sends the coordinator a co-party's fully blinded list,
+    and on e71c55e nothing stopped it from putting every point in one bucket (first byte 7): the coordinator then
+    held the whole list in one bucket while intersecting, not ~1/256 of it. Now a bucket may hold at most
+    bucket_cap(n) points (a 2^-40 tail of pseudorandom points); the skewed list is refused at its first chunk, before
+    anything is written, naming the party that sent it, and random points of the same count pass (two seeds)."""
+    from vfl.protocols.psi_stream import bucket_cap
+
+    n = 4096
+    assert n / N_BUCKETS < bucket_cap(n) < 4 * n / N_BUCKETS
+    regs = [{"name": name, "n_rows": n, "row_ids": True} for name in ("a", "b")]
+    for seed in (5, 6):
+        rng = np.random.default_rng(seed)
+
+        def points(rng, first_byte=None):
+            raw = rng.integers(0, 256, size=(n, POINT_BYTES), dtype=np.uint8)
+            raw[:, -1] &= 0x3F   # canonical u < p
+            if first_byte is not None:
+                raw[:, POINT_BYTES - 32] = first_byte
+            return raw.tobytes()
+
+        for skewed in (False, True):
+            coordinator = AlignmentCoordinator(regs, chunk=1024)
+            first = Out(type=PSI_POINTS, body={"origin": 0, "hops": 1, "offset": 0}, payload=[points(rng)])
+            coordinator.handle(0, first)
+            last = Out(type=PSI_POINTS, body={"origin": 0, "hops": 2, "offset": 0},
+                       payload=[points(rng, 7 if skewed else None)])
+            if skewed:
+                with pytest.raises(ProtocolError, match=r"the list of party 0 fully blinded by party 1: 4096 of its "
+                                                        r"points fall in one of the 256 buckets, more than \d+"):
+                    coordinator.handle(1, last)
+                assert coordinator._store is not None and not any(coordinator._store.dir.iterdir())
+            else:
+                assert coordinator.handle(1, last) == []
+            coordinator.close()

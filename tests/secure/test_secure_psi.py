@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 import pytest
 
@@ -245,3 +246,36 @@ def _is_small_order_edwards(e: bytes, order: int) -> bool:
     except Exception:
         return False
     return False
+
+
+def test_hashing_straight_to_a_u_coordinate_would_leak_curve_or_twist_through_every_blinded_point():
+    """Why vfl hashes into the prime-order subgroup (docs/psi.md, "Against SecretFlow SPU's PSI"): with ``H(x) =
+    SHA-256(x)`` read as an X25519 u-coordinate (SPU's default ECDH-PSI on Curve25519), about half of all IDs land on
+    the quadratic twist, and X25519 keeps a point on its curve or twist, so anyone who sees ``[k] H(x)`` learns
+    whether ``H(x)`` was on the twist: one bit of every ID, whatever ``k``. vfl's blinded points are all on the curve.
+    """
+    from nacl.bindings import crypto_scalarmult
+
+    from vfl.secure.psi import _on_curve
+
+    def sha_u(x: str) -> bytes:
+        digest = bytearray(hashlib.sha256(x.encode()).digest())
+        digest[31] &= 0x7F
+        return bytes(digest)
+
+    ids = [f"person-{i}" for i in range(400)]
+    k = secrets.token_bytes(32)
+    on_curve = [_on_curve(sha_u(x)) for x in ids]
+    blinded = [crypto_scalarmult(k, sha_u(x)) for x in ids]
+    # the bit survives blinding for every ID ...
+    assert [_on_curve(b) for b in blinded] == on_curve
+    # ... and splits the IDs about in half (Binomial(400, 1/2): 200 +- 10; 5 standard deviations either side)
+    assert 150 <= sum(on_curve) <= 250
+    # so an observer who knows a party holds x0 or x1 (one on the curve, one on the twist) tells which from the
+    # blinded point alone; vfl's hash puts every ID on the curve, so its blinded points carry no such bit
+    x0 = next(x for x, c in zip(ids, on_curve, strict=True) if c)
+    x1 = next(x for x, c in zip(ids, on_curve, strict=True) if not c)
+    for held in (x0, x1):
+        seen = crypto_scalarmult(secrets.token_bytes(32), sha_u(held))
+        assert (x0 if _on_curve(seen) else x1) == held
+    assert all(_on_curve(p) for p in split_points(BlindingKey(k).blind(ids)))

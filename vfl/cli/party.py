@@ -79,7 +79,7 @@ __all__ = ["party"]
               help="Largest ciphertext frame this party sends (secure products are streamed in chunks of this size, "
                    "credit-based). Default: 4 MiB, or less if the coordinator's --max-message-bytes needs it.")
 @click.option("--model-out", type=click.Path(dir_okay=False), default=None,
-              help="Where to store the model every party signed at the end of an FM run (the file `vfl serve` "
+              help="Where to store the model every party signed at the end of a run (the file `vfl serve` "
                    "serves). Default: model-NAME-RUN.json next to this party's ledger.")
 @member_ledger_options
 @member_link_options(hub="coordinator")

@@ -47,7 +47,7 @@ __all__ = ["score", "serve"]
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 @click.option("--allow-unsigned-model", is_flag=True,
               help="INSECURE: use a model file that carries no party's signature (written before models were "
-                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "signed, or by an --insecure-no-identity run); warns loudly. A file with a missing or "
                    "invalid signature is refused even so.")
 @click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
               help="Pinned NAME.sign.pub of the parties (`vfl keys`): every party's signature must be under the key "
@@ -147,7 +147,7 @@ def _serve_http(model_path: str, bind: str, timeout: float, max_query_ids: int, 
               help="Serve without identities (loopback experiments only): co-parties' keys are not checked.")
 @click.option("--allow-unsigned-model", is_flag=True,
               help="INSECURE: serve a model file that carries no party's signature (written before models were "
-                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly. A file with a missing or "
+                   "signed, or by an --insecure-no-identity run); warns loudly. A file with a missing or "
                    "invalid signature is refused even so.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds of silence from the hub after which this party stops.")

@@ -34,7 +34,7 @@ __all__ = ["predict", "keys", "demo"]
                    "an out_of_bounds column naming the columns), or clip them to the bounds.")
 @click.option("--allow-unsigned-model", is_flag=True,
               help="INSECURE: use a model file that carries no party's signature (written before models were "
-                   "signed, or by an --insecure-no-identity or (DP-)BCD run); warns loudly.")
+                   "signed, or by an --insecure-no-identity run); warns loudly.")
 @click.option("--identity-dir", type=click.Path(file_okay=False), default=None,
               help="Pinned NAME.sign.pub of the parties (`vfl keys`): every party's signature must be under the key "
                    "pinned here (default: under the keys the model's roster records).")

@@ -3,6 +3,11 @@
 10^7 IDs of 17 characters take 170 MB so, against ~740 MB as a list of ``str``. :class:`IdColumn` is a read-only
 sequence of ``str`` to every reader (scoring, prediction); the PSI row alignment takes its array directly
 (:func:`vfl.protocols.psi_stream.id_array`).
+
+The array is as wide as the longest ID, for every row: one ID of 4096 characters would make 10^7 rows take up to
+160 GB. An ID is therefore at most :data:`MAX_ID_CHARS` characters (an e-mail address, RFC 5321, fits), so the
+array takes at most N x 4 x MAX_ID_CHARS bytes; a longer one is refused as the file is read, naming its data row
+(:meth:`IdColumn.from_cells`), never stored whole or as a digest, so the PSI compares the IDs themselves.
 """
 
 from __future__ import annotations
@@ -12,10 +17,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IdColumn", "as_array", "ROWS"]
+from vfl.exceptions import DataValidationError
+
+__all__ = ["IdColumn", "as_array", "ROWS", "MAX_ID_CHARS", "check_length"]
 
 #: rows converted per step (bounds the transient Python strings)
 ROWS = 65_536
+#: the longest row ID (characters, after normalisation: Unicode NFC, surrounding whitespace stripped); also the
+#: bound of a scoring query's IDs (vfl.secure.psi.normalise_id, vfl.protocols.scoring.MAX_ID_BYTES)
+MAX_ID_CHARS = 256
+
+
+def check_length(cell: str, row: int) -> None:
+    """Refuse a cell of the row-ID column longer than :data:`MAX_ID_CHARS` characters as written (blanks around it
+    count: the array holds the cell as read), naming its 1-based data ``row`` but not the ID."""
+    if len(cell) > MAX_ID_CHARS:
+        raise DataValidationError(f"row-ID column: row ID longer than {MAX_ID_CHARS} characters in data row {row} "
+                                  "(docs/psi.md)")
 
 
 def as_array(values: list[bytes]) -> np.ndarray:
@@ -35,7 +53,8 @@ class IdColumn(Sequence[str]):
         parts: list[np.ndarray] = []
         block: list[bytes] = []
         it = iter(cells)
-        for cell in it:
+        for row, cell in enumerate(it, start=1):
+            check_length(cell, row)   # before it widens the array of every row
             if "\x00" in cell:
                 return [c.decode() for p in parts for c in p] + [b.decode() for b in block] + [cell, *it]
             block.append(cell.encode())

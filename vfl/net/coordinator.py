@@ -51,7 +51,7 @@ from vfl.protocols.alignment import AlignmentCoordinator
 from vfl.protocols.bcd_rounds import BCDCoordinator, BCDRelease
 from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator, FMRelease
-from vfl.protocols.gd_phase import UNSIGNED_REASON, GDRunCoordinator, GDRunRelease
+from vfl.protocols.gd_phase import GDRunCoordinator, GDRunRelease
 from vfl.protocols.roster import RosterCoordinator, check_self_signed
 from vfl.protocols.settings import BCD_MECHANISMS, FM_MECHANISMS, GD_MECHANISMS, RunSettings
 from vfl.rng import RandomState, make_rng
@@ -70,31 +70,42 @@ IDENTITY_NOTE = ("identities NOT checked: {names} ran with --insecure-no-identit
 #: the messages an FM release is assembled from, in the order the coordinator received them: every party re-derives
 #: the model from them before signing it (vfl.net.model_check)
 RECORDED = ("ready", "block", "enc_request", "share")
+#: the same for a noisy-gd run (every round's signed shares) and a (DP-)BCD run (every party's signed coefficients):
+#: vfl.net.round_check
+RECORDED_GD = ("ready", "gd_share")
+RECORDED_BCD = ("ready", "bcd_coef")
+
+
+def recorded_kinds(mechanism: str) -> tuple[str, ...]:
+    """The messages a run of ``mechanism`` records for its parties' model check."""
+    return RECORDED_BCD if mechanism in BCD_MECHANISMS else RECORDED_GD if mechanism in GD_MECHANISMS else RECORDED
 
 
 class ReleaseRecorder:
     """Coordinator side: the release's messages as received, and the MODEL_CHECK that carries them."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: tuple[str, ...] = RECORDED) -> None:
         self.items: list[tuple[str, Message]] = []
+        self.kinds = kinds
 
     def record(self, party: str, msg: Message) -> None:
-        if msg.type.value in RECORDED:
+        if msg.type.value in self.kinds:
             self.items.append((party, msg))
 
     def check_message(self, model_doc: dict, settings: RunSettings) -> Message:
-        """MODEL_CHECK: the settings and each recorded message's body in the header; frame 0 the model document
-        (JSON, a frame: a wide model's document may exceed the header limit), frame 1 every recorded message's
-        payload packed (:func:`vfl.net.messages.pack_payloads`, descriptors in ``frames``)."""
+        """MODEL_CHECK: the settings in the header; frame 0 the model document (JSON, a frame: a wide model's
+        document may exceed the header limit), frame 1 each recorded message's body and the payload descriptors
+        (JSON, a frame: a noisy-gd run of many rounds records more than a header may hold), frame 2 every recorded
+        message's payload packed (:func:`vfl.net.messages.pack_payloads`)."""
         release, payloads = [], []
         for party, msg in self.items:
             release.append({"party": party, "type": msg.type.value, "frames": len(msg.payload),
                             "body": {k: v for k, v in msg.body.items() if k != "origin"}})
             payloads.extend(msg.payload)
         descs, packed = pack_payloads(payloads)   # one frame: a run has more frames than a message may carry
-        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings), "release": release,
-                                                 "frames": descs},
-                       [json.dumps(model_doc, allow_nan=False).encode(), packed])
+        index = json.dumps({"release": release, "frames": descs}, allow_nan=False).encode()
+        return Message(MessageType.MODEL_CHECK, {"settings": dataclasses.asdict(settings)},
+                       [json.dumps(model_doc, allow_nan=False).encode(), index, packed])
 
 
 class Coordinator(Hub):
@@ -130,8 +141,8 @@ class Coordinator(Hub):
         self.unsigned: list[str] = []
         #: the signed roster as received (:meth:`RosterCoordinator.record`), recorded in the model file
         self.roster_record: dict | None = None
-        #: the FM release's messages as received: sent back to every party for its model check (issue 29)
-        self.release = ReleaseRecorder()
+        #: the release's messages as received: sent back to every party for its model check (issue 29)
+        self.release = ReleaseRecorder(recorded_kinds(settings.mechanism))
 
     @property
     def parties(self) -> list[Registration]:
@@ -158,7 +169,7 @@ class Coordinator(Hub):
                 model = self._run_gd(regs)
             else:
                 model = self._run_fm(regs)
-                self._collect_signatures(regs, model)   # every party re-derives the model and signs it (issue 29)
+            self._collect_signatures(regs, model)   # every party re-derives the model and signs it (issue 29)
             text = model.to_json()  # serialised (and checked) before anything is written or sent
             if self.out:
                 atomic_write_text(self.out, text + "\n")
@@ -279,8 +290,7 @@ class Coordinator(Hub):
             if got is not None:
                 reg, msg = got
                 self.send_out(phase.handle(index_of[reg.peer], msg), regs)
-                if isinstance(phase, FMCoordinator):
-                    self.release.record(reg.name, msg)   # accepted: part of the release the parties check
+                self.release.record(reg.name, msg)   # accepted: part of the release the parties check
 
     def _collect_signatures(self, regs: list[Registration], model: FittedModel) -> None:
         """Send every party the release and the model document (MODEL_CHECK); each re-derives the model and answers
@@ -329,11 +339,12 @@ class Coordinator(Hub):
                                else f"{len(regs)} signed entries sent to every party"))
 
     def _run_gd(self, regs: list[Registration]) -> FittedModel:
-        """noisy-gd (:mod:`vfl.protocols.gd_phase`); the model is written unsigned (``UNSIGNED_REASON``)."""
+        """noisy-gd (:mod:`vfl.protocols.gd_phase`); the parties sign the model after replaying the rounds
+        (:mod:`vfl.net.round_check`)."""
         self._run_phase(regs, phase := GDRunCoordinator(self.settings, regs, log=self.log))
         model = gd_model(self.settings, regs, phase.finish(), self.run_id)
         self._note_alignment(model)
-        self.log(report_text(model) + "\n" + UNSIGNED_REASON)
+        self.log(report_text(model))
         return model
 
     def _run_bcd(self, regs: list[Registration]) -> FittedModel:
@@ -429,7 +440,7 @@ def gd_model(s: RunSettings, regs: list[Registration], release: GDRunRelease, ru
                             intercept=(i == release.intercept_party), preprocessing=r.preprocessing)
                for i, r in enumerate(regs)]
     return FittedModel(s.model, s.mechanism, columns, release.w, release.label_bounds, release.report,
-                       regs[0].n_rows, run_id, {**release.params, "domain": "l2", "signed": False},
+                       regs[0].n_rows, run_id, {**release.params, "domain": "l2"},
                        label_name=next((r.label for r in regs if r.label_owner), None))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.data.preprocessing import MAX_CATEGORIES, MAX_CATEGORY_CHARS
 from vfl.protocols.contracts import PlanBody, ReadyBody, RegisterBody
 from vfl.validation import is_name
 
@@ -129,6 +130,28 @@ def _is_text(limit: int) -> Check:
 
 
 _FEATURE = _is_text(256)   # column names reach terminals (the coordinator's coefficient table; review6)
+_CATEGORY = _is_text(MAX_CATEGORY_CHARS)
+
+
+def _is_preprocessing(v: Any) -> bool:
+    """REGISTER's declared preprocessing, as :meth:`vfl.data.preprocessing.Preprocessing.to_record` writes it and
+    nothing else: ``inputs`` (raw column names), ``categories`` (column -> category names), ``impute`` (column ->
+    a finite number or a category name). Every name is printable text (:func:`_is_text`): the record is kept as
+    sent (relayed in PSI_START and the roster, written to the model file), so no other key or value may ride in it."""
+    if not (isinstance(v, dict) and set(v) == {"inputs", "categories", "impute"}):
+        return False
+    cats, imp = v["categories"], v["impute"]
+    return (_is_list(_FEATURE, 100_000)(v["inputs"]) and isinstance(cats, dict) and isinstance(imp, dict)
+            and all(_FEATURE(c) and _is_list(_CATEGORY, MAX_CATEGORIES)(ks) for c, ks in cats.items())
+            and all(_FEATURE(c) and (_is_num(x) or _CATEGORY(x)) for c, x in imp.items()))
+
+
+def _is_pairs(v: Any) -> bool:
+    """A site's REGISTER ``bounds``: ``{"pairs": [[lo, hi], ...]}`` of finite numbers, nothing else."""
+    return (isinstance(v, dict) and set(v) == {"pairs"}
+            and _is_list(lambda p: _is_list(_is_num, 2)(p) and len(p) == 2, 100_000)(v["pairs"]))
+
+
 _BLOCK = _is_str(64)
 _KEY = _is_hex(64)    # an Ed25519 public key or a sha256 digest, hex (vfl.secure.identity)
 _AUTH = _is_hex(128)  # an Ed25519 signature, hex: the sender's, end to end (vfl.protocols.roster)
@@ -171,12 +194,12 @@ SPECS: tuple[MessageSpec, ...] = (
     _S(M.REGISTER, "common", "member", "hub", {
         "name": (_REQ, _is_name), "n_rows": (_REQ, _is_int(1)), "features": (_REQ, _is_list(_FEATURE, 100_000)),
         "label_owner": (_REQ, _is_bool), "row_ids": (_OPT, _is_bool), "order": (_OPT, _is_opt(_is_int(0, 10_000))),
-        "bounds": (_OPT, _is_opt(_is_dict)), "label_bounds": (_OPT, _is_opt(_is_list(_is_num, 2))),
-        "bounds_from_data": (_OPT, _is_bool), "role": (_OPT, _is_opt(_is_str(16))),
+        "bounds": (_OPT, _is_opt(_is_pairs)), "label_bounds": (_OPT, _is_opt(_is_list(_is_num, 2))),
+        "bounds_from_data": (_OPT, _is_bool), "role": (_OPT, _is_opt(_is_name)),
         "seeded": (_OPT, _is_bool),  # cape-fm site: its noise is seeded (`vfl site --seed`), flagged in the report
         "dims": (_OPT, _is_int(1, MAX_ICA_DIMS)),  # capeDJICA site: its data dimension D
         "label": (_OPT, _is_opt(_FEATURE)),        # the label owner's label column name (for the model file)
-        "preprocessing": (_OPT, _is_opt(_is_dict)),  # declared dummies/imputation (vfl.data.preprocessing record)
+        "preprocessing": (_OPT, _is_opt(_is_preprocessing)),  # declared dummies/imputation, printable names
         "identity": (_OPT, _KEY), "auth": (_OPT, _AUTH)}, _NONE,
        "name, rows, feature names, label owner? (label name), row IDs given?, declared preprocessing, role "
        "(site, djica-site, scorer), its Ed25519 identity and signature over all of it", RegisterBody),
@@ -230,18 +253,17 @@ SPECS: tuple[MessageSpec, ...] = (
        "its additive share of a cross block (+ its local offset)"),
     _S(M.BLOCK, "vertical", "party", "coordinator", {"block": (_REQ, _BLOCK), "auth": (_OPT, _AUTH)}, _ARRAY,
        "a single-party block with the owner's noise added"),
-    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {
-        "settings": (_REQ, _is_dict), "release": (_REQ, _is_list(_is_dict, 1_000_000)),
-        "frames": (_REQ, _is_list(_is_dict, 1_000_000))}, None,
-       "(FM) the run settings, every released input as received and the model; each party re-derives the model"),
+    _S(M.MODEL_CHECK, "vertical", "coordinator", "party", {"settings": (_REQ, _is_dict)}, None,
+       "the run settings; the model, every released input as received and their payloads (3 frames); each party "
+       "re-derives the model"),
     _S(M.MODEL_SIGNATURE, "vertical", "party", "coordinator", {"digest": (_REQ, _KEY), "auth": (_OPT, _AUTH)},
-       None, "(FM) the model file's digest and the party's Ed25519 signature over it"),
+       None, "the model file's digest and the party's Ed25519 signature over it"),
     _S(M.BCD_REMAINDER, "vertical", "party", "next party (relayed)", {
         "round": (_REQ, _is_int(0, 1_000_000)), "to": (_REQ, _is_name), "origin": (_OPT, _is_opt(_is_name)),
         "auth": (_OPT, _AUTH)}, _ARRAY, "DP-BCD residual of the ring"),
     _S(M.BCD_COEF, "vertical", "party", "coordinator", {
         "status": (_REQ, _is_str(64)), "reason": (_OPT, _is_opt(_is_str(1024))),
-        "rounds_run": (_OPT, _is_int(0, 1_000_000))}, ((), ("array",)),
+        "rounds_run": (_OPT, _is_int(0, 1_000_000)), "auth": (_OPT, _AUTH)}, ((), ("array",)),
        "a party's final DP-BCD coefficients (\"completed\"; \"converged\" when --tol stops the ring)"),
     _S(M.BCD_STOP, "vertical", "coordinator", "party", {"rounds_run": (_REQ, _is_int(0, 1_000_000))}, _NONE,
        "the ring stopped early (--tol): send your coefficients now"),

@@ -3,13 +3,14 @@
 Issue 29: a party must serve only a model that follows from a run it took part in and completed. After the FM
 release (:mod:`vfl.protocols.fm_release`) the coordinator sends every party MODEL_CHECK:
 
-* ``release``: every message the release was assembled from, as the coordinator received it: each party's READY
-  (public bounds), BLOCK (its noisy single-party blocks), ENC_REQUEST (the public stream header and Paillier key of
-  each secure product) and SHARE (the two shares of each cross block). Each carries its producer's Ed25519
-  signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
+* ``release`` (frame 1, JSON, with the payload descriptors ``frames``: a noisy-gd run of many rounds records more
+  messages than a header may describe): every message the release was assembled from, as the coordinator received
+  it: each party's READY (public bounds), BLOCK (its noisy single-party blocks), ENC_REQUEST (the public stream
+  header and Paillier key of each secure product) and SHARE (the two shares of each cross block). Each carries its
+  producer's Ed25519 signature bound to the run's roster digest (:meth:`vfl.protocols.roster.Roster.seal`);
 * ``settings``: the run's public settings (:class:`vfl.protocols.settings.RunSettings`);
 * ``model`` (frame 0, JSON): the model document the coordinator will write (without signatures); the recorded
-  messages' payloads travel packed in frame 1 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
+  messages' payloads travel packed in frame 2 (:func:`vfl.net.messages.pack_payloads`: a run has more of them than a
   message may carry frames).
 
 The party (:func:`check_release`) checks every signature against its pinned keys, rebuilds the coordinator's side
@@ -25,11 +26,16 @@ signatures into the file and sends it (RESULT); each party checks the signatures
 
 What a party learns from the release it checks is the noisy objective, post-processing of the DP release
 (docs/privacy.md, "What a party learns from the model check").
+
+The noisy-gd and (DP-)BCD runs end the same way, with another release and another re-derivation
+(:mod:`vfl.net.round_check` passes ``rebuild`` to :func:`check_release`): one comparison, one signature, one
+:func:`check_result`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +49,14 @@ from vfl.protocols.contracts import RegisterBody, Registration
 from vfl.protocols.fm_release import FMCoordinator
 from vfl.protocols.model_signing import verify_model_signatures
 from vfl.protocols.roster import Roster, plan_digest
-from vfl.protocols.settings import BCD_MECHANISMS, RunSettings
+from vfl.protocols.settings import RunSettings
 from vfl.secure.identity import SigningIdentity, canonical_json
 
 __all__ = ["check_release", "check_result", "default_model_path", "W_RTOL",
-           "UNCOMPARED"]
+           "UNCOMPARED", "Rebuild", "recorded_messages", "rebuild_phase", "record_run"]
+
+#: a party's re-derivation of the model from a MODEL_CHECK, its roster and the run id (ProtocolError if it cannot)
+Rebuild = Callable[[Message, Roster, str], FittedModel]
 
 #: relative tolerance of the re-derived coefficients (the same code on the same release: equal up to BLAS rounding)
 W_RTOL = 1e-9
@@ -82,13 +91,23 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _recorded(msg: Message) -> list[tuple[str, Message]]:
-    """The recorded messages: each body from ``release``, its payloads unpacked from frame 1."""
-    payloads = unpack_payloads(msg.body["frames"], msg.blob(1))
+def recorded_messages(msg: Message, kinds: Sequence[str] = RECORDED) -> list[tuple[str, Message]]:
+    """The recorded messages: each body from ``release`` (frame 1), its payloads unpacked from frame 2; every type
+    one of ``kinds`` (the release of this party's mechanism)."""
+    try:
+        index = json.loads(msg.blob(1))
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("the model check's release is not JSON") from None
+    if not isinstance(index, dict) or not isinstance(index.get("release"), list) or not isinstance(
+            index.get("frames"), list):
+        raise ProtocolError("the model check's release is malformed")
+    payloads = unpack_payloads(index["frames"], msg.blob(2))
     items, pos = [], 0
-    for item in msg.body["release"]:
+    for item in index["release"]:
+        if not isinstance(item, dict):
+            raise ProtocolError("the model check's release is malformed")
         kind, count, party = item.get("type"), item.get("frames"), item.get("party")
-        if kind not in RECORDED or not isinstance(count, int) or not 0 <= count <= len(payloads) - pos \
+        if kind not in kinds or not isinstance(count, int) or not 0 <= count <= len(payloads) - pos \
                 or not isinstance(party, str) or not isinstance(item.get("body"), dict):
             raise ProtocolError("the model check's release is malformed")
         items.append((party, Message(MessageType(kind), dict(item["body"]), payloads[pos:pos + count],
@@ -99,24 +118,31 @@ def _recorded(msg: Message) -> list[tuple[str, Message]]:
     return items
 
 
-def _rebuild_phase(msg: Message, roster: Roster, run: str) -> tuple[RunSettings, list[Registration], FMCoordinator]:
-    """The coordinator's FM side rebuilt from the settings and the roster's signed registrations; its PLAN must be
-    the plan this party accepted (same digest)."""
+def rebuild_phase(msg: Message, roster: Roster, phase_of: Callable[[RunSettings, list[Registration]], Any]
+                  ) -> tuple[RunSettings, list[Registration], Any]:
+    """The coordinator's side (``phase_of(settings, registrations)``: the FM release, the noisy-gd rounds or the
+    (DP-)BCD ring, as this party's own session is) rebuilt from the settings and the roster's signed
+    registrations; its PLAN must be the plan this party accepted (same digest: run settings, mechanism, epsilon,
+    delta and every plan field)."""
     try:
         settings = RunSettings(**msg.body["settings"])
     except TypeError as exc:
         raise ProtocolError(f"the model check's settings are malformed: {exc}") from None
     plan_body = roster.plan_body
-    if settings.mechanism in BCD_MECHANISMS or settings.n_parties != len(roster.entries):
-        raise ProtocolError("the model check's settings are not those of this FM run")
+    if settings.mechanism != plan_body.get("mechanism") or settings.n_parties != len(roster.entries):
+        raise ProtocolError("the model check's settings are not those of this run")
     regs = []
     for entry in roster.entries:
         reg = Registration.of(b"", RegisterBody.from_body(entry["registration"], str(entry["party"])))
         reg.n_rows = int(plan_body["n_samples"])   # after the row alignment, if any
         regs.append(reg)
-    phase = FMCoordinator(settings, regs)
-    rebuilt = phase.plan_messages()[int(plan_body["index"])].body
-    rebuilt["params"]["max_message_bytes"] = plan_body["params"].get("max_message_bytes")
+    try:
+        phase = phase_of(settings, regs)
+        rebuilt = phase.plan_messages()[int(plan_body["index"])].body
+    except VFLError as exc:
+        raise ProtocolError(f"the model check's settings do not give this run's plan: {exc}") from None
+    if "max_message_bytes" in plan_body["params"]:   # the FM plan's frame limit, set by the coordinator's socket
+        rebuilt["params"]["max_message_bytes"] = plan_body["params"]["max_message_bytes"]
     if plan_digest(rebuilt) != roster.plan:
         raise ProtocolError("the model check's settings do not reproduce the plan this party accepted; refusing to "
                             "sign the model")
@@ -125,16 +151,21 @@ def _rebuild_phase(msg: Message, roster: Roster, run: str) -> tuple[RunSettings,
 
 def _rebuild_model(msg: Message, roster: Roster, run: str) -> FittedModel:
     """Re-derive the model from the signed release (module docstring)."""
-    settings, regs, phase = _rebuild_phase(msg, roster, run)
+    settings, regs, phase = rebuild_phase(msg, roster, FMCoordinator)
     index = {r.name: i for i, r in enumerate(regs)}
-    for party, item in _recorded(msg):
+    for party, item in recorded_messages(msg):
         if party not in index:
             raise ProtocolError(f"the model check's release holds a message of {party!r}, not a party of this run")
         roster.check_recorded(item.type.value, item.body, list(item.payload), party)
         phase.handle(index[party], item)
     if not phase.done:
         raise ProtocolError("the model check's release lacks blocks of this run")
-    model = fm_model(settings, regs, phase.finish(), run)
+    return record_run(fm_model(settings, regs, phase.finish(), run), roster, regs, run)
+
+
+def record_run(model: FittedModel, roster: Roster, regs: list[Registration], run: str) -> FittedModel:
+    """What the coordinator adds to every model file (:meth:`vfl.net.coordinator.Coordinator._note_alignment`):
+    the signed roster, the row-alignment note and the no-identity note."""
     model.roster = {"run": run, "plan": roster.plan.hex(), "entries": roster.entries}
     if any(r.row_ids for r in regs):
         model.privacy_report.setdefault("notes", []).append(ALIGNMENT_NOTE.format(n=regs[0].n_rows))
@@ -144,9 +175,11 @@ def _rebuild_model(msg: Message, roster: Roster, run: str) -> FittedModel:
     return model
 
 
-def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdentity | None) -> Message:
-    """Party side: re-derive the model, compare it with the coordinator's document, sign its digest (module
-    docstring). ProtocolError (one line, the run fails) if anything differs."""
+def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdentity | None,
+                  rebuild: Rebuild | None = None, w_rtol: float = W_RTOL) -> Message:
+    """Party side: re-derive the model (``rebuild``; default: the FM release), compare it with the coordinator's
+    document (coefficients to ``w_rtol``), sign its digest (module docstring). ProtocolError (one line, the run
+    fails) if anything differs."""
     try:
         doc = json.loads(msg.blob(0))
     except (ValueError, UnicodeDecodeError):
@@ -156,13 +189,13 @@ def check_release(msg: Message, roster: Roster, run: str, identity: SigningIdent
     if "signatures" in doc:
         raise ProtocolError("the model to check already carries signatures")
     try:
-        mine = _rebuild_model(msg, roster, run)
+        mine = (rebuild or _rebuild_model)(msg, roster, run)
         claimed = FittedModel.from_dict(doc)
     except ProtocolError:
         raise
     except VFLError as exc:
         raise ProtocolError(f"the model check's release does not re-derive a model: {exc}") from None
-    if claimed.w.shape != mine.w.shape or not np.allclose(claimed.w, mine.w, rtol=W_RTOL, atol=W_RTOL * float(
+    if claimed.w.shape != mine.w.shape or not np.allclose(claimed.w, mine.w, rtol=w_rtol, atol=w_rtol * float(
             np.max(np.abs(mine.w), initial=1.0))):
         raise ProtocolError("the model's coefficients do not follow from the run's release; refusing to sign it")
     ours = json.loads(json.dumps(mine.to_dict(), allow_nan=False))   # as the document travelled: lists, not tuples

@@ -22,9 +22,9 @@ A party never sends a raw row. What leaves it (see docs/threat_model.md):
 * SHARE: its additive share of a cross block in fixed point ``2^-2p`` units, with its own local
   offset (logistic ``alpha``: ``(1/(2N)) sum_i x_i``, Zhang et al. 2012 eq. 12) folded in, so the
   coordinator only ever learns the noisy block. READY, BLOCK and SHARE carry the party's signature too;
-* MODEL_SIGNATURE (end of an FM run): its signature over the model file's digest, given only after it re-derived the
-  model from the run's signed release (:mod:`vfl.net.model_check`); the signed file it receives is stored
-  (``model_out``).
+* MODEL_SIGNATURE (end of a run): its signature over the model file's digest, given only after it re-derived the
+  model from the run's signed release (FM: :mod:`vfl.net.model_check`) or from its own view of the rounds
+  (noisy-gd, (DP-)BCD: :mod:`vfl.net.round_check`); the signed file it receives is stored (``model_out``).
 
 Socket I/O and heartbeats stay on the calling thread; encryption and products run on a worker
 thread, so heartbeats keep flowing during long computations.
@@ -35,7 +35,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -45,7 +47,8 @@ from vfl.exceptions import (
 )
 from vfl.models.modelio import FittedModel, atomic_write_text
 from vfl.net.messages import Message, MessageType, message_of
-from vfl.net.model_check import check_release, check_result, default_model_path
+from vfl.net.model_check import W_RTOL, check_release, check_result, default_model_path
+from vfl.net.round_check import bcd_rebuild, gd_rebuild
 from vfl.net.runtime import Done, Member, OrderedWorker, run_reporting_failures, wire_reason
 from vfl.net.transport import ClientTransport, CurveClientKeys
 from vfl.privacy.accounting import formal_dp_status
@@ -116,8 +119,8 @@ def releases(sent: Sequence[Message], roster: Roster | None) -> bool:
 
 
 def rounds_done(session: Session | None) -> bool:
-    """A noisy-gd party ran every planned round (its model is unsigned: nothing else ties a RESULT to the rounds);
-    any other session: True."""
+    """A noisy-gd party ran every planned round (before it replays them in its model check); any other session:
+    True."""
     if not isinstance(session, GDRunParty):
         return True
     return session.rounds is not None and session.rounds.next_round >= int(session.release.steps)
@@ -268,8 +271,9 @@ class PartyNode(Member):
         if kind is MessageType.RESULT:
             return self._result(msg, session, t.run_id)
         if kind is MessageType.MODEL_CHECK:
-            if not isinstance(session, FMParty) or self.roster is None or self.roster.digest is None:
-                raise ProtocolError("model check outside a completed FM run")
+            if session is None or self.roster is None or self.roster.digest is None or not (
+                    self.released and rounds_done(session)):
+                raise ProtocolError("model check outside a run this party completed")
             if self.model_checked:   # lambda_floor and regularization are not in the plan: one signed model per
                 raise ProtocolError("a second model check in this run; a party signs only one model check per "
                                     "run")   # run, or one release would give models spanning every column (review2)
@@ -292,23 +296,22 @@ class PartyNode(Member):
         return None
 
     def _check_model(self, msg: Message, run: str) -> list:
-        """Worker: re-derive the model from the signed release and sign its digest (:mod:`vfl.net.model_check`)."""
+        """Worker: re-derive the model from the signed release (FM) or this party's view of the rounds (noisy-gd,
+        (DP-)BCD: :mod:`vfl.net.round_check`) and sign its digest (:mod:`vfl.net.model_check`)."""
         assert self.roster is not None
         start = time.monotonic()
-        reply = check_release(msg, self.roster, run, self.identity)
+        reply = check_release(msg, self.roster, run, self.identity, *_rebuild_of(self._current))
         self.signed_digest = bytes.fromhex(reply.body["digest"])
-        self.log(f"[{self.data.name}] model check: the coefficients follow from this run's release ("
+        self.log(f"[{self.data.name}] model check: the coefficients follow from this run ("
                  f"{time.monotonic() - start:.2f} s); " + ("signed" if self.identity is not None
                                                           else "NOT signed (no identity)"))
         return [reply]
 
     def _result(self, msg: Message, session: Session | None, run: str) -> FittedModel:
-        """RESULT: an FM model must be the one this party checked and signed, with every party's signature; it is
-        stored (``model_out``, atomically) so that this party can serve it. (DP-)BCD models are unsigned."""
+        """RESULT: the model must be the one this party checked and signed (every mechanism), with every party's
+        signature; it is stored (``model_out``, atomically) so that this party can serve it."""
         took_part(session is not None and self.released and rounds_done(session))   # else: exit non-zero, no file
         doc = msg.body["model"]
-        if not isinstance(session, FMParty):
-            return FittedModel.from_dict(doc)
         assert self.roster is not None
         model = check_result(doc, self.signed_digest, self.roster)
         path = self.model_out if self.model_out is not None else default_model_path(
@@ -381,6 +384,17 @@ class PartyNode(Member):
         self._work.submit(fn, *args)
 
 
+def _rebuild_of(session: Any) -> tuple:
+    """How a party re-derives its run's model for the model check: noisy-gd from its view of the rounds (to
+    :data:`W_RTOL`), (DP-)BCD from the signed blocks (a copy: equal bit for bit), FM from the signed release
+    (:func:`~vfl.net.model_check.check_release`'s defaults)."""
+    if isinstance(session, GDRunParty):
+        return gd_rebuild(session), W_RTOL
+    if isinstance(session, BCDParty):
+        return bcd_rebuild(session), 0.0
+    return ()
+
+
 class RowAlignment:
     """A party's side of the row alignment by PSI (:mod:`vfl.protocols.alignment`) before the PLAN: PSI_START opens
     the :class:`AlignmentParty` (it checks the ring's signed registrations and re-blinds only signed lists of the
@@ -394,6 +408,10 @@ class RowAlignment:
         self.identity, self.pinned, self.registration = identity, pinned, registration
         self.party: AlignmentParty | None = None
         self.show_progress, self._bar, self._done_points = progress, cast(Any, None), 0
+        #: co-parties' chunks checked on the receive thread, waiting for the worker (bounded by the signed counts)
+        self._pending: deque[tuple[int, int, int, bytes]] = deque()
+        self._draining = False   # a _reblind task is queued or running
+        self._lock = threading.Lock()
 
     def _advance(self, items: Iterable[Any]) -> None:
         """Count the points of the PSI_POINTS messages this party just blinded or re-blinded on a progress display
@@ -429,18 +447,41 @@ class RowAlignment:
         if msg.type is MessageType.PSI_START:   # the ring is checked here; the own list is blinded chunk by chunk
             self._own_step(iter(self.party.on_message(msg)), submit)
             return None
-        if msg.type is not MessageType.PSI_RESULT:
-            submit(self._reblind, msg)
+        if msg.type is not MessageType.PSI_RESULT:   # checked here, on the receive thread, before it is queued
+            checked = self.party.check_points(msg)
+            with self._lock:
+                self._pending.append(checked)
+                if self._draining:
+                    return None
+                self._draining = True
+            submit(self._reblind, submit)
             return None
         # everything this party re-blinded was sent before the coordinator could answer, so the worker is idle
+        with self._lock:
+            waiting = len(self._pending)
+        if waiting:   # checked chunks not yet taken by the worker: the ring has not finished here
+            raise ProtocolError("psi_result: sent before the ring finished (a list this party re-blinds is not "
+                                "complete)")
         self.party.on_message(msg)
         return self.party.rows   # None until the last chunk of the positions
 
-    def _reblind(self, msg: Message) -> list:
+    def _reblind(self, submit: Callable[..., None]) -> Iterator[Any]:
+        """Worker: re-blind the checked chunks queued when this task starts, one message each, then give way to this
+        party's next own chunk; chunks queued meanwhile get the next task. One task however many chunks wait, so a
+        list in tiny chunks costs no thread per chunk (review of issue 34: one thread per chunk before)."""
         assert self.party is not None
-        out = list(self.party.on_message(msg))
-        self._advance(out)
-        return out
+        with self._lock:
+            batch = len(self._pending)
+        for _ in range(batch):
+            with self._lock:
+                checked = self._pending.popleft()
+            out = self.party.reblind(checked)
+            self._advance([out])
+            yield out
+        with self._lock:
+            self._draining = bool(self._pending)
+        if self._draining:
+            submit(self._reblind, submit)
 
     def _own_step(self, chunks: Iterator[Any], submit: Callable[..., None]) -> None:
         """Queue the blinding of this party's next own chunk behind the co-parties' chunks received so far, so the

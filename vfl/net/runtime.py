@@ -54,6 +54,10 @@ __all__ = ["HEARTBEAT_SECONDS", "MAX_REFUSED_PEERS", "SHAREABLE_ERRORS", "Hub", 
 
 HEARTBEAT_SECONDS = 1.0
 MAX_REFUSED_PEERS = 10_000  # refusals remembered (and answered once each); beyond that strays get no answer
+#: tasks a member's :class:`OrderedWorker` holds waiting (each a received message or a chunk of its own PSI list):
+#: an honest hub stays far below (FM: at most MAX_CREDIT_WINDOW chunks per product stream; PSI: the co-parties'
+#: chunks a hop ahead, ceil(N / CHUNK_POINTS) per list)
+MAX_PENDING_TASKS = 4096
 #: error classes whose messages state parameters, names, counts or protocol facts but never a data value; only
 #: these are sent to the hub verbatim (which forwards the reason to every other member in its ABORT)
 SHAREABLE_ERRORS = (ConfigurationError, ProtocolError, PrivacyParameterError)
@@ -360,43 +364,63 @@ class Member:
 
 class OrderedWorker:
     """A member's work off its receive loop, so that the loop keeps sending heartbeats while a phase computes: one
-    task at a time, in the order submitted (each waits for the one before). ``prepare`` turns each item a task
-    returns into the :class:`Message` to send; the loop sends them (:meth:`drain`, a member's
-    :meth:`Member.outgoing`), and a task's failure is raised there, on the loop's thread."""
+    task at a time, in the order submitted, on one worker thread. ``prepare`` turns each item a task returns into
+    the :class:`Message` to send; the loop sends them (:meth:`drain`, a member's :meth:`Member.outgoing`), and a
+    task's failure is raised there, on the loop's thread.
 
-    def __init__(self, name: str, prepare: Callable[[Any], Message]) -> None:
-        self.name, self.prepare = name, prepare
+    Bounded: one thread whatever the hub sends (a task was a thread of its own, so a hub that sent many PSI_POINTS
+    while the worker was busy made the member start as many threads), and at most ``max_pending``
+    (:data:`MAX_PENDING_TASKS`) tasks waiting: one more is refused (:class:`ProtocolError`, one line), far above
+    what the protocols' own flow control lets an honest hub queue."""
+
+    def __init__(self, name: str, prepare: Callable[[Any], Message], max_pending: int = MAX_PENDING_TASKS) -> None:
+        self.name, self.prepare, self.max_pending = name, prepare, max_pending
         self._results: queue.Queue = queue.Queue()
-        self._last: threading.Thread | None = None
+        self._tasks: queue.Queue = queue.Queue()   # (fn, args); None ends the worker thread
+        self._thread: threading.Thread | None = None
+        self._pending = 0                          # submitted and not yet ended (run or skipped)
+        self._state = threading.Condition()
         self._stop = threading.Event()
         self._failed = threading.Event()   # a task failed: the tasks after it never start (their state is broken)
         self._failure: BaseException | None = None
-        self._submitting = threading.Lock()   # a task may submit the next one (PSI: own chunks between others)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it."""
-        with self._submitting:
-            self._chain(fn, *args)
+        """Run ``fn(*args)`` (an iterable of items to send) after every task submitted before it (a task may submit
+        the next one: PSI's own chunks between the others)."""
+        with self._state:
+            if self._pending >= self.max_pending:
+                raise ProtocolError(f"more than {self.max_pending} tasks wait for this member's worker: its hub "
+                                    "sends work faster than the protocol's flow control allows; run stopped")
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name=self.name)
+                self._thread.start()
+        self._tasks.put((fn, args))
 
-    def _chain(self, fn: Callable[..., Any], *args: Any) -> None:
-        prev = self._last
-
-        def work() -> None:
-            if prev is not None:
-                prev.join()
-            if self._stop.is_set() or self._failed.is_set():
-                return
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
             try:
-                for item in fn(*args):
-                    self._results.put(self.prepare(item))
-            except BaseException as exc:  # delivered to the main loop, which reports and raises
-                self._failed.set()
-                if not isinstance(exc, VFLError):
-                    traceback.print_exc(file=sys.stderr)
-                self._results.put(exc)
+                if not (self._stop.is_set() or self._failed.is_set()):
+                    self._one(*task)
+            finally:
+                with self._state:
+                    self._pending -= 1
+                    self._state.notify_all()
 
-        self._last = threading.Thread(target=work, daemon=True, name=self.name)
-        self._last.start()
+    def _one(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            for item in fn(*args):
+                self._results.put(self.prepare(item))
+        except BaseException as exc:  # delivered to the main loop, which reports and raises
+            self._failed.set()
+            if not isinstance(exc, VFLError):
+                traceback.print_exc(file=sys.stderr)
+            self._results.put(exc)
+
+    def join(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until every task submitted so far has ended; True if they have."""
+        with self._state:
+            return self._state.wait_for(lambda: self._pending == 0, timeout)
 
     def drain(self) -> list[Message]:
         """The messages finished so far, in order, up to a failure; the failure is raised once they are sent (on
@@ -415,8 +439,9 @@ class OrderedWorker:
         return out
 
     def stop(self) -> None:
-        """Tasks not yet started never start (the run is over)."""
+        """Tasks not yet started never start (the run is over); the worker thread ends."""
         self._stop.set()
+        self._tasks.put(None)
 
 
 def wire_reason(exc: BaseException, party: str) -> str:

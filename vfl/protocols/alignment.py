@@ -68,7 +68,7 @@ import numpy as np
 
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.protocols.contracts import Out
-from vfl.protocols.psi_stream import BucketStore, chunk_points, id_array, points_array
+from vfl.protocols.psi_stream import BucketStore, bucket_cap, chunk_points, id_array, points_array
 from vfl.protocols.roster import sign_registration, verify_registration
 from vfl.secure.identity import PinnedKeys, SigningIdentity, digest_of, message_digest
 from vfl.secure.psi import POINT_BYTES, BlindingKey, self_test, split_points
@@ -219,11 +219,25 @@ class AlignmentParty:
         if self.index is None or self.ring is None:
             raise ProtocolError(f"{kind}: the alignment has not started")
         if kind == PSI_POINTS:
-            origin, hops, offset, blob = self._check_list(body, msg)
-            return [self._signed({"origin": origin, "hops": hops + 1, "offset": offset}, self._key.reblind(blob))]
+            return [self.reblind(self.check_points(msg))]
         if kind == PSI_RESULT:
             return self._result(body, msg)
         raise ProtocolError(f"unexpected message {kind!r} during row alignment")
+
+    def check_points(self, msg: Any) -> tuple[int, int, int, bytes]:
+        """The checks of a PSI_POINTS chunk before re-blinding (module docstring, 2-4), cheap (a sha256 and one
+        Ed25519 verification): a party runs them on its receive thread, so a chunk it would refuse is never queued.
+        Returns (origin, hops, offset, points) for :meth:`reblind`."""
+        if self.index is None or self.ring is None:
+            raise ProtocolError(f"{_type(msg)}: the alignment has not started")
+        if _type(msg) != PSI_POINTS:
+            raise ProtocolError(f"unexpected message {_type(msg)!r} during row alignment")
+        return self._check_list(getattr(msg, "body", {}), msg)
+
+    def reblind(self, checked: tuple[int, int, int, bytes]) -> Out:
+        """``P^k`` of a chunk :meth:`check_points` accepted, signed (the elliptic-curve work, on a worker)."""
+        origin, hops, offset, blob = checked
+        return self._signed({"origin": origin, "hops": hops + 1, "offset": offset}, self._key.reblind(blob))
 
     def _own_list(self) -> Iterator[Out]:
         """``H(x)^k`` of this party's IDs, one signed chunk at a time (never the whole list in memory)."""
@@ -375,7 +389,11 @@ class AlignmentCoordinator:
         split_points(blob, m)   # the points' format, one chunk at a time
         if self._store is None:
             self._store = BucketStore(K)
-        self._store.add(origin, offset, points_array(blob))
+        try:   # fully blinded points are pseudorandom: a list piled into a few buckets is refused (bucket_cap)
+            self._store.add(origin, offset, points_array(blob), cap=bucket_cap(n))
+        except ProtocolError as exc:
+            raise ProtocolError(f"psi_points: the list of party {origin} fully blinded by party {sender}: {exc}; "
+                                "refusing it") from None
         if any(self._next.get((o, K), 0) != self.n_rows[o] for o in range(K)):
             return []
         return self._finish()

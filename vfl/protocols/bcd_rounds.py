@@ -162,6 +162,15 @@ class BCDCoordinator:
         self.coefs[i] = beta.astype(float)
         return out
 
+    def planned_ledger(self) -> list[LedgerEntry]:
+        """The relay ledger the ring's order gives for :attr:`rounds_run` rounds: in round s every party sends its
+        remainder to the next (the last one of the last round is planned, never sent, and counted all the same;
+        a convergence stops the ring before round rounds_run + 1). What :meth:`_relay` and :meth:`_collect` record
+        in an honest run; a party's model check rebuilds the report with it (:mod:`vfl.net.round_check`)."""
+        k, ring = self.k, self.ring
+        return [LedgerEntry(s, ring[j], ring[(j + 1) % k], self.eps_r)
+                for s in range(1, self.rounds_run + 1) for j in range(k)]
+
     def finish(self) -> BCDRelease:
         s = self.settings
         w = np.concatenate([self.coefs[i] for i in range(self.k)])

@@ -16,7 +16,8 @@ rounds of :mod:`vfl.protocols.gd_rounds` (Bassily, Smith & Thakurta 2014; docs/p
 3. **Rounds** (both READY): GD_ROUND, GD_REQUEST / GD_RESPONSE relayed with their sender's end-to-end signature
    (``auth``, addressed with ``to``), GD_SHARE, as :mod:`vfl.protocols.gd_rounds` describes. A GD_ROUND outside
    the plan or with w outside the public ball is refused on the party's main thread, before its data is touched.
-4. **Release** (:meth:`GDRunCoordinator.finish`): the average iterate and the phase's privacy report.
+4. **Release** (:meth:`GDRunCoordinator.finish`): the average iterate and the phase's privacy report; each party
+   replays the rounds from the signed shares and signs the model (:mod:`vfl.net.round_check`).
 """
 
 from __future__ import annotations
@@ -38,12 +39,8 @@ from vfl.protocols.settings import RunSettings
 from vfl.secure.encoding import DEFAULT_PRECISION_BITS
 from vfl.secure.keys import generate_keypair, public_key_to_bytes
 
-__all__ = ["GDRunCoordinator", "GDRunParty", "GDRunRelease", "plan_params", "UNSIGNED_REASON"]
+__all__ = ["GDRunCoordinator", "GDRunParty", "GDRunRelease", "plan_params"]
 
-#: why a noisy-gd model file carries no party signatures (the coordinator logs it and the report notes it)
-UNSIGNED_REASON = ("model written UNSIGNED: the parties' model check (vfl.net.model_check) re-derives FM models "
-                   "from their release only; it cannot yet re-derive a noisy-gd model, so none signs it (servable "
-                   "only with --allow-unsigned-model)")
 #: relative tolerance of a party's re-derivation of the plan's floating-point numbers
 PLAN_RTOL = 1e-12
 
@@ -158,7 +155,6 @@ class GDRunCoordinator:
             if self.settings.model == "linear" else None
         if owner.label_bounds_from_data:
             rep.mark_data_dependent("the label bounds")
-        rep.notes.append(UNSIGNED_REASON)
         return GDRunRelease(w=w, report=rep.to_dict(), label_bounds=label_bounds,
                             column_scale=1.0 / math.sqrt(self.release.n_features),
                             intercept_party=self.intercept_party,

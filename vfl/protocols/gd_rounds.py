@@ -71,7 +71,7 @@ from vfl.secure.products import (
 )
 
 __all__ = ["GDParams", "GDParty", "GDCoordinator", "GD_ROUND", "GD_REQUEST", "GD_RESPONSE", "GD_SHARE",
-           "operand_bound", "gradient_scale", "iterate_digest"]
+           "operand_bound", "gradient_scale", "iterate_digest", "RequestShape"]
 
 #: message kinds of the phase (wire values; :mod:`vfl.net.messages` carries them)
 GD_ROUND, GD_REQUEST, GD_RESPONSE, GD_SHARE = "gd_round", "gd_request", "gd_response", "gd_share"
@@ -122,6 +122,22 @@ class GDParams:
         scale keeps the responder's folded own term X_k^T v_k / b inside the product's slots (|.| <= N)."""
         r = self.release
         return max(operand_bound(r.model, float(r.radius), self.party_radii[q], label_owner=q == 1) for q in (0, 1))
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What combining a round's two shares needs of a GD_REQUEST (not its ciphertexts): the slot layout, the number
+    of column groups and the encryptor's Paillier modulus n. The coordinator keeps it per round; each party records
+    it for its own and the co-party's request (:attr:`GDParty.shapes`) to replay the rounds in its model check."""
+
+    layout: Any
+    n_groups: int
+    modulus: int
+
+    @classmethod
+    def of(cls, request: Any) -> RequestShape:
+        """Of an :class:`EncryptedBlock` (or a :class:`ProductEncryptor`'s request)."""
+        return cls(request.layout, int(request.n_groups), int(request.public_key.n))
 
 
 def check_iterate(body: dict, params: GDParams, expected_round: int) -> tuple[int, np.ndarray]:
@@ -214,6 +230,10 @@ class GDParty:
         self._t = -1
         self._w_digest = ""
         self.noise_log: list[np.ndarray] = []
+        #: this party's view of the rounds, for its model check (vfl.net.round_check): the iterate w_t of each
+        #: GD_ROUND it answered and the shapes of round t's two requests (index = the rounds' party 0/1)
+        self.iterates: list[np.ndarray] = []
+        self.shapes: list[dict[int, RequestShape]] = []
 
     @property
     def other(self) -> int:
@@ -250,13 +270,17 @@ class GDParty:
         t, w = check_iterate(body, self.params, self.next_round)
         self.next_round, self._t = t + 1, t
         self._w_digest = iterate_digest(w)
+        self.iterates.append(w.copy())
+        self.shapes.append({})
         self._v = self._operand(w)
         self.noise_log.append(np.zeros(self.params.release.n_features))
         enc = ProductEncryptor(self._private_key, (self._v / self.params.bound(self.party)).reshape(-1, 1),
                                response_cols=self.params.widths[self.other],
                                precision_bits=self.params.precision_bits, workers=self.workers)
         self._encryptor = enc
-        header, frames = enc.request().to_wire()
+        request = enc.request()
+        self.shapes[-1][self.party] = RequestShape.of(request)
+        header, frames = request.to_wire()
         return [Out(type=GD_REQUEST, body={"t": t, "w_digest": self._w_digest, "wire": header},
                     payload=[public_key_to_bytes(self.public_key), *frames])]
 
@@ -272,6 +296,7 @@ class GDParty:
         if request.n_cols != 1:
             raise ProtocolError("a noisy-gradient request carries one column")
         check_request_layout(request, self.params, f"party {self.other}")
+        self.shapes[-1][self.other] = RequestShape.of(request)
         raw_noise, noise = self._noise_raw(self.params.widths[self.party], b_other)
         self.noise_log[-1][self.params.slice(self.party)] += noise
         own = self.X.T @ self._v / b_other * 2.0 ** (2 * p)
@@ -307,7 +332,7 @@ class GDCoordinator:
     w: np.ndarray = field(init=False)
     t: int = field(init=False, default=0)
     total: np.ndarray = field(init=False)
-    _requests: dict[int, EncryptedBlock] = field(init=False, default_factory=dict)
+    _requests: dict[int, RequestShape] = field(init=False, default_factory=dict)
     _shares: dict[int, dict[str, np.ndarray]] = field(init=False, default_factory=dict)
     gradients: list[np.ndarray] = field(init=False, default_factory=list)
 
@@ -322,19 +347,29 @@ class GDCoordinator:
         body = {"t": self.t, "w": [float(v) for v in self.w]}
         return [Out(type=GD_ROUND, body=body, to=i) for i in (0, 1)]
 
+    def expect(self, encryptor: int, shape: RequestShape) -> None:
+        """Round ``t``'s request of ``encryptor`` (its shape): the shares that follow combine under it. A party's
+        model check replays the rounds from the signed shares with the shapes it recorded (no ciphertexts)."""
+        if encryptor in self._requests:
+            raise ProtocolError(f"party {encryptor} sent a second request in round {self.t}")
+        self._requests[encryptor] = shape
+
+    @property
+    def requests_open(self) -> bool:
+        """A request of the current round was seen (its shares may follow)."""
+        return bool(self._requests)
+
     def handle(self, i: int, msg: Incoming) -> list[Out]:
         kind, t = kind_of(msg), msg.body.get("t")
         if t != self.t or self.done():
             raise ProtocolError(f"party {i} sent {kind} for round {t!r}; the current round is {self.t}")
         if kind == GD_REQUEST:
-            if i in self._requests:
-                raise ProtocolError(f"party {i} sent a second request in round {t}")
             key = public_key_from_bytes(msg.blob(0), min_bits=self.params.key_bits)
             request = EncryptedBlock.from_wire(msg.body["wire"], [msg.blob(1)], key)
             if request.n_cols != 1:
                 raise ProtocolError(f"party {i}'s noisy-gradient request carries {request.n_cols} columns, not one")
             check_request_layout(request, self.params, f"party {i}")
-            self._requests[i] = request
+            self.expect(i, RequestShape.of(request))
             return [Out(type=GD_REQUEST, body=dict(msg.body), payload=list(msg.payload), to=1 - i)]
         if kind == GD_RESPONSE:   # from the responder i, to the encryptor 1 - i
             return [Out(type=GD_RESPONSE, body=dict(msg.body), payload=list(msg.payload), to=1 - i)]
@@ -345,7 +380,7 @@ class GDCoordinator:
             if role not in ("encryptor", "responder") or role in got or encryptor not in self._requests:
                 raise ProtocolError(f"unexpected share from party {i} in round {t}")
             share = np.asarray(msg.ints(), dtype=object)
-            req, modulus = self._requests[encryptor], int(self._requests[encryptor].public_key.n)
+            req, modulus = self._requests[encryptor], self._requests[encryptor].modulus
             if share.shape != (self.params.widths[1 - encryptor], req.n_groups) or not all(
                     isinstance(v, int) and 0 <= v < modulus for v in share.flat):
                 raise ProtocolError(f"share from party {i} in round {t} is not a packed share of the agreed shape")
@@ -361,7 +396,7 @@ class GDCoordinator:
         for enc, shares in self._shares.items():
             req = self._requests[enc]
             total = combine_packed_shares(shares["encryptor"], shares["responder"], layout=req.layout, n_cols=1,
-                                          modulus=int(req.public_key.n), encryptor=f"party {enc}",
+                                          modulus=req.modulus, encryptor=f"party {enc}",
                                           responder=f"party {1 - enc}")
             check_product_magnitude(total, self.params, enc)
             unit = gradient_scale(rel.model, rel.n_samples) * self.params.bound(enc)

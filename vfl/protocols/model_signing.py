@@ -14,9 +14,10 @@ signed by the key it registered (or, with ``pinned``, by the key the checker pin
 features those of the model, and that key's valid signature over the digest. ``vfl serve`` checks with its pinned
 keys and its own key; ``vfl predict`` and ``vfl score`` with the keys the roster records (``--identity-dir`` pins
 them). :func:`load_signed_model` is the loader those commands use; ``allow_unsigned`` (``--allow-unsigned-model``)
-accepts, loudly, only a file that carries no signatures at all (written before models were signed, or by an
-``--insecure-no-identity`` or (DP-)BCD run); a file with a missing or invalid signature is refused even then, and
-``vfl serve`` refuses even with it an unsigned file that records a signed roster (:func:`check_signed`).
+accepts, loudly, only a file that carries no signatures at all (written before models were signed, by a version
+that did not yet sign (DP-)BCD and noisy-gd models, or by an ``--insecure-no-identity`` run); a file with a missing
+or invalid signature is refused even then, and ``vfl serve`` refuses even with it an unsigned file that records a
+signed roster (:func:`check_signed`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ UNSIGNED_MODEL_WARNING = ("model {path}: {reason}; used ANYWAY (--allow-unsigned
 
 
 def is_unsigned(model: FittedModel) -> bool:
-    """The model carries no signatures at all (an older file, a ``--insecure-no-identity`` or (DP-)BCD run)."""
+    """The model carries no signatures at all (an older file, a ``--insecure-no-identity`` run)."""
     return not model.signatures
 
 
@@ -89,7 +90,7 @@ def verify_model_signatures(model: FittedModel, *, pinned: PinnedKeys | None = N
     signatures = model.signatures or {}
     if not signatures:
         raise IdentityError("the model carries no party's signature (written before models were signed, or by a "
-                            "run with --insecure-no-identity, a (DP-)BCD or a noisy-gd run)")
+                            "run with --insecure-no-identity)")
     digest = model.document_digest()
     names = []
     for entry, party in zip(entries, model.parties, strict=True):

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from vfl.data.id_column import IdColumn, as_array
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.secure.psi import POINT_BYTES, normalise_id
 
-__all__ = ["id_array", "CHUNK_POINTS", "chunk_points", "N_BUCKETS", "BucketStore", "points_array"]
+__all__ = ["id_array", "CHUNK_POINTS", "chunk_points", "N_BUCKETS", "BucketStore", "bucket_cap", "points_array"]
 
 #: points per PSI_POINTS message by default (2.1 MB of 32-byte points; the message limit is 256 MB)
 CHUNK_POINTS = 65_536
@@ -110,6 +111,17 @@ def _bucket_of(points: np.ndarray) -> np.ndarray:
     return raw[:, POINT_BYTES - 32].astype(np.intp)
 
 
+def bucket_cap(n: int) -> int:
+    """The most points of a list of ``n`` pseudorandom points one bucket may hold: the mean ``mu = n / N_BUCKETS``
+    plus the Chernoff margin ``t = c/3 + sqrt(c^2/9 + 2 c mu)``, ``c = 40 ln 2``, for which
+    ``P(Bin(n, 1/N_BUCKETS) >= mu + t) <= exp(-t^2 / (2 (mu + t/3))) <= 2^-40`` (Chernoff's bound in Bernstein's
+    form), so an honest list is refused with probability below ``K * N_BUCKETS * 2^-40``. A list piled into fewer
+    buckets was not blinded by a key (review of issue 34: a last-hop party could make the coordinator hold a whole
+    list in one bucket)."""
+    mu, c = n / N_BUCKETS, 40 * math.log(2)
+    return math.ceil(mu + c / 3 + math.sqrt(c * c / 9 + 2 * c * mu))
+
+
 class BucketStore:
     """The K fully blinded lists on disk, bucketed; :meth:`intersect` walks the buckets in order.
 
@@ -122,16 +134,24 @@ class BucketStore:
         self.dir = Path(tempfile.mkdtemp(prefix="vfl-psi-", dir=folder))
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.dir), True)   # also if the run stops early
         self._dtype = np.dtype([("p", f"S{POINT_BYTES}"), ("i", "<i8")])
+        self._counts = np.zeros((n_parties, N_BUCKETS), dtype=np.int64)   # points per (party, bucket) so far
 
     def _file(self, party: int, bucket: int) -> Path:
         return self.dir / f"{party}_{bucket}.bin"
 
-    def add(self, party: int, offset: int, points: np.ndarray) -> None:
-        """Append ``points`` (positions ``offset, offset + 1, ...`` of ``party``'s list) to their buckets."""
+    def add(self, party: int, offset: int, points: np.ndarray, *, cap: int | None = None) -> None:
+        """Append ``points`` (positions ``offset, offset + 1, ...`` of ``party``'s list) to their buckets;
+        ProtocolError, nothing written, if a bucket of ``party`` would hold more than ``cap`` points
+        (:func:`bucket_cap`)."""
+        buckets = _bucket_of(points)
+        counts = self._counts[party] + np.bincount(buckets, minlength=N_BUCKETS)
+        if cap is not None and int(counts.max()) > cap:
+            raise ProtocolError(f"{int(counts.max())} of its points fall in one of the {N_BUCKETS} buckets, more "
+                                f"than {cap} (for pseudorandom points: probability below 2^-40)")
+        self._counts[party] = counts
         rec = np.empty(points.size, dtype=self._dtype)
         rec["p"] = points
         rec["i"] = np.arange(offset, offset + points.size, dtype=np.int64)
-        buckets = _bucket_of(points)
         order = np.argsort(buckets, kind="stable")
         rec, buckets = rec[order], buckets[order]
         edges = np.searchsorted(buckets, np.arange(N_BUCKETS + 1))

@@ -60,8 +60,9 @@ NONCE_BYTES = 16   # a roster entry's fresh nonce (hex in the entry)
 RELAYED = frozenset({"enc_request", "enc_chunk", "credit", "masked_response", "bcd_remainder", "gd_request",
                      "gd_response"})
 #: what a party sends the coordinator that makes up the release: signed too, so that at the end of the run every party
-#: can re-derive the model from contributions their producers signed (vfl.net.model_check, issue 29)
-RELEASE_SIGNED = frozenset({"ready", "block", "share"})
+#: can re-derive the model from contributions their producers signed (vfl.net.model_check, issue 29): the FM blocks
+#: and shares, the noisy-gd shares of each round and the (DP-)BCD coefficients (vfl.net.round_check)
+RELEASE_SIGNED = frozenset({"ready", "block", "share", "gd_share", "bcd_coef"})
 _RELAY_EXCLUDE = ("auth", "origin")
 
 

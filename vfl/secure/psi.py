@@ -61,6 +61,7 @@ from typing import Any
 import nacl.bindings as sodium
 import numpy as np
 
+from vfl.data.id_column import MAX_ID_CHARS as _MAX_ID_CHARS
 from vfl.exceptions import DataValidationError, ProtocolError
 from vfl.secure import x25519_mb
 from vfl.secure.bigint import invert, legendre, mpz
@@ -70,8 +71,8 @@ __all__ = ["POINT_BYTES", "MAX_ID_CHARS", "DOMAIN", "normalise_id", "normalise_i
 
 #: bytes of one point: the little-endian Montgomery u-coordinate of a Curve25519 point (RFC 7748), canonical (< p)
 POINT_BYTES = 32
-#: longest accepted ID after normalisation (guards the hash input; real IDs are far shorter)
-MAX_ID_CHARS = 4096
+#: longest accepted ID after normalisation (vfl.data.id_column.MAX_ID_CHARS: it bounds a party's ID array too)
+MAX_ID_CHARS = _MAX_ID_CHARS
 #: IDs/points per task of the thread pool: libsodium releases the GIL, so a party's heartbeat thread runs while
 #: 10^6 IDs are blinded; a task of 4096 IDs is ~0.2-0.4 s of one core, small enough to balance the threads
 CHUNK = 4096
