@@ -5,7 +5,8 @@ in each one. A party allocates from its message thread, its worker thread, its p
 I/O thread, all handling multi-megabyte ciphertext frames, so at 10^6 rows its resident set grew by 60-160 MB of
 freed-but-kept arena memory (docs/performance.md: peak RSS 618 / 765 MB with the default, 555 / 601 MB with
 ``MALLOC_ARENA_MAX=2``, same run otherwise). :func:`limit_malloc_arenas` sets that limit from inside the process;
-an explicit ``MALLOC_ARENA_MAX`` in the environment wins, and on a C library other than glibc nothing changes.
+an explicit ``MALLOC_ARENA_MAX`` (or ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES``) in the environment wins,
+and on a C library other than glibc nothing changes.
 
 glibc also raises its mmap threshold at run time: a freed ``mmap``-ed block larger than the threshold becomes the new
 threshold (up to 32 MiB), so after the first multi-megabyte frame is freed every later frame is carved out of the
@@ -13,7 +14,8 @@ heap and the arenas instead, and freed frames stay resident there, fragmented be
 10^6 rows, side by side in one hour: peak RSS alice / bob 349 / 442 MB with glibc's default, 324 / 412 MB with
 the fixed threshold; docs/performance.md). :func:`fix_mmap_threshold` fixes the threshold at
 :data:`DEFAULT_MMAP_THRESHOLD` (which also turns the adjustment off): every block of 1 MiB or more is its own
-mapping, returned to the kernel when freed. An explicit ``MALLOC_MMAP_THRESHOLD_`` in the environment wins.
+mapping, returned to the kernel when freed. An explicit ``MALLOC_MMAP_THRESHOLD_`` (or ``glibc.malloc.mmap_threshold``
+in ``GLIBC_TUNABLES``, glibc's current spelling of the same setting) in the environment wins.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def limit_malloc_arenas(count: int = DEFAULT_MALLOC_ARENAS) -> bool:
     operator's choice stands) or the C library has no ``mallopt`` (not glibc, e.g. macOS or musl)."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    return _mallopt("MALLOC_ARENA_MAX", _M_ARENA_MAX, count)
+    return _mallopt("MALLOC_ARENA_MAX", _M_ARENA_MAX, count, "glibc.malloc.arena_max")
 
 
 def fix_mmap_threshold(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
@@ -51,12 +53,15 @@ def fix_mmap_threshold(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
     choice stands) or the C library has no ``mallopt``."""
     if not 0 < threshold <= 32 << 20:   # glibc's HEAP_MAX_SIZE / 2 on 64-bit: mallopt refuses larger values
         raise ValueError(f"threshold must be in (0, 32 MiB], got {threshold}")
-    return _mallopt("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, threshold)
+    return _mallopt("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, threshold, "glibc.malloc.mmap_threshold")
 
 
-def _mallopt(variable: str, param: int, value: int) -> bool:
-    """``mallopt(param, value)`` unless ``variable`` is set in the environment; whether it took effect."""
+def _mallopt(variable: str, param: int, value: int, tunable: str) -> bool:
+    """``mallopt(param, value)`` unless ``variable``, or ``tunable`` in ``GLIBC_TUNABLES`` (colon-separated
+    ``name=value`` pairs), is set in the environment; whether it took effect."""
     if os.environ.get(variable):
+        return False
+    if any(item.split("=", 1)[0] == tunable for item in os.environ.get("GLIBC_TUNABLES", "").split(":")):
         return False
     name = ctypes.util.find_library("c")
     if name is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import os
 import platform
 import subprocess
 import sys
@@ -110,3 +111,24 @@ def test_frames_after_the_first_are_still_their_own_mappings():
     _, without = new_mappings("default")
     assert fixed == "True" and with_fix == 3, with_fix
     assert without == 0, without
+
+
+@pytest.mark.parametrize(("call", "tunable"), [(fix_mmap_threshold, "glibc.malloc.mmap_threshold=8388608"),
+                                                (limit_malloc_arenas, "glibc.malloc.arena_max=4")])
+def test_a_glibc_tunable_in_the_environment_wins(monkeypatch, call, tunable):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", f"glibc.malloc.check=0:{tunable}")
+    assert call() is False
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc"
+                    or tuple(int(v) for v in platform.libc_ver()[1].split(".")[:2]) < (2, 33),
+                    reason="GLIBC_TUNABLES' malloc names and mallinfo2 need glibc >= 2.33")
+def test_the_operators_glibc_tunable_threshold_stands():
+    """An operator's GLIBC_TUNABLES=glibc.malloc.mmap_threshold=8 MiB keeps 4 MiB frames in the heap (0 new
+    mappings); fix_mmap_threshold must not override it with 1 MiB (that would give 3 mappings)."""
+    env = {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=8388608"}
+    out = subprocess.run([sys.executable, "-c", _FRAMES, "fix"], capture_output=True, text=True, timeout=60,
+                         check=True, env=env).stdout.split()
+    assert out == ["False", "0"], out
