@@ -12,11 +12,12 @@
  * below 2m the product REDC'(x y) = x y / R' mod m is returned below (4 m^2 + R' m) / R' < 2m without a final
  * subtraction, so a chain of products stays below 2m and no step branches on a value; a bucket is reduced below m
  * once, when it is combined. Lane l of vector j (8 uint64 at 64-byte alignment) holds digit j of operand l.
- * Only compiled for x86-64 GCC/Clang, used only where the CPU reports AVX-512F and IFMA (ifma_available). */
+ * Only compiled for x86-64 GCC/Clang with 64-bit GMP limbs without nails (the digit conversions assume them), used
+ * only where the CPU reports AVX-512F and IFMA (ifma_available). */
 #ifndef VFL_IFMA52_H
 #define VFL_IFMA52_H
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && GMP_NUMB_BITS == 64 && GMP_NAIL_BITS == 0
 #define VFL_HAVE_IFMA 1
 #include <immintrin.h>
 
