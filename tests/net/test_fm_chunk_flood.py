@@ -1,0 +1,101 @@
+"""A hostile coordinator replaying a co-party's signed ENC_CHUNK to a real responder (review of the bounded worker).
+
+Invariant: what a party queues for its worker during a secure product is bounded by the credit window per stream
+(:data:`vfl.protocols.fm_release.MAX_CREDIT_WINDOW` chunks), not by the number of messages the hub sends; a chunk
+that repeats one already taken (or runs ahead of the credit) is refused on the receive thread, before it is queued.
+Attacker: the coordinator, holding alice's honestly signed ENC_REQUEST and first ENC_CHUNK (it relays them), sends
+the chunk again and again while bob's worker is busy (a long fold; here a task that waits on an event).
+
+On 622ea3c bob checked only the chunk's signature on his receive thread (valid: alice signed it) and queued every
+replay as a task holding its ciphertext frame, up to MAX_PENDING_TASKS = 4,096 of them (4,096 x 4 MB frames by
+default), refusing the replay only when his worker reached it: here, with his worker busy, no ERROR at all.
+
+The party is a real :class:`vfl.net.party.PartyNode` over ZeroMQ in a thread (so the test can hold its worker busy
+and read its queue); FAST: 1024-bit INSECURE Paillier test keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+import pytest
+from helpers.fake_coordinator import FakeCoordinator
+
+from vfl.data.rows import ArrayRows
+from vfl.net.messages import MessageType
+from vfl.net.party import LocalData, PartyNode
+from vfl.protocols.fm_release import MAX_CREDIT_WINDOW
+from vfl.secure.keys import generate_keypair, public_key_to_bytes
+from vfl.secure.products import ProductEncryptor
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
+
+N = 40
+PARAMS = {"epsilon": 1.0, "delta": 1e-5, "precision_bits": 24, "key_bits": 1024, "allow_insecure_keys": True,
+          "domain": "l2", "mechanism_options": {}, "randomness": "short-exponent"}
+REPLAYS = 200
+#: alice (label, 5 features + the intercept column) encrypts M[0,1]; bob (3 features) responds
+PARTIES = [{"name": "alice", "n_features": 6, "features": [f"a{j}" for j in range(5)], "label_owner": True,
+            "intercept": True},
+           {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False, "intercept": False}]
+
+
+class Bob(threading.Thread):
+    def __init__(self, endpoint: str, identity_dir) -> None:  # noqa: ANN001
+        super().__init__(daemon=True)
+        rows = np.random.default_rng(3).uniform(-1, 1, (N, 3))
+        data = LocalData.build("bob", rows, feature_names=["b0", "b1", "b2"], bounds=(-1, 1))
+        self.node = PartyNode(data, endpoint, timeout=60, allow_insecure_keys=True, identity_dir=identity_dir)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.node.run()
+        except BaseException as exc:  # noqa: BLE001 - asserted by the test
+            self.error = exc
+
+
+@pytest.fixture()
+def fake():
+    f = FakeCoordinator()
+    yield f
+    f.close()
+
+
+def test_a_replayed_signed_chunk_is_refused_on_the_receive_thread_while_the_worker_is_busy(fake, identity_dir):
+    pub, priv = generate_keypair(1024, allow_insecure=True)
+    bob = Bob(fake.endpoint, identity_dir)
+    bob.start()
+    peer, _ = fake.register(timeout=120)
+    fake.plan(peer, index=1, parties=PARTIES, mechanism="gaussian-fm", params=PARAMS, n_samples=N, label_owner=0)
+    key = public_key_to_bytes(pub)
+    assert fake.roster(peer, identity_dir, paillier={"alice": hashlib.sha256(key).hexdigest()}, timeout=120)
+    assert fake.wait_for(MessageType.READY, timeout=120) is not None   # bob's own start is done
+    busy = threading.Event()
+    pending: list[int] = []
+
+    def long_fold() -> list:   # bob's worker is busy (a long fold of another stream, say)
+        busy.wait(240)
+        return []
+
+    bob.node._work.submit(long_fold)
+    enc = ProductEncryptor(priv, ArrayRows(np.zeros((N, 6))), response_cols=3, precision_bits=24)
+    header, _ = enc.stream_header().to_wire()
+    fake.send_as(peer, "alice", MessageType.ENC_REQUEST, {"block": "M[0,1]", "to": "bob", "wire": header}, [key])
+    chunk_wire, frames = next(iter(enc.encrypted_chunks())).to_wire()
+    try:
+        for _ in range(1 + REPLAYS):   # alice's chunk 0, signed by her, then the same message again and again
+            fake.send_as(peer, "alice", MessageType.ENC_CHUNK, {"block": "M[0,1]", "to": "bob", "wire": chunk_wire},
+                         frames)
+        error = fake.wait_for(MessageType.ERROR, timeout=60)   # while the worker is still busy
+        pending.append(bob.node._work._pending)
+    finally:
+        busy.set()
+        bob.join(120)
+    assert error is not None, f"no refusal while bob's worker was busy ({pending[0]} tasks queued)"
+    assert "chunk 0 of M[0,1] arrived, expected chunk 1" in error[1].body["reason"], error
+    # long_fold, the request and the one admitted chunk: never a task per replay
+    assert pending[0] <= 2 + MAX_CREDIT_WINDOW, pending
+    assert [m for _, m in fake.received if m.body.get("block") == "M[0,1]"] == []   # nothing answered yet
