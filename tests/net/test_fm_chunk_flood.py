@@ -1,4 +1,5 @@
-"""A hostile coordinator replaying a co-party's signed ENC_CHUNK to a real responder (review of the bounded worker).
+"""A hostile coordinator replaying a co-party's signed ENC_CHUNK or GD_REQUEST to a real party (review of the bounded
+worker).
 
 Invariant: what a party queues for its worker during a secure product is bounded by the credit window per stream
 (:data:`vfl.protocols.fm_release.MAX_CREDIT_WINDOW` chunks), not by the number of messages the hub sends; a chunk
@@ -43,11 +44,14 @@ PARTIES = [{"name": "alice", "n_features": 6, "features": [f"a{j}" for j in rang
 
 
 class Bob(threading.Thread):
-    def __init__(self, endpoint: str, identity_dir) -> None:  # noqa: ANN001
+    """bob, a real party node over ZeroMQ (``policy``: the mechanisms it accepts, default the FM ones)."""
+
+    def __init__(self, endpoint: str, identity_dir, policy=None) -> None:  # noqa: ANN001
         super().__init__(daemon=True)
         rows = np.random.default_rng(3).uniform(-1, 1, (N, 3))
         data = LocalData.build("bob", rows, feature_names=["b0", "b1", "b2"], bounds=(-1, 1))
-        self.node = PartyNode(data, endpoint, timeout=60, allow_insecure_keys=True, identity_dir=identity_dir)
+        self.node = PartyNode(data, endpoint, timeout=60, allow_insecure_keys=True, identity_dir=identity_dir,
+                              policy=policy)
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -99,3 +103,41 @@ def test_a_replayed_signed_chunk_is_refused_on_the_receive_thread_while_the_work
     # long_fold, the request and the one admitted chunk: never a task per replay
     assert pending[0] <= 2 + MAX_CREDIT_WINDOW, pending
     assert [m for _, m in fake.received if m.body.get("block") == "M[0,1]"] == []   # nothing answered yet
+
+
+def test_a_replayed_signed_gd_request_is_refused_on_the_receive_thread_while_the_worker_is_busy(fake, identity_dir):
+    """The same attack on a noisy-gd run: the coordinator replays alice's signed GD_REQUEST of round 0 (N
+    ciphertexts each) while bob's worker is busy. On 622ea3c every replay was queued (no ERROR while the worker was
+    busy); now the second one is refused on the receive thread, naming the round."""
+    from tests.net.test_network_gd_cli import _plan as gd_plan
+    from vfl.protocols.policy import PartyPolicy
+
+    pub, _ = generate_keypair(1024, allow_insecure=True)
+    key = public_key_to_bytes(pub)
+    bob = Bob(fake.endpoint, identity_dir, PartyPolicy(allow_mechanisms=frozenset({"noisy-gd"})))
+    bob.start()
+    peer, _ = fake.register(timeout=120)
+    parties, params = gd_plan()
+    fake.plan(peer, index=1, parties=parties, mechanism="noisy-gd", params=params, n_samples=N, label_owner=0)
+    assert fake.roster(peer, identity_dir, paillier={"alice": hashlib.sha256(key).hexdigest()}, timeout=120)
+    assert fake.wait_for(MessageType.READY, timeout=120) is not None
+    busy = threading.Event()
+
+    def long_round() -> list:
+        busy.wait(240)
+        return []
+
+    bob.node._work.submit(long_round)
+    body = {"t": 0, "w_digest": "0" * 64, "wire": {"kind": "replayed"}, "to": "bob"}
+    frame = bytes(256 * N)   # the size of N 1024-bit ciphertexts (never parsed: refused before)
+    try:
+        for _ in range(1 + REPLAYS):
+            fake.send_as(peer, "alice", MessageType.GD_REQUEST, body, [key, frame])
+        error = fake.wait_for(MessageType.ERROR, timeout=60)
+        pending = bob.node._work._pending
+    finally:
+        busy.set()
+        bob.join(120)
+    assert error is not None, f"no refusal while bob's worker was busy ({pending} tasks queued)"
+    assert "a second gd_request for round 0" in error[1].body["reason"], error
+    assert pending <= 3, pending   # long_round and the first request
