@@ -141,3 +141,38 @@ def test_a_replayed_signed_gd_request_is_refused_on_the_receive_thread_while_the
     assert error is not None, f"no refusal while bob's worker was busy ({pending} tasks queued)"
     assert "a second gd_request for round 0" in error[1].body["reason"], error
     assert pending <= 3, pending   # long_round and the first request
+
+
+def test_a_replayed_signed_bcd_remainder_is_refused_on_the_receive_thread_while_the_worker_is_busy(fake,
+                                                                                                   identity_dir):
+    """The same attack on a BCD run: the coordinator replays alice's signed round-1 remainder (N numbers) while
+    bob's worker is busy. On 622ea3c every replay was queued; now the second one is refused on the receive thread."""
+    from vfl.protocols.policy import PartyPolicy
+
+    bob = Bob(fake.endpoint, identity_dir, PartyPolicy(allow_mechanisms=frozenset({"bcd"})))
+    bob.start()
+    peer, _ = fake.register(timeout=120)
+    parties = [{"name": "alice", "n_features": 2, "features": ["a0", "a1"], "label_owner": True, "intercept": False},
+               {"name": "bob", "n_features": 3, "features": ["b0", "b1", "b2"], "label_owner": False,
+                "intercept": False}]
+    fake.plan(peer, index=1, parties=parties, mechanism="bcd", params={"gamma": 1.0, "rounds": 3}, n_samples=N,
+              label_owner=0)
+    assert fake.roster(peer, identity_dir, timeout=120)
+    busy = threading.Event()
+
+    def long_step() -> list:
+        busy.wait(240)
+        return []
+
+    bob.node._work.submit(long_step)
+    try:
+        for _ in range(1 + REPLAYS):
+            fake.send_as(peer, "alice", MessageType.BCD_REMAINDER, {"round": 1, "to": "bob"}, [np.zeros(N)])
+        error = fake.wait_for(MessageType.ERROR, timeout=60)
+        pending = bob.node._work._pending
+    finally:
+        busy.set()
+        bob.join(120)
+    assert error is not None, f"no refusal while bob's worker was busy ({pending} tasks queued)"
+    assert "remainder for round 1 after one for round 1" in error[1].body["reason"], error
+    assert pending <= 3, pending   # long_step, bob's start (if still queued) and the first remainder
