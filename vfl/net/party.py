@@ -300,13 +300,7 @@ class PartyNode(Member):
         (DP-)BCD: :mod:`vfl.net.round_check`) and sign its digest (:mod:`vfl.net.model_check`)."""
         assert self.roster is not None
         start = time.monotonic()
-        session = self._current
-        if isinstance(session, GDRunParty):
-            reply = check_release(msg, self.roster, run, self.identity, gd_rebuild(session), W_RTOL)
-        elif isinstance(session, BCDParty):   # a copy of the signed numbers: equal bit for bit
-            reply = check_release(msg, self.roster, run, self.identity, bcd_rebuild(session), 0.0)
-        else:
-            reply = check_release(msg, self.roster, run, self.identity)
+        reply = check_release(msg, self.roster, run, self.identity, *_rebuild_of(self._current))
         self.signed_digest = bytes.fromhex(reply.body["digest"])
         self.log(f"[{self.data.name}] model check: the coefficients follow from this run ("
                  f"{time.monotonic() - start:.2f} s); " + ("signed" if self.identity is not None
@@ -388,6 +382,17 @@ class PartyNode(Member):
     def _submit(self, fn: Callable[..., list], *args: Any) -> None:
         """Run ``fn`` on the worker thread (one at a time, in order); its messages are sent by the loop."""
         self._work.submit(fn, *args)
+
+
+def _rebuild_of(session: Any) -> tuple:
+    """How a party re-derives its run's model for the model check: noisy-gd from its view of the rounds (to
+    :data:`W_RTOL`), (DP-)BCD from the signed blocks (a copy: equal bit for bit), FM from the signed release
+    (:func:`~vfl.net.model_check.check_release`'s defaults)."""
+    if isinstance(session, GDRunParty):
+        return gd_rebuild(session), W_RTOL
+    if isinstance(session, BCDParty):
+        return bcd_rebuild(session), 0.0
+    return ()
 
 
 class RowAlignment:
