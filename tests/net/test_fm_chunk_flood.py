@@ -105,10 +105,12 @@ def test_a_replayed_signed_chunk_is_refused_on_the_receive_thread_while_the_work
     assert [m for _, m in fake.received if m.body.get("block") == "M[0,1]"] == []   # nothing answered yet
 
 
-def test_a_replayed_signed_gd_request_is_refused_on_the_receive_thread_while_the_worker_is_busy(fake, identity_dir):
+@pytest.mark.parametrize("kind", [MessageType.GD_REQUEST, MessageType.GD_ROUND])
+def test_a_replayed_signed_gd_request_is_refused_on_the_receive_thread_while_the_worker_is_busy(fake, identity_dir,
+                                                                                                kind):
     """The same attack on a noisy-gd run: the coordinator replays alice's signed GD_REQUEST of round 0 (N
-    ciphertexts each) while bob's worker is busy. On 622ea3c every replay was queued (no ERROR while the worker was
-    busy); now the second one is refused on the receive thread, naming the round."""
+    ciphertexts each), or its own GD_ROUND 0, while bob's worker is busy. On 622ea3c every replay was queued (no
+    ERROR while the worker was busy); now the second one is refused on the receive thread, naming the round."""
     from tests.net.test_network_gd_cli import _plan as gd_plan
     from vfl.protocols.policy import PartyPolicy
 
@@ -132,14 +134,17 @@ def test_a_replayed_signed_gd_request_is_refused_on_the_receive_thread_while_the
     frame = bytes(256 * N)   # the size of N 1024-bit ciphertexts (never parsed: refused before)
     try:
         for _ in range(1 + REPLAYS):
-            fake.send_as(peer, "alice", MessageType.GD_REQUEST, body, [key, frame])
+            if kind is MessageType.GD_REQUEST:
+                fake.send_as(peer, "alice", kind, body, [key, frame])
+            else:
+                fake.send(peer, kind, {"t": 0, "w": [0.0] * 5})   # a valid iterate of round 0 (3 + 2 columns)
         error = fake.wait_for(MessageType.ERROR, timeout=60)
         pending = bob.node._work._pending
     finally:
         busy.set()
         bob.join(120)
     assert error is not None, f"no refusal while bob's worker was busy ({pending} tasks queued)"
-    assert "a second gd_request for round 0" in error[1].body["reason"], error
+    assert f"a second {kind.value} for round 0" in error[1].body["reason"], error
     assert pending <= 3, pending   # long_round and the first request
 
 
