@@ -216,6 +216,7 @@ class BCDParty:
         ring = [(self.label_owner + j) % self.k for j in range(self.k)]
         self.next = ring[(ring.index(self.index) + 1) % self.k]
         self.expected_round = 1
+        self.last_in = 0   # the last remainder's round admitted on the receive thread (handle)
         # label owner, tol: RSS_0 = ||y||^2, then the RSS of every remainder that comes back to it (vfl.models.bcd)
         self.rss_previous = float(data.y @ data.y) if data.y is not None else math.nan
 
@@ -286,4 +287,8 @@ class BCDParty:
         if v_in.shape != (self.data.n_rows,):
             raise ProtocolError(f"remainder has shape {v_in.shape}, expected ({self.data.n_rows},)")
         v, t = v_in.astype(float), int(msg.body["round"])
+        if t <= self.last_in:   # a replay: refused here, before it is queued (the worker's check comes later)
+            raise ProtocolError(f"remainder for round {t} after one for round {self.last_in}; refused before it is "
+                                "queued")
+        self.last_in = t
         return lambda: self.step(v, t)
