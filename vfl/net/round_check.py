@@ -25,8 +25,9 @@ feeds it the signed coefficients, checks that its own block is bit for bit the o
 (:attr:`vfl.protocols.bcd_rounds.BCDParty.coef`) and that every block ran the rounds the model states (each
 BCD_COEF signs the rounds its block ran: a coordinator's unsigned BCD_STOP cannot stop one party short while the
 others run on; a party refuses BCD_STOP without a ``tol`` or after other rounds than it ran), and rebuilds the
-relay ledger from the ring's order and the signed number of rounds run (:meth:`vfl.protocols.bcd_rounds.BCDCoordinator.planned_ledger`). So every block is
-the one its owner signed and released; what a party learns is the model itself (which RESULT gives it anyway).
+relay ledger from the ring's order and the signed number of rounds run
+(:meth:`vfl.protocols.bcd_rounds.BCDCoordinator.planned_ledger`). So every block is the one its owner signed and
+released; what a party learns is the model itself (which RESULT gives it anyway).
 
 Both: everything else in the document (run id, roster, parties, mechanism, epsilon, delta, plan parameters,
 report) must be what the rebuild gives, or the party refuses with one line; the run fails and no file is written.
