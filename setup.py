@@ -7,5 +7,6 @@ with bit-identical results (``vfl --version`` says which one is active; ``VFL_PU
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("vfl.secure._fastloops", sources=["vfl/secure/_fastloops.c"], libraries=["gmp"],
-                             extra_compile_args=["-O2"], optional=True)])
+setup(ext_modules=[Extension("vfl.secure._fastloops", sources=["vfl/secure/_fastloops.c"],
+                             depends=["vfl/secure/_ifma52.h"],   # AVX-512 IFMA buckets (issue 34), #included
+                             libraries=["gmp"], extra_compile_args=["-O2"], optional=True)])

@@ -416,10 +416,12 @@ def save_step(path: Path, label: str, run: dict) -> None:
 
 def steps_markdown(steps: list[dict]) -> str:
     """One row per recorded change: CPU of every process (a party's own and its pool workers'), relative to the
-    first row, with the load and the exactness of each run."""
+    first row, the parties' peak RSS (their own, and with their pool workers), with the load and the exactness of
+    each run."""
     lines = ["| change (tree measured) | n | load (1 min) | CPU s (all processes) | vs first row | alice own + workers "
-             "(CPU s) | bob own + workers (CPU s) | coordinator (CPU s) | max abs diff vs lstsq |",
-             "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+             "(CPU s) | bob own + workers (CPU s) | coordinator (CPU s) | peak RSS alice / bob (MB) | with pool "
+             "workers (MB) | max abs diff vs lstsq |",
+             "|---|---:|---:|---:|---:|---|---|---:|---|---|---:|"]
     first = steps[0]["run"]["cpu_s_total"] if steps else 0.0
     for step in steps:
         r = step["run"]
@@ -427,9 +429,11 @@ def steps_markdown(steps: list[dict]) -> str:
         split = {k: (f"{own[k]:.1f} + {workers[k]:.1f}" if own else f"{r['cpu_s'][k]:.1f}") for k in ("alice", "bob")}
         load = "-".join(f"{v:.0f}" for v in r["load_1min_start_end"])
         diff = f"{r['max_abs_diff_vs_lstsq']:.1e}" if "max_abs_diff_vs_lstsq" in r else "-"
+        rss, tree = r["peak_rss_mb"], r["peak_rss_tree_mb"]
         lines.append(f"| {step['label']} | {r['n']:,} | {load} | {r['cpu_s_total']:.1f} | "
                      f"{r['cpu_s_total'] / first:.2f} | {split['alice']} | {split['bob']} | "
-                     f"{r['cpu_s']['coordinator']:.1f} | {diff} |")
+                     f"{r['cpu_s']['coordinator']:.1f} | {rss['alice']:.0f} / {rss['bob']:.0f} | "
+                     f"{tree['alice']:.0f} / {tree['bob']:.0f} | {diff} |")
     return "\n".join(lines)
 
 

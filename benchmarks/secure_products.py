@@ -8,7 +8,8 @@ Usage::
 
 ``--floor`` (issue 25): CPU µs per row (getrusage, self + children, median of ``--repeats``) of vfl's default
 product on one worker, against the Paillier floor computed from unit costs measured in the same run (mulmod n^2 and
-p^2 -- the cheapest of Python/gmpy2, GMP's mul + mod in C and the Montgomery product of vfl's C loops --,
+p^2 -- the cheapest of Python/gmpy2, GMP's mul + mod in C, the Montgomery product of vfl's C loops and, where the CPU
+has AVX-512 IFMA, the eight-lane products of vfl's C buckets (issue 34) --,
 serialisation, validation, re-randomisation, decryption; ``floor_us``), at the forest shape and 10^4 x 10 x 10
 (``--large``: also 10^5 x 10 x 10), every run checked exact against numpy's integer product; the same products with
 the pure-Python inner loops (``VFL_PURE_PYTHON``'s fallback), run alternately with the C ones; plus, side by side,
@@ -223,6 +224,7 @@ def unit_costs(pk: paillier.PaillierPublicKey, sk: paillier.PaillierPrivateKey) 
         "mulmod_n2": _cpu_per_call(lambda i: xs[i & 63] * xs[(i + 1) & 63] % n2, 20000),
         "mulmod_p2": _cpu_per_call(lambda i: ys[i & 63] * ys[(i + 1) & 63] % p2, 20000),
         **c_mulmod_costs(xs[0], xs[1], n2, ys[0], ys[1], p2),
+        **ifma_mulmod_costs(n2, p2),
         "serialise": _cpu_per_call(lambda i: ciphertexts_to_bytes(pk, frame_cts), 3) / len(frame_cts),
         "validate_per_ciphertext_gcd": _cpu_per_call(lambda i: _validate_per_ciphertext(pk, frame, 2048), 3) / 2048,
         "validate_batched": _cpu_per_call(lambda i: ciphertexts_from_bytes(pk, frame, 2048), 3) / 2048,
@@ -255,9 +257,31 @@ def c_mulmod_costs(x: Any, y: Any, n2: Any, xp: Any, yp: Any, p2: Any) -> dict[s
     return out
 
 
+def ifma_mulmod_costs(n2: Any, p2: Any, rows: int = 1000) -> dict[str, float]:
+    """Seconds per product of the C buckets' eight-lane AVX-512 IFMA Montgomery multiplication (issue 34), modulo
+    ``n2`` and ``p2``, where the CPU has it: ``rows`` bases into one bucket of each of 8 products (exponent 1), so every
+    base after the first is one product and every batch fills its eight lanes; digit conversion included."""
+    if not native.ifma_buckets():
+        return {}
+    out = {}
+    exps = np.ones((rows, 8), dtype=np.uint64)
+    for name, m in (("n2", int(n2)), ("p2", int(p2))):
+        width = (m.bit_length() + 7) // 8
+        frame = b"".join((secrets.randbelow(m - 2) + 2).to_bytes(width, "big") for _ in range(rows))
+
+        def run(i: int, m: int = m, width: int = width, frame: bytes = frame) -> None:
+            native.CBucketAccumulator(8, 1, 1, m, simd=True).add_frame(frame, width, 1, exps)
+
+        out[f"montmul_{name}_ifma_c"] = _cpu_per_call(run, 1, 5) / (8 * (rows - 1))
+    return out
+
+
 def cheapest_mulmod(u: dict[str, float], modulus: str) -> float:
-    """The cheapest measured multiplication modulo ``n2`` or ``p2``: Python/gmpy2, GMP in C, Montgomery in C."""
-    return min(v for k, v in u.items() if k in (f"mulmod_{modulus}", f"mulmod_{modulus}_gmp_c", f"montmul_{modulus}_c"))
+    """The cheapest measured multiplication modulo ``n2`` or ``p2``: Python/gmpy2, GMP in C, Montgomery in C, and
+    eight at a time on AVX-512 IFMA where measured (issue 34: vfl's buckets and the key holder's fixed-base tables
+    run their multiplications that way where the CPU has it)."""
+    return min(v for k, v in u.items() if k in (f"mulmod_{modulus}", f"mulmod_{modulus}_gmp_c", f"montmul_{modulus}_c",
+                                                 f"montmul_{modulus}_ifma_c"))
 
 
 def floor_us(n: int, groups: int, d_resp: int, exponent_bits: int, u: dict[str, float],
@@ -461,10 +485,12 @@ def print_floor_report(rep: dict) -> None:
 
 FLOOR_UNIT_LABELS = {"mulmod_n2": "multiplication mod n², Python (gmpy2)",
                      "mulmod_n2_gmp_c": "multiplication mod n², GMP mul + mod in C",
-                     "montmul_n2_c": "multiplication mod n², Montgomery in C (vfl's buckets)",
+                     "montmul_n2_c": "multiplication mod n², Montgomery in C (vfl's buckets without IFMA)",
+                     "montmul_n2_ifma_c": "multiplication mod n², 8 lanes of AVX-512 IFMA in C (vfl's buckets)",
                      "mulmod_p2": "multiplication mod p², Python (gmpy2)",
                      "mulmod_p2_gmp_c": "multiplication mod p², GMP mul + mod in C",
-                     "montmul_p2_c": "multiplication mod p², Montgomery in C (vfl's tables)",
+                     "montmul_p2_c": "multiplication mod p², Montgomery in C (vfl's tables without IFMA)",
+                     "montmul_p2_ifma_c": "multiplication mod p², 8 lanes of AVX-512 IFMA in C (vfl's tables)",
                      "serialise": "serialise one ciphertext", "validate_batched": "parse + validate one ciphertext",
                      "rerandomise": "responder re-randomiser r^n mod n²", "decrypt": "CRT decryption"}
 

@@ -164,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
-    from vfl.process_memory import limit_malloc_arenas
+    from vfl.process_memory import fix_mmap_threshold, limit_malloc_arenas
 
     limit_malloc_arenas()   # before any thread: freed frame memory is reused, not kept per thread (issue 8)
+    fix_mmap_threshold()    # frames are mappings of their own, unmapped when freed (issue 34)
     warnings.showwarning = _show_warning
     warnings.simplefilter("always", PrivacyLeakWarning)
     if threading.current_thread() is threading.main_thread():

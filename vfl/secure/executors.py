@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from vfl.exceptions import ConfigurationError
+from vfl.secure import native
 from vfl.secure.bigint import mpz
 from vfl.secure.dask_pool import DaskPinnedPool, current_slot
-from vfl.secure.fastmath import Encrypter, bucket_accumulator, frame_bases, multiexp
+from vfl.secure.fastmath import Encrypter, best_bucket_window, bucket_accumulator, frame_bases, multiexp
 from vfl.secure.forksafe import fork_safe_lock
 from vfl.secure.packing import pack
 from vfl.secure.workers import DEFAULT_STALL_SECONDS, STALL_VARIABLE, PinnedPool, stall_limit
@@ -189,6 +190,9 @@ def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, ex
     m = mpz(modulus)
     bases = frame_bases(frame, width, n_groups)
     columns = np.asarray(exponents).T.tolist()
+    together = _ifma_columns(int(m), frame, width, n_groups, bases, np.asarray(exponents), columns)
+    if together is not None:
+        return together
     out: list[int] = []
     mults = 0
     for exps in columns:
@@ -196,6 +200,36 @@ def multiexp_rows_task(modulus: int, frame: bytes, width: int, n_groups: int, ex
             value, count = multiexp(bases[g], exps, m)
             out.append(int(value))
             mults += count
+    return out, mults
+
+
+def _ifma_columns(m: int, frame: bytes, width: int, n_groups: int, bases: list[list[Any]], block: np.ndarray,
+                  columns: list[list[int]]) -> tuple[list[int], int] | None:
+    """:func:`multiexp_rows_task`'s products with the columns that share :func:`multiexp`'s window in one C bucket
+    set, so that their products run eight at a time on AVX-512 IFMA (issue 34): per column the same window, buckets
+    and multiplications as :func:`multiexp`, hence the same values and count. ``None`` where the IFMA buckets do not
+    apply (no IFMA, even modulus, a base not below it, exponents over 64 bits)."""
+    if not native.ifma_buckets() or not m % 2 or any(int(b) >= m for group in bases for b in group):
+        return None
+    n_rows = len(bases[0]) if bases else 0
+    bits = [max((int(e).bit_length() for e in col), default=0) for col in columns]
+    if n_rows == 0 or max(bits, default=0) > native.MAX_EXPONENT_BITS:
+        return None
+    out: list[int] = [1] * (len(columns) * n_groups)
+    mults = 0
+    by_window: dict[tuple[int, int], list[int]] = {}
+    for k, b in enumerate(bits):
+        if b:   # an all-zero column: multiexp's (1, 0)
+            by_window.setdefault((best_bucket_window(n_rows, b), b), []).append(k)
+    if any(c > 16 for c, _ in by_window):
+        return None
+    for (c, b), ks in by_window.items():
+        acc = native.CBucketAccumulator(len(ks) * n_groups, b, c, m)
+        acc.add_frame(frame, width, n_groups, block[:, ks])
+        for j, k in enumerate(ks):
+            for g in range(n_groups):
+                out[k * n_groups + g] = int(acc.result(j * n_groups + g))
+        mults += acc.mults + int(acc._c.combination_mults)
     return out, mults
 
 

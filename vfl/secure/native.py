@@ -25,15 +25,28 @@ if TYPE_CHECKING:
     import numpy as np
 
 PURE_PYTHON_VARIABLE = "VFL_PURE_PYTHON"
+NO_IFMA_VARIABLE = "VFL_NO_IFMA"
+"""Set (like ``VFL_PURE_PYTHON``): the C buckets and the key holder's fixed-base tables (read when a table is built) use
+GMP's one-at-a-time Montgomery product even where the CPU has AVX-512 IFMA (issue 34: eight products per call,
+``vfl/secure/_ifma52.h``); the results are identical."""
 MAX_EXPONENT_BITS = 64
 """The C buckets take exponents as ``uint64``; wider exponents use the Python loops."""
 REQUIRED = ("Buckets", "FixedBase", "GMP_VERSION", "crt_encrypt", "mulmod_repeat")
 """What this module calls in the extension: a build that lacks one (compiled from older sources) is not used."""
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def pure_python_requested() -> bool:
     """``VFL_PURE_PYTHON`` is set to a true value (anything but empty, 0, false, no, off)."""
-    return os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return _flag(PURE_PYTHON_VARIABLE)
+
+
+def ifma_buckets() -> bool:
+    """The C buckets multiply eight products per AVX-512 IFMA call (the CPU has it and ``VFL_NO_IFMA`` is unset)."""
+    return fastloops is not None and bool(getattr(fastloops, "IFMA", 0)) and not _flag(NO_IFMA_VARIABLE)
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -47,7 +60,9 @@ def _load() -> tuple[ModuleType | None, str]:
     if missing:   # a stale build: fall back as a whole rather than fail with an AttributeError mid-run
         return None, (f"pure Python (the C extension is stale, it lacks {', '.join(missing)}: rebuild it with "
                       "pip install -e .)")
-    return _fastloops, f"C (vfl.secure._fastloops on GMP {_fastloops.GMP_VERSION})"
+    ifma = getattr(_fastloops, "IFMA", 0) and not _flag(NO_IFMA_VARIABLE)
+    simd = " and AVX-512 IFMA buckets and encryption" if ifma else ""
+    return _fastloops, f"C (vfl.secure._fastloops on GMP {_fastloops.GMP_VERSION}{simd})"
 
 
 fastloops, IMPLEMENTATION = _load()
@@ -81,7 +96,11 @@ def exponent_array(exponents: Any, bits: int) -> np.ndarray:
 class CBucketAccumulator:
     """:class:`fastmath.BucketAccumulator` with its bucket loop and combination in C (same results and counts)."""
 
-    def __init__(self, n_products: int, exponent_bits: int, window: int, modulus: Any) -> None:
+    def __init__(self, n_products: int, exponent_bits: int, window: int, modulus: Any,
+                 simd: bool | None = None) -> None:
+        """``simd``: None = eight products per AVX-512 IFMA call where the CPU has it, the modulus is odd and a row
+        fills the lanes (at least 8 products x windows), unless ``VFL_NO_IFMA`` is set; True = required (ValueError
+        without IFMA); False = GMP's Montgomery product. The results and counts are the same in every case."""
         if fastloops is None:
             raise RuntimeError(f"the C loops are not available: {IMPLEMENTATION}")
         if window > 16:
@@ -93,7 +112,15 @@ class CBucketAccumulator:
         self.modulus = modulus
         self.n_products = n_products
         self._bits = min(window * self.n_windows, MAX_EXPONENT_BITS)
-        self._c = fastloops.Buckets(n_products, window, self.n_windows, _to_bytes(modulus))
+        mode = -1 if simd is None else int(simd)
+        if simd is None and not ifma_buckets():
+            mode = 0
+        self._c = fastloops.Buckets(n_products, window, self.n_windows, _to_bytes(modulus), mode)
+
+    @property
+    def simd(self) -> bool:
+        """True: this accumulator's bucket products run eight at a time on AVX-512 IFMA."""
+        return bool(self._c.simd)
 
     @property
     def mults(self) -> int:
