@@ -254,3 +254,42 @@ def _catch(fn, failure: list) -> None:
         fn()
     except BaseException as exc:   # noqa: BLE001 - reported by the test
         failure.append(exc)
+
+
+class UnseedingCoordinator(Coordinator):
+    """The real coordinator, except that it leaves every READY out of the release it records and reads each as
+    ``seeded: false`` (review10): its (DP-)BCD report then says no party ran with a fixed seed."""
+
+    def _run_phase(self, regs, phase):
+        handle, record = phase.handle, self.release.record
+
+        def unseeded(i, msg):
+            if msg.type.value == "ready":
+                msg = Message(msg.type, {**msg.body, "seeded": False}, list(msg.payload), sender=msg.sender)
+            return handle(i, msg)
+
+        phase.handle = unseeded
+        self.release.record = lambda party, msg: None if msg.type.value == "ready" else record(party, msg)
+        super()._run_phase(regs, phase)
+
+
+def test_a_seeded_party_does_not_sign_a_report_without_its_seed(procs, tmp_path):
+    """Invariant: the signed (DP-)BCD report is the one the run gives, a party's fixed seed ("reproducible, not for
+    release") included. Attacker: a coordinator that drops the parties' signed READYs (which carry the seeded flag)
+    from the model check's release. On 63e1c48 both parties (each run with --seed) signed and stored a report
+    without the seed (both exit 0): the rebuilt ring never required a READY. Now each party's model check needs one
+    signed READY of every party."""
+    url = f"tcp://127.0.0.1:{free_port()}"
+    settings = RunSettings(n_parties=2, key_bits=1024, allow_insecure_keys=True, timeout=GENEROUS,
+                           **SETTINGS["dp-bcd"])
+    coord = UnseedingCoordinator(settings, url, out=str(tmp_path / "m.json"))
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(coord.run, failure), daemon=True)
+    thread.start()
+    _, parties = _start_parties(procs, tmp_path, url, "dp-bcd")
+    results = [procs.finish(p) for p in parties]
+    thread.join(GENEROUS)
+    for code, out, err in results:
+        assert code != 0 and "READY" in _one_line(err), (code, err[-600:], out[-600:])
+    assert not list(tmp_path.glob("*model*.json*")), list(tmp_path.iterdir())
+    assert failure and not (tmp_path / "m.json").exists()

@@ -21,11 +21,15 @@ already read off its iterates (w_{t+1} - w_t = -eta g~_t inside the ball): post-
 **(DP-)BCD** (de Jong et al. 2022; :mod:`vfl.protocols.bcd_rounds`). The model is each party's coefficient block,
 which only its owner computed (its noise is its own). The MODEL_CHECK carries every READY and every BCD_COEF as
 received, each signed by its producer; the party rebuilds the ring's side from the settings (same plan digest),
-feeds it the signed coefficients, checks that its own block is bit for bit the one it computed
-(:attr:`vfl.protocols.bcd_rounds.BCDParty.coef`) and that every block ran the rounds the model states (each
-BCD_COEF signs the rounds its block ran: a coordinator's unsigned BCD_STOP cannot stop one party short while the
-others run on; a party refuses BCD_STOP without a ``tol`` or after other rounds than it ran), and rebuilds the
-relay ledger from the ring's order and the signed number of rounds run
+feeds it the signed messages and checks that
+
+* its own block is bit for bit the one it computed (:attr:`vfl.protocols.bcd_rounds.BCDParty.coef`);
+* every block ran the rounds the model states: each BCD_COEF signs the rounds its block ran, so a coordinator's
+  unsigned BCD_STOP cannot stop one party short while the others run on (a party also refuses BCD_STOP without a
+  ``tol`` or after other rounds than it ran);
+* every party's signed READY is there (its seeded flag is in the report);
+
+and rebuilds the relay ledger from the ring's order and the signed number of rounds run
 (:meth:`vfl.protocols.bcd_rounds.BCDCoordinator.planned_ledger`). So every block is the one its owner signed and
 released; what a party learns is the model itself (which RESULT gives it anyway).
 
@@ -94,6 +98,10 @@ def bcd_rebuild(session: BCDParty) -> Rebuild:
     def rebuild(msg: Message, roster: Roster, run: str) -> FittedModel:
         settings, regs, phase = rebuild_phase(msg, roster, BCDCoordinator)
         fed = _feed(msg, roster, [r.name for r in regs], RECORDED_BCD)
+        ready = sorted(i for i, item in fed if item.type is MessageType.READY)
+        if ready != list(range(len(regs))):   # each carries its party's seeded flag, which the report states
+            raise ProtocolError("the model check's release does not hold one signed READY of every party; refusing "
+                                "to sign the model")
         for i, item in fed:
             phase.handle(i, item)
         if not phase.done:
