@@ -243,22 +243,27 @@ class _FMRegression(InferenceMixin, LinearModelBase):
 
     def _inference(self) -> InferenceResult:
         """The inference of the release (computed on first use: post-processing, no epsilon)."""
+        if "_inference_result" not in self.__dict__:
+            self._inference_result = self.inference()
+        return self._inference_result
+
+    def inference(self, *, spectrum: str = "matched") -> InferenceResult:
+        """The inference of the release, computed afresh (post-processing, no epsilon); ``spectrum="deflated"``: the
+        earlier bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
         self._check_is_fitted()
         if self._release_ is None:
             raise ConfigurationError("inference is computed from a released objective; mechanism 'noisy-gd' releases "
                                      "gradients only, so it has none")
-        if "_inference_result" not in self.__dict__:
-            mech, floor, regularization, beta, icpt_value, _, _ = self._release_
-            names = ([str(f) for f in self.feature_names_in_] if hasattr(self, "feature_names_in_")
-                     else [f"x{j}" for j in range(self.n_features_in_)])
-            yb = getattr(self, "y_bounds_", None)
-            half = 1.0 if yb is None else float(yb.upper[0] - yb.lower[0]) / 2.0
-            self._inference_result = release_inference(
-                self.objective_, mech, w=self.coef_unit_, lambda_floor=floor, regularization=regularization,
-                to_original=self._original_units, names=[*names, "intercept"],
-                intercept_index=self.coef_unit_.size - 1 if self.fit_intercept else None,
-                intercept_value=icpt_value, label_half_range=half, beta_released=beta)
-        return self._inference_result
+        mech, floor, regularization, beta, icpt_value, _, _ = self._release_
+        names = ([str(f) for f in self.feature_names_in_] if hasattr(self, "feature_names_in_")
+                 else [f"x{j}" for j in range(self.n_features_in_)])
+        yb = getattr(self, "y_bounds_", None)
+        half = 1.0 if yb is None else float(yb.upper[0] - yb.lower[0]) / 2.0
+        return release_inference(
+            self.objective_, mech, w=self.coef_unit_, lambda_floor=floor, regularization=regularization,
+            to_original=self._original_units, names=[*names, "intercept"],
+            intercept_index=self.coef_unit_.size - 1 if self.fit_intercept else None,
+            intercept_value=icpt_value, label_half_range=half, beta_released=beta, spectrum=spectrum)
 
     @property
     def inference_(self) -> InferenceResult:
