@@ -26,6 +26,7 @@ from vfl.demo import free_port, make_demo_data
 from vfl.models.modelio import load_model
 from vfl.net.coordinator import Coordinator
 from vfl.net.messages import IntArray, Message
+from vfl.protocols.contracts import Out
 from vfl.protocols.model_signing import verify_model_signatures
 from vfl.protocols.settings import RunSettings
 from vfl.secure.identity import load_pinned
@@ -201,3 +202,94 @@ def test_a_noisy_gd_run_of_400_rounds_is_signed():
             model="linear", mechanism="noisy-gd", epsilon=1.0, steps=400, key_bits=1024, allow_insecure_keys=True,
             timeout=GENEROUS)
     assert verify_model_signatures(m) == ["a", "b"]
+
+
+class StoppingCoordinator(Coordinator):
+    """The real coordinator, except that it stops bob one round short of the plan (review10): when bob's last remainder
+    (round T, to the label owner alice) arrives it first sends bob BCD_STOP (rounds_run T - 1), although alice never
+    reported convergence, relays the remainder to alice, and drops alice's round-T remainder to bob. bob answers with
+    his block after T - 1 steps, signed; alice completes round T; the document says rounds_run T, converged false."""
+
+    def send_out(self, outs, order):
+        kept, last = [], self.settings.rounds
+        for o in outs:
+            if o.type == "bcd_remainder" and o.body["round"] == last:
+                if not order[o.to].label_owner:
+                    continue   # alice's round-T remainder to bob: never delivered
+                bob = next(i for i, r in enumerate(order) if not r.label_owner)
+                super().send_out([Out(type="bcd_stop", body={"rounds_run": last - 1}, to=bob)], order)
+            kept.append(o)
+        super().send_out(kept, order)
+
+
+@pytest.mark.parametrize("tol", [None, 1e-12])
+def test_a_party_stopped_short_of_the_plan_does_not_get_its_block_signed(procs, tmp_path, tol):
+    """Invariant: every block of a signed (DP-)BCD model is its owner's block after the rounds the document states
+    (the plan's T, or the label owner's signed convergence count). Attacker: a coordinator that sends a party
+    BCD_STOP one round short (unsigned: only the coordinator sends it), with no convergence (tol None: an honest
+    coordinator never sends it) or inventing one (tol set). On 0bc9bea both parties signed and stored the model, bob's
+    block after 2 of its 3 rounds, the document saying rounds_run 3 (both exit 0). Now bob refuses a BCD_STOP
+    without a tolerance at once; with one, each party's BCD_COEF signs the rounds its block ran and the model check
+    of both parties refuses blocks that ran other than the document's rounds_run."""
+    url = f"tcp://127.0.0.1:{free_port()}"
+    settings = RunSettings(n_parties=2, key_bits=1024, allow_insecure_keys=True, timeout=GENEROUS, tol=tol,
+                           **SETTINGS["dp-bcd"])
+    coord = StoppingCoordinator(settings, url, out=str(tmp_path / "m.json"))
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(coord.run, failure), daemon=True)
+    thread.start()
+    _, parties = _start_parties(procs, tmp_path, url, "dp-bcd")
+    results = [procs.finish(p) for p in parties]
+    thread.join(GENEROUS)
+    expected = ("BCD_STOP in a run without a convergence tolerance" if tol is None
+                else "did not run the model's 3 rounds")
+    refused = [_one_line(err) for code, _, err in results if code != 0]
+    assert refused and all(expected in line for line in refused), [r[2][-600:] for r in results]
+    assert not list(tmp_path.glob("*model*.json*")), list(tmp_path.iterdir())
+    assert failure and not (tmp_path / "m.json").exists()
+
+
+def _catch(fn, failure: list) -> None:
+    try:
+        fn()
+    except BaseException as exc:   # noqa: BLE001 - reported by the test
+        failure.append(exc)
+
+
+class UnseedingCoordinator(Coordinator):
+    """The real coordinator, except that it leaves every READY out of the release it records and reads each as
+    ``seeded: false`` (review10): its (DP-)BCD report then says no party ran with a fixed seed."""
+
+    def _run_phase(self, regs, phase):
+        handle, record = phase.handle, self.release.record
+
+        def unseeded(i, msg):
+            if msg.type.value == "ready":
+                msg = Message(msg.type, {**msg.body, "seeded": False}, list(msg.payload), sender=msg.sender)
+            return handle(i, msg)
+
+        phase.handle = unseeded
+        self.release.record = lambda party, msg: None if msg.type.value == "ready" else record(party, msg)
+        super()._run_phase(regs, phase)
+
+
+def test_a_seeded_party_does_not_sign_a_report_without_its_seed(procs, tmp_path):
+    """Invariant: the signed (DP-)BCD report is the one the run gives, a party's fixed seed ("reproducible, not for
+    release") included. Attacker: a coordinator that drops the parties' signed READYs (which carry the seeded flag)
+    from the model check's release. On 63e1c48 both parties (each run with --seed) signed and stored a report
+    without the seed (both exit 0): the rebuilt ring never required a READY. Now each party's model check needs one
+    signed READY of every party."""
+    url = f"tcp://127.0.0.1:{free_port()}"
+    settings = RunSettings(n_parties=2, key_bits=1024, allow_insecure_keys=True, timeout=GENEROUS,
+                           **SETTINGS["dp-bcd"])
+    coord = UnseedingCoordinator(settings, url, out=str(tmp_path / "m.json"))
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(coord.run, failure), daemon=True)
+    thread.start()
+    _, parties = _start_parties(procs, tmp_path, url, "dp-bcd")
+    results = [procs.finish(p) for p in parties]
+    thread.join(GENEROUS)
+    for code, out, err in results:
+        assert code != 0 and "READY" in _one_line(err), (code, err[-600:], out[-600:])
+    assert not list(tmp_path.glob("*model*.json*")), list(tmp_path.iterdir())
+    assert failure and not (tmp_path / "m.json").exists()

@@ -264,7 +264,8 @@ SPECS: tuple[MessageSpec, ...] = (
     _S(M.BCD_COEF, "vertical", "party", "coordinator", {
         "status": (_REQ, _is_str(64)), "reason": (_OPT, _is_opt(_is_str(1024))),
         "rounds_run": (_OPT, _is_int(0, 1_000_000)), "auth": (_OPT, _AUTH)}, ((), ("array",)),
-       "a party's final DP-BCD coefficients (\"completed\"; \"converged\" when --tol stops the ring)"),
+       "a party's final DP-BCD coefficients (\"completed\"; \"converged\" when --tol stops the ring) and the rounds "
+       "they ran (signed)"),
     _S(M.BCD_STOP, "vertical", "coordinator", "party", {"rounds_run": (_REQ, _is_int(0, 1_000_000))}, _NONE,
        "the ring stopped early (--tol): send your coefficients now"),
     # -------------------------------------------------------------- capeFM (and the rounds capeDJICA reuses)

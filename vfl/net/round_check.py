@@ -21,10 +21,17 @@ already read off its iterates (w_{t+1} - w_t = -eta g~_t inside the ball): post-
 **(DP-)BCD** (de Jong et al. 2022; :mod:`vfl.protocols.bcd_rounds`). The model is each party's coefficient block,
 which only its owner computed (its noise is its own). The MODEL_CHECK carries every READY and every BCD_COEF as
 received, each signed by its producer; the party rebuilds the ring's side from the settings (same plan digest),
-feeds it the signed coefficients, checks that its own block is bit for bit the one it computed
-(:attr:`vfl.protocols.bcd_rounds.BCDParty.coef`), and rebuilds the relay ledger from the ring's order and the
-signed number of rounds run (:meth:`vfl.protocols.bcd_rounds.BCDCoordinator.planned_ledger`). So every block is
-the one its owner signed and released; what a party learns is the model itself (which RESULT gives it anyway).
+feeds it the signed messages and checks that
+
+* its own block is bit for bit the one it computed (:attr:`vfl.protocols.bcd_rounds.BCDParty.coef`);
+* every block ran the rounds the model states: each BCD_COEF signs the rounds its block ran, so a coordinator's
+  unsigned BCD_STOP cannot stop one party short while the others run on (a party also refuses BCD_STOP without a
+  ``tol`` or after other rounds than it ran);
+* every party's signed READY is there (its seeded flag is in the report);
+
+and rebuilds the relay ledger from the ring's order and the signed number of rounds run
+(:meth:`vfl.protocols.bcd_rounds.BCDCoordinator.planned_ledger`). So every block is the one its owner signed and
+released; what a party learns is the model itself (which RESULT gives it anyway).
 
 Both: everything else in the document (run id, roster, parties, mechanism, epsilon, delta, plan parameters,
 report) must be what the rebuild gives, or the party refuses with one line; the run fails and no file is written.
@@ -90,10 +97,20 @@ def bcd_rebuild(session: BCDParty) -> Rebuild:
 
     def rebuild(msg: Message, roster: Roster, run: str) -> FittedModel:
         settings, regs, phase = rebuild_phase(msg, roster, BCDCoordinator)
-        for i, item in _feed(msg, roster, [r.name for r in regs], RECORDED_BCD):
+        fed = _feed(msg, roster, [r.name for r in regs], RECORDED_BCD)
+        ready = sorted(i for i, item in fed if item.type is MessageType.READY)
+        if ready != list(range(len(regs))):   # each carries its party's seeded flag, which the report states
+            raise ProtocolError("the model check's release does not hold one signed READY of every party; refusing "
+                                "to sign the model")
+        for i, item in fed:
             phase.handle(i, item)
         if not phase.done:
             raise ProtocolError("the model check's release lacks a party's coefficients")
+        short = [regs[i].name for i, item in fed if item.type is MessageType.BCD_COEF
+                 and item.body.get("rounds_run") != phase.rounds_run]
+        if short:   # each block must have run the document's rounds (its owner signed the count it ran)
+            raise ProtocolError(f"the coefficients of {', '.join(short)} did not run the model's {phase.rounds_run} "
+                                "rounds (signed by their owner); refusing to sign the model")
         own = phase.coefs[session.index]
         if own.shape != session.coef.shape or not np.array_equal(own, session.coef):
             raise ProtocolError("this party's coefficient block in the model check is not the one it computed; "

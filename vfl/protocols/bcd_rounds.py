@@ -216,6 +216,7 @@ class BCDParty:
         ring = [(self.label_owner + j) % self.k for j in range(self.k)]
         self.next = ring[(ring.index(self.index) + 1) % self.k]
         self.expected_round = 1
+        self.last_in = 0   # the last remainder's round admitted on the receive thread (handle)
         # label owner, tol: RSS_0 = ||y||^2, then the RSS of every remainder that comes back to it (vfl.models.bcd)
         self.rss_previous = float(data.y @ data.y) if data.y is not None else math.nan
 
@@ -261,12 +262,19 @@ class BCDParty:
             out.append(Out(type="bcd_remainder", body={"round": next_round, "to": self.names[self.next]},
                            payload=[np.asarray(v_out, dtype=float)]))
         if t == p.rounds:
-            out.append(Out(type="bcd_coef", body={"status": "completed"}, payload=[self.coef.copy()]))
+            out.append(Out(type="bcd_coef", body={"status": "completed", "rounds_run": t},
+                           payload=[self.coef.copy()]))
         return out
 
-    def stop(self) -> list[Out]:
-        """The label owner's convergence check stopped the ring: release this party's coefficients."""
-        return [Out(type="bcd_coef", body={"status": "completed"}, payload=[self.coef.copy()])]
+    def stop(self, rounds_run: int) -> list[Out]:
+        """The label owner's convergence check stopped the ring after ``rounds_run`` rounds: release this party's
+        coefficients, which must have run exactly those rounds. Its BCD_COEF signs the count (``rounds_run``), so a
+        party's model check refuses a block stopped short of the document's rounds (:mod:`vfl.net.round_check`)."""
+        if rounds_run != self.expected_round - 1:
+            raise ProtocolError(f"BCD_STOP after {rounds_run!r} rounds, but this party ran "
+                                f"{self.expected_round - 1}; refusing to stop")
+        return [Out(type="bcd_coef", body={"status": "completed", "rounds_run": rounds_run},
+                    payload=[self.coef.copy()])]
 
     def sender_of(self, msg: Incoming) -> str:
         """The party whose remainder this party receives: its predecessor in the ring."""
@@ -279,11 +287,18 @@ class BCDParty:
         """Check a relayed BCD_REMAINDER / BCD_STOP now; return the step that answers it."""
         kind = kind_of(msg)
         if kind == "bcd_stop" and self.index != self.label_owner:
-            return self.stop
+            if self.params.tol is None:   # only the label owner's convergence (--tol) stops the ring early
+                raise ProtocolError("BCD_STOP in a run without a convergence tolerance: the plan's rounds must run")
+            rounds_run = msg.body.get("rounds_run")
+            return lambda: self.stop(rounds_run)  # type: ignore[arg-type]
         if kind != "bcd_remainder":
             raise ProtocolError(f"unexpected {kind} in a BCD run")
         v_in = msg.array()
         if v_in.shape != (self.data.n_rows,):
             raise ProtocolError(f"remainder has shape {v_in.shape}, expected ({self.data.n_rows},)")
         v, t = v_in.astype(float), int(msg.body["round"])
+        if t <= self.last_in:   # a replay: refused here, before it is queued (the worker's check comes later)
+            raise ProtocolError(f"remainder for round {t} after one for round {self.last_in}; refused before it is "
+                                "queued")
+        self.last_in = t
         return lambda: self.step(v, t)

@@ -60,6 +60,7 @@ from vfl.secure.fastmath import RANDOMNESS_MODES
 from vfl.secure.keys import generate_keypair, public_key_from_bytes, public_key_to_bytes
 from vfl.secure.products import (
     DEFAULT_MAX_FRAME_BYTES,
+    ChunkGate,
     EncryptedChunk,
     ProductEncryptor,
     ProductResponder,
@@ -448,13 +449,11 @@ class FMCoordinator:
 # ------------------------------------------------------------------ party side
 class FMParty:
     """Party side after the PLAN: prepared data, the mechanism, this party's blocks and secure-product sides.
-
     ``data``: the party's table (:class:`vfl.net.party.LocalData`), prepared lazily (:mod:`~.party_columns`):
     single-party blocks accumulate (exactly) over chunks, secure products stream them (:class:`ProductStreamHeader`,
     then :class:`EncryptedChunk` frames within the responder's credit). ``executor``: where this party's encryption
     and multi-exponentiations run (None: local processes; a Dask scheduler address; an executor;
-    :mod:`vfl.secure.executors`).
-    """
+    :mod:`vfl.secure.executors`)."""
 
     def __init__(self, data: Any, plan: PlanBody, *, rng: np.random.Generator, seeded: bool = False,
                  allow_insecure_keys: bool = False, progress: bool = False, workers: int | None = None,
@@ -489,6 +488,7 @@ class FMParty:
         self.sent: dict[str, int] = {}
         self.folds: dict[str, list[Any]] = {}
         self.handled: set[tuple[str, str]] = set()
+        self.chunks = ChunkGate(MAX_CREDIT_WINDOW)   # responder: chunks admitted on the receive thread
         self.keypair: tuple | None = None
         self.Xp: RowSource = ArrayRows(np.zeros((self.n, 0)))
         self.yp: RowSource | None = None
@@ -683,6 +683,7 @@ class FMParty:
         kind = kind_of(msg)
         block = _block_named(self.plan, msg, "for unknown block")
         if kind == "enc_chunk" and block.responder == self.index and (block.name, "enc_request") in self.handled:
+            self.chunks.admit(block.name, msg.body.get("wire"), (self.folds.get(block.name) or [0, 0, 0])[2])
             return lambda: self.respond_chunk(block, msg)
         if kind == "credit" and block.encryptor == self.index and block.name in self.outgoing:
             upto = int(msg.body["upto"])

@@ -196,6 +196,7 @@ class GDRunParty:
         self.mech = self.release   # what the party driver asks for this plan's privacy report (as of an FM party)
         self.keypair: tuple | None = None
         self.rounds: GDParty | None = None
+        self.relayed: set[tuple[str, int]] = set()   # (message kind, round) admitted so far (_admit)
 
     def _check_plan(self, plan: PlanBody, allow_insecure: bool) -> tuple[GradientRelease, GDParams, bool]:
         """Re-derive every number of the plan from its public inputs; ProtocolError naming the first mismatch."""
@@ -229,6 +230,16 @@ class GDRunParty:
         if self.keypair is None:
             self.keypair = generate_keypair(self.params.key_bits, allow_insecure=self.allow_insecure_keys)
         return public_key_to_bytes(self.keypair[0])
+
+    def _admit(self, kind: str, t: Any) -> None:
+        """Receive thread: a GD_ROUND, GD_REQUEST or GD_RESPONSE names a round of the plan and is the first of its
+        kind for it (the worker refuses a second one too, but only when it reaches it: review of the bounded
+        worker)."""
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < int(self.release.steps):
+            raise ProtocolError(f"{kind} for round {t!r}, not a round of the plan ({self.release.steps} rounds)")
+        if (kind, t) in self.relayed:
+            raise ProtocolError(f"a second {kind} for round {t}; refused before it is queued")
+        self.relayed.add((kind, t))
 
     def sender_of(self, msg: Incoming) -> str:
         """The other party: the only sender of a relayed noisy-gd message."""
@@ -272,6 +283,7 @@ class GDRunParty:
             raise ProtocolError(f"{kind_of(msg)} before this party started")
         if kind_of(msg) == GD_ROUND:
             check_iterate(msg.body, self.params, rounds.next_round)
+        self._admit(kind_of(msg), msg.body.get("t"))   # one of each per round, or a replay would be queued
         to = self.names[1 - self.index]
 
         def work() -> list[Out]:

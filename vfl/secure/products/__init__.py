@@ -68,6 +68,7 @@ from vfl.secure.products.wire import (
     PIPELINE_CHUNKS,
     RERANDOMISATION,
     WIRE_VERSION,
+    ChunkGate,
     EchoTags,
     EncryptedBlock,
     EncryptedChunk,
@@ -79,6 +80,7 @@ from vfl.secure.products.wire import (
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "ChunkGate",
     "EchoTags",
     "EncryptedBlock",
     "EncryptedChunk",

@@ -345,3 +345,29 @@ class EncryptedChunk:
         frame = bytes(frame)
         ciphertexts_from_bytes(stream.public_key, frame, rows * stream.n_groups)  # validates length and each c
         return cls(stream.session, index, index * stream.chunk_rows, rows, frame)
+
+
+class ChunkGate:
+    """Responder, on its receive thread: admit an :class:`EncryptedChunk` message only if it is the stream's next
+    (its wire ``index`` = chunks of the stream admitted so far) and at most ``window`` chunks would then wait unfolded
+    -- before it is queued for the worker, so that a hub replaying a signed chunk (or relaying past the credit) makes
+    the responder hold at most ``window`` chunks per stream, not one per message (review of the bounded worker: each
+    task of a 4,096-task queue could hold a ciphertext frame). An honest key holder sends a chunk only within the
+    credit granted, ``folded + CREDIT_WINDOW``, so never more than ``CREDIT_WINDOW`` wait."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._admitted: dict[str, int] = {}   # stream (block) -> chunks admitted so far
+
+    def admit(self, stream: str, header: Any, folded: int) -> None:
+        """Admit the chunk with wire ``header`` of ``stream`` (``folded``: its chunks the worker folded so far);
+        ProtocolError, one line, otherwise."""
+        got = self._admitted.get(stream, 0)
+        index = header.get("index") if isinstance(header, dict) else None
+        if isinstance(index, bool) or index != got:
+            raise ProtocolError(f"chunk {index!r} of {stream} arrived, expected chunk {got} (a chunk repeated, "
+                                "missing or out of order); refused before it is queued")
+        if got - folded >= self.window:
+            raise ProtocolError(f"chunk {got} of {stream} arrived with {got - folded} chunks not yet folded, more "
+                                f"than the credit window {self.window} allows; refused before it is queued")
+        self._admitted[stream] = got + 1
