@@ -122,6 +122,7 @@ def test_capefm_says_where_s_c_came_from_and_prints_no_stray_noise_flag(tmp_path
 
 
 # ------------------------------------------------------------------------------------------------- benchmark
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_privacy_utility_benchmark_writes_nothing_into_the_working_folder(tmp_path) -> None:
     work, tmp = tmp_path / "clone", tmp_path / "tmp"

@@ -99,7 +99,11 @@ HOW: dict[str, tuple[str, ...]] = {
     "vfl plan --rows 10000 --party-columns 2,5 --bounds alice-bounds.toml,bob-bounds.toml": PLAN_REPORT,
     "vfl report model.json --html report.html": PLAN_REPORT,
 }
-SCRIPTS = [cmd for cmd, how in HOW.items() if how[0] == "run"]
+#: the longest script runs (about 10-20 s each), slow-marked to keep the default suite short (.ci/run's slow step)
+SLOW_SCRIPTS = {".venv/bin/python benchmarks/privacy_utility.py --quick",
+                ".venv/bin/python benchmarks/planner_check.py --quick --out /tmp/p.json"}
+SCRIPTS = [pytest.param(cmd, marks=pytest.mark.slow) if cmd in SLOW_SCRIPTS else cmd
+           for cmd, how in HOW.items() if how[0] == "run"]
 #: scripts that read the UCI files: run where ../shared/data has them, skipped elsewhere (a clean CI clone has no
 #: data and no internet, and the loaders would try the checksummed download)
 NEEDS_DATA = {"benchmarks/end_to_end.py", "benchmarks/utility.py", "examples/forest_fires.py", "examples/garment.py",
