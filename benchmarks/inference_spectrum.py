@@ -51,11 +51,17 @@ from vfl.models.estimators import LinearRegression, LogisticRegression
 #: the cells where the deflated world's interval misses the target [0.93, 0.975] (docs/inference.md)
 FAILING = (("linear", 1000, 0.5), ("linear", 1000, 4.0), ("logistic", 1000, 0.5), ("logistic", 1000, 1.0),
            ("logistic", 1000, 4.0), ("logistic", 10000, 0.5))
-KEYS = ("deflated", "matched", "ols")
+#: the intervals a run may compute from the same fit (``--worlds``): the bootstrap world and the replicates' de-biasing
+WORLDS: dict[str, dict[str, str]] = {"deflated": {"spectrum": "deflated", "debias": "fixed"},
+                                     "matched": {"spectrum": "matched", "debias": "fixed"},
+                                     "replicate": {"spectrum": "matched", "debias": "replicate"},
+                                     "replicate-centred": {"spectrum": "matched", "debias": "replicate-centred"}}
+DEFAULT_WORLDS = ("deflated", "matched")
 
 
-def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> dict[str, np.ndarray]:
-    """The deflated-world, the matched-world and the OLS interval of one data set (one fit)."""
+def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int,
+        worlds: Sequence[str] = DEFAULT_WORLDS) -> dict[str, np.ndarray]:
+    """The intervals of ``worlds`` (:data:`WORLDS`) and the OLS interval of one data set (one fit)."""
     X, y = draw(model, n, np.random.default_rng(data_seed))
     if model == "linear":
         est: Any = LinearRegression(epsilon=epsilon, delta=DELTA, bounds=(-1.0, 1.0),
@@ -66,19 +72,20 @@ def fit(model: str, n: int, epsilon: float, data_seed: int, noise_seed: int) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)
-        out = {k: est.inference(spectrum=k).conf_int() for k in ("deflated", "matched")}
+        out = {k: est.inference(**WORLDS[k]).conf_int() for k in worlds}
     b, se = ols(model, X, y)
     out["ols"] = np.column_stack([b - Z975 * se, b + Z975 * se])
     return out
 
 
-def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int) -> dict[str, Any]:
+def run_cell(model: str, n: int, epsilon: float, sets: int, seed: int,
+             worlds: Sequence[str] = DEFAULT_WORLDS) -> dict[str, Any]:
     start = time.perf_counter()
     target = truth(model)
-    hits: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
-    widths: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
+    hits: dict[str, list[np.ndarray]] = {k: [] for k in (*worlds, "ols")}
+    widths: dict[str, list[np.ndarray]] = {k: [] for k in (*worlds, "ols")}
     for s in range(sets):
-        for key, ci in fit(model, n, epsilon, seed + s, seed + s + 10**6).items():
+        for key, ci in fit(model, n, epsilon, seed + s, seed + s + 10**6, worlds).items():
             hits[key].append((ci[:, 0] <= target) & (target <= ci[:, 1]))
             widths[key].append(ci[:, 1] - ci[:, 0])
     return _summary({"model": model, "n": n, "epsilon": epsilon, "sets": sets, "first_seed": seed}, hits, widths,
@@ -98,8 +105,8 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
     lo, hi = (np.array([bounds[f][k] for f in names]) for k in (0, 1))
     X, y = np.clip(data.X[:, keep], lo, hi), np.clip(data.y, *bounds[data.target_name])
     target = np.linalg.lstsq(np.column_stack([X, np.ones(len(X))]), y, rcond=None)[0]
-    hits: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
-    widths: dict[str, list[np.ndarray]] = {k: [] for k in KEYS}
+    hits: dict[str, list[np.ndarray]] = {k: [] for k in (*DEFAULT_WORLDS, "ols")}
+    widths: dict[str, list[np.ndarray]] = {k: [] for k in (*DEFAULT_WORLDS, "ols")}
     for s in range(sets):
         rows = np.random.default_rng(seed + s).integers(0, len(y), len(y))
         est = LinearRegression(epsilon=epsilon, delta=DELTA, bounds=[bounds[f] for f in names],
@@ -107,7 +114,7 @@ def real_cell(data: Dataset, epsilon: float, sets: int, seed: int) -> dict[str, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.fit(X[rows], y[rows])
-            out = {k: est.inference(spectrum=k).conf_int() for k in ("deflated", "matched")}
+            out = {k: est.inference(**WORLDS[k]).conf_int() for k in DEFAULT_WORLDS}
         b, se = ols("linear", X[rows], y[rows])
         out["ols"] = np.column_stack([b - Z975 * se, b + Z975 * se])
         for key, ci in out.items():
@@ -121,7 +128,7 @@ def _summary(row: dict[str, Any], hits: dict[str, list[np.ndarray]], widths: dic
              start: float) -> dict[str, Any]:
     ols_width = float(np.median(widths["ols"], axis=0).mean())
     row["binomial_sd"] = round(math.sqrt(0.95 * 0.05 / row["sets"]), 4)
-    for key in KEYS:
+    for key in hits:
         cover = np.mean(hits[key], axis=0)
         width = float(np.median(widths[key], axis=0).mean())
         row[key] = {"coverage": cover.round(4).tolist(), "coverage_mean": round(float(cover.mean()), 4),
@@ -147,14 +154,14 @@ def label(row: dict) -> str:
 
 def markdown(doc: dict) -> str:
     """The table of docs/inference.md: main run, then the confirmation run on disjoint seeds."""
-    lines = ["| cell | data sets | deflated coverage (mean, min-max) | deflated width / OLS | matched coverage "
-             "(mean, min-max) | matched width / OLS | OLS coverage (mean) |",
-             "|---|---|---|---|---|---|---|"]
+    worlds = doc.get("worlds", DEFAULT_WORLDS)
+    lines = ["| cell | data sets | " + " | ".join(f"{k} coverage (mean, min-max) | {k} width / OLS" for k in worlds)
+             + " | OLS coverage (mean) |", "|---|---|" + "---|---|" * len(worlds) + "---|"]
     for key, mark in MARKS:
         for r in doc.get(key, []):
             cells = [f"{r[k]['coverage_mean']:.3f}, {r[k]['coverage_min']:.3f}-{r[k]['coverage_max']:.3f} | "
-                     f"{r[k]['width_ratio_to_ols']:.2f}" for k in ("deflated", "matched")]
-            lines.append(f"| {label(r)}{mark} | {r['sets']} | {cells[0]} | {cells[1]} | "
+                     f"{r[k]['width_ratio_to_ols']:.2f}" for k in worlds]
+            lines.append(f"| {label(r)}{mark} | {r['sets']} | {' | '.join(cells)} | "
                          f"{r['ols']['coverage_mean']:.3f} |")
     return "\n".join(lines)
 
@@ -164,7 +171,8 @@ def merge(out: Path, main_runs: Sequence[Path], confirm_runs: Sequence[Path]) ->
     commit and seconds under ``runs``."""
     mains, confirms = ([json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
                        for paths in (main_runs, confirm_runs))
-    doc = {"delta": DELTA, "splits": mains[0]["splits"],
+    doc = {"delta": DELTA, **({"worlds": mains[0]["worlds"]} if "worlds" in mains[0] else {}),
+           "splits": mains[0]["splits"],
            "runs": [{"command": d["command"], "vfl_commit": d["vfl_commit"], "seconds": d["seconds"]}
                     for d in mains + confirms],
            "rows": [r for d in mains for r in d["rows"]], "confirm": [r for d in confirms for r in d["rows"]]}
@@ -178,8 +186,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv = sys.argv[1:]
     if argv and argv[0] == "merge-long":   # merge-long OUT RUN.json ...: 500-set runs, rows marked (500 sets)
         runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in argv[2:]]
-        doc = {"delta": DELTA, "runs": [{"command": d["command"], "vfl_commit": d["vfl_commit"],
-                                         "seconds": d["seconds"]} for d in runs],
+        doc = {"delta": DELTA, **({"worlds": runs[0]["worlds"]} if "worlds" in runs[0] else {}),
+               "runs": [{"command": d["command"], "vfl_commit": d["vfl_commit"], "seconds": d["seconds"]}
+                        for d in runs],
                "long": [r for d in runs for r in d["rows"]]}
         Path(argv[1]).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         print(markdown(doc))
@@ -196,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--real", type=Path, default=None, metavar="DIR",
                         help="instead of the synthetic cells: resamples of garment and forest fires (the CSVs in DIR; "
                              "--splits resamples per data set and epsilon 1, 4; --confirm more on disjoint seeds)")
+    parser.add_argument("--worlds", default=",".join(DEFAULT_WORLDS),
+                        help=f"comma-separated intervals computed from every fit, of {', '.join(WORLDS)} (default "
+                             f"{','.join(DEFAULT_WORLDS)}; synthetic cells only)")
     parser.add_argument("--cells", default="failing",
                         help="'failing' (the six cells where the default misses the target; default) or a "
                              "comma-separated list of model:N:eps, e.g. linear:100000:1")
@@ -209,18 +221,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         cells = [("logistic", 1000, 0.5)]
     if any(m not in ("linear", "logistic") for m, _, _ in cells):
         parser.error("--cells: the model must be linear or logistic")
+    worlds = args.worlds.split(",")
+    if any(k not in WORLDS for k in worlds):
+        parser.error(f"--worlds: expected a comma-separated list of {', '.join(WORLDS)}, got {args.worlds!r}")
     start = time.perf_counter()
     if args.real is not None:
         _real_run(args, argv, start)
         return
     rows, confirm = [], []
     for model, n, eps in cells:
-        rows.append(run_cell(model, n, eps, args.splits, args.seed))
-        print(markdown({"rows": rows[-1:]}).splitlines()[-1], flush=True)
+        rows.append(run_cell(model, n, eps, args.splits, args.seed, worlds))
+        print(markdown({"worlds": worlds, "rows": rows[-1:]}).splitlines()[-1], flush=True)
         if args.confirm:
-            confirm.append(run_cell(model, n, eps, args.confirm, args.seed + 10**7))
-            print(markdown({"confirm": confirm[-1:]}).splitlines()[-1], flush=True)
-    write_run("inference_spectrum.py", argv, args, start, {"delta": DELTA, "rows": rows, "confirm": confirm}, markdown)
+            confirm.append(run_cell(model, n, eps, args.confirm, args.seed + 10**7, worlds))
+            print(markdown({"worlds": worlds, "confirm": confirm[-1:]}).splitlines()[-1], flush=True)
+    fields = {"delta": DELTA, **({} if worlds == list(DEFAULT_WORLDS) else {"worlds": worlds}), "rows": rows,
+              "confirm": confirm}
+    write_run("inference_spectrum.py", argv, args, start, fields, markdown)
 
 
 def _real_run(args: Any, argv: Sequence[str], start: float) -> None:

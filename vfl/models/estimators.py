@@ -247,7 +247,7 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             self._inference_result = self.inference()
         return self._inference_result
 
-    def inference(self, *, spectrum: str = "matched") -> InferenceResult:
+    def inference(self, *, spectrum: str = "matched", debias: str | None = None) -> InferenceResult:
         """The inference of the release, computed afresh (post-processing, no epsilon); ``spectrum="deflated"``: the
         earlier bootstrap world (:func:`vfl.models.inference.release_inference`, docs/inference.md)."""
         self._check_is_fitted()
@@ -263,7 +263,8 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             self.objective_, mech, w=self.coef_unit_, lambda_floor=floor, regularization=regularization,
             to_original=self._original_units, names=[*names, "intercept"],
             intercept_index=self.coef_unit_.size - 1 if self.fit_intercept else None,
-            intercept_value=icpt_value, label_half_range=half, beta_released=beta, spectrum=spectrum)
+            intercept_value=icpt_value, label_half_range=half, beta_released=beta, spectrum=spectrum,
+            **({} if debias is None else {"debias": debias}))
 
     @property
     def inference_(self) -> InferenceResult:

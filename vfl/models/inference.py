@@ -61,6 +61,7 @@ import numpy as np
 
 from vfl.exceptions import ConfigurationError, NoBetterThanBaselineWarning
 from vfl.fm.objective import QuadraticObjective
+from vfl.models.inference_world import MATCHED_LOWER, matched_second_moments, replicate_estimates
 from vfl.privacy.mechanisms import Mechanism, NoiseSpec, draw_noise, symmetric_noise
 from vfl.rng import make_rng
 
@@ -433,31 +434,10 @@ def denoised_second_moments(M: np.ndarray, noise: np.ndarray, floor: float = 0.0
 
 #: how the bootstrap world's M_0 may be estimated (:func:`release_inference`)
 SPECTRA = ("deflated", "matched")
-#: the matched world's eigenvalues are floored at this fraction of the solver's floor (below the floor the release
-#: does not identify them; fixed on the screen of docs/inference.md, then confirmed on disjoint seeds)
-MATCHED_LOWER = 0.5
-
-
-def matched_second_moments(M: np.ndarray, noise: np.ndarray, lower: float, *, draws: int = 64,
-                           iterations: int = 40) -> np.ndarray:
-    """M_0 with the eigenvectors Q of the released M and the eigenvalues l whose noisy spectrum matches the released
-    one: l solves E[eig(diag(l) + Q'EQ)] = s (s the released eigenvalues, both sorted; E the public noise law, here
-    ``draws`` of the bootstrap's own draws ``noise``), by the damped fixed point l <- l + (s - mean eig(diag(l) +
-    Q'E_k Q)) / 2, kept sorted and >= ``lower``. This inverts the map from population to expected noisy eigenvalues
-    (the idea of QuEST, Ledoit & Wolf, "Spectrum estimation: a unified framework for covariance matrix estimation
-    and PCA in large dimensions", J. Multivariate Analysis 2015, here for additive noise by simulation): it undoes
-    the noise's spread of the spectrum in both directions -- the small eigenvalues pushed down (down to ``lower``)
-    and the large ones pushed up -- where :func:`denoised_second_moments` only lowers each eigenvalue."""
-    M = (M + M.T) / 2.0
-    if not np.any(noise):
-        return M
-    s, Q = np.linalg.eigh(M)
-    noise_q = np.einsum("ji,njk,kl->nil", Q, noise[:draws], Q)
-    lam = np.maximum(s, lower)
-    for _ in range(iterations):
-        expected = np.linalg.eigvalsh(noise_q + np.diag(lam)).mean(axis=0)
-        lam = np.sort(np.maximum(lam + 0.5 * (s - expected), lower))
-    return (Q * lam) @ Q.T
+#: how the replicates are de-biased (:func:`release_inference`)
+DEBIAS = ("fixed", "replicate", "replicate-centred")
+#: common noise draws of every replicate's own world (:func:`vfl.models.inference_world.replicate_estimates`)
+REPLICATE_DRAWS = 16
 
 
 def _floored_inverse_mean(M: np.ndarray, lambda_floor: float) -> np.ndarray:
@@ -521,7 +501,8 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
                       regularization: str, to_original: Callable[[np.ndarray], np.ndarray], names: Sequence[str],
                       intercept_index: int | None, intercept_value: float, label_half_range: float = 1.0,
                       beta_released: bool = False, n_bootstrap: int = DEFAULT_BOOTSTRAP, alpha: float = 0.05,
-                      seed: int = INFERENCE_SEED, spectrum: str = "matched") -> InferenceResult:
+                      seed: int = INFERENCE_SEED, spectrum: str = "matched", debias: str = "fixed"
+                      ) -> InferenceResult:
     """Inference for the released model ``w`` from the released ``objective`` (module docstring).
 
     ``to_original(w)``: the public affine map to [coef..., intercept] in original units; ``names`` one per output
@@ -541,6 +522,8 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
         raise ConfigurationError(f"alpha must be in (0, 1), got {alpha}")
     if spectrum not in SPECTRA:
         raise ConfigurationError(f"spectrum must be one of {', '.join(SPECTRA)}, got {spectrum!r}")
+    if debias not in DEBIAS:
+        raise ConfigurationError(f"debias must be one of {', '.join(DEBIAS)}, got {debias!r}")
     w = np.asarray(w, dtype=float)
     rel = _Release(objective, mechanism, float(lambda_floor), regularization, bool(beta_released), intercept_index,
                    float(intercept_value))
@@ -550,8 +533,12 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
     S_inv = np.linalg.pinv(reps.S)
     A, b = affine_map(to_original, w.size)
     est = A @ w + b
-    centre = A @ (S_inv @ w_floor) + b                       # the de-biased estimate T(S^-1 w_floor)
-    dev = (reps.w_floor - reps.w_floor.mean(axis=0)) @ (A @ S_inv).T
+    theta = S_inv @ w_floor
+    centre = A @ theta + b                                   # the de-biased estimate T(S^-1 w_floor)
+    if debias == "fixed":
+        dev = (reps.w_floor - reps.w_floor.mean(axis=0)) @ (A @ S_inv).T
+    else:
+        dev = _replicate_deviations(rel, reps, theta if debias == "replicate-centred" else w_floor, int(seed)) @ A.T
     lo_q, hi_q = np.quantile(dev, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
     conf = np.column_stack([centre - hi_q, centre - lo_q])
     bse = dev.std(axis=0, ddof=1)
@@ -575,6 +562,18 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
     method = METHOD if spectrum == "matched" else f"{METHOD}, deflated bootstrap world"
     return InferenceResult(method, float(alpha), list(names), est, bse, conf, pvalues, int(n_bootstrap), fit,
                            notes + fit_warnings, centre, flags, bound, n_unresolved)
+
+
+def _replicate_deviations(rel: _Release, reps: _Replicates, truth: np.ndarray, seed: int) -> np.ndarray:
+    """theta~*_b - truth (public domain): every replicate de-biased by its own estimated world
+    (:func:`replicate_estimates`), the replicates' truth moved from reps.theta to ``truth`` (alpha* is linear in it)."""
+    m_0 = reps.M[0] - reps.e_m[0]
+    alpha_star = reps.alpha - 2.0 * (truth - reps.theta) @ m_0
+    noise = noise_draws(rel.mechanism, REPLICATE_DRAWS, make_rng(seed + 1))[1]
+    world = (np.linalg.eigvalsh((rel.objective.M + rel.objective.M.T) / 2.0), np.linalg.eigvalsh(m_0))
+    est = replicate_estimates(alpha_star, reps.M, noise, lambda_floor=rel.lambda_floor,
+                              lower=MATCHED_LOWER * rel.lambda_floor, world=world)
+    return est - truth
 
 
 # ------------------------------------------------------------------ fit measures
