@@ -55,7 +55,8 @@ FAILING = (("linear", 1000, 0.5), ("linear", 1000, 4.0), ("logistic", 1000, 0.5)
 WORLDS: dict[str, dict[str, str]] = {"deflated": {"spectrum": "deflated", "debias": "fixed"},
                                      "matched": {"spectrum": "matched", "debias": "fixed"},
                                      "replicate": {"spectrum": "matched", "debias": "replicate"},
-                                     "replicate-centred": {"spectrum": "matched", "debias": "replicate-centred"}}
+                                     "replicate-centred": {"spectrum": "matched", "debias": "replicate-centred"},
+                                     "replicate-spread": {"spectrum": "matched", "debias": "replicate-spread"}}
 DEFAULT_WORLDS = ("deflated", "matched")
 
 

@@ -435,7 +435,7 @@ def denoised_second_moments(M: np.ndarray, noise: np.ndarray, floor: float = 0.0
 #: how the bootstrap world's M_0 may be estimated (:func:`release_inference`)
 SPECTRA = ("deflated", "matched")
 #: how the replicates are de-biased (:func:`release_inference`)
-DEBIAS = ("fixed", "replicate", "replicate-centred")
+DEBIAS = ("fixed", "replicate", "replicate-centred", "replicate-spread")
 #: common noise draws of every replicate's own world (:func:`vfl.models.inference_world.replicate_estimates`)
 REPLICATE_DRAWS = 16
 
@@ -539,6 +539,8 @@ def release_inference(objective: QuadraticObjective, mechanism: Mechanism, *, w:
         dev = (reps.w_floor - reps.w_floor.mean(axis=0)) @ (A @ S_inv).T
     else:
         dev = _replicate_deviations(rel, reps, theta if debias == "replicate-centred" else w_floor, int(seed)) @ A.T
+        if debias == "replicate-spread":
+            dev = dev - dev.mean(axis=0)
     lo_q, hi_q = np.quantile(dev, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
     conf = np.column_stack([centre - hi_q, centre - lo_q])
     bse = dev.std(axis=0, ddof=1)
