@@ -3,6 +3,7 @@
 Numeric core of :mod:`vfl.models.inference` (no I/O): post-processing of the released second moments M^ and the public
 noise law, so it costs no epsilon.
 
+* :func:`denoised_second_moments`: the deflated world M_0 (each eigenvalue lowered by the noise's spread);
 * :func:`matched_second_moments`: the spectrum-matched world M_0 (the eigenvalues whose noisy spectrum reproduces the
   released one in expectation).
 * :func:`replicate_estimates`: the de-biased estimate theta~ = S^-1 w_floor recomputed on every bootstrap replicate
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MATCHED_LOWER", "matched_second_moments", "replicate_estimates", "floored_inverse"]
+__all__ = ["MATCHED_LOWER", "denoised_second_moments", "matched_second_moments", "replicate_estimates",
+           "floored_inverse"]
 
 #: the matched world's eigenvalues are floored at this fraction of the solver's floor (below the floor the release
 #: does not identify them; fixed on the screen of docs/inference.md, then confirmed on disjoint seeds)
@@ -47,6 +49,19 @@ def _match(s: np.ndarray, noise_q: np.ndarray, lam: np.ndarray, lower: float, it
     return lam
 
 
+def denoised_second_moments(M: np.ndarray, noise: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """M_0: the eigenvectors of the released M, its eigenvalues s deflated to sqrt(max(s^2 - v, 0)) and floored at
+    ``floor``, where v = E||E e||^2 = tr E[E^2]/d is the spread the zero-mean noise E adds to the spectrum
+    (E[(M + E)^2] = M^2 + E[E^2]); v from the public noise law, here the mean over the bootstrap's own draws
+    ``noise`` (B, d, d)."""
+    M = (M + M.T) / 2.0
+    if not np.any(noise):
+        return M
+    spread = float(np.einsum("nij,nij->", noise, noise)) / (len(noise) * M.shape[0])
+    s, Q = np.linalg.eigh(M)
+    return (Q * np.maximum(np.sqrt(np.maximum(s * s - spread, 0.0)) * np.sign(s), floor)) @ Q.T
+
+
 def matched_second_moments(M: np.ndarray, noise: np.ndarray, lower: float, *, draws: int = 64,
                            iterations: int = 40) -> np.ndarray:
     """M_0 with the eigenvectors Q of the released M and the eigenvalues l whose noisy spectrum matches the released
@@ -56,7 +71,7 @@ def matched_second_moments(M: np.ndarray, noise: np.ndarray, lower: float, *, dr
     (the idea of QuEST, Ledoit & Wolf, "Spectrum estimation: a unified framework for covariance matrix estimation
     and PCA in large dimensions", J. Multivariate Analysis 2015, here for additive noise by simulation): it undoes
     the noise's spread of the spectrum in both directions -- the small eigenvalues pushed down (down to ``lower``)
-    and the large ones pushed up -- where :func:`vfl.models.inference.denoised_second_moments` only lowers each
+    and the large ones pushed up -- where :func:`denoised_second_moments` only lowers each
     eigenvalue."""
     M = _sym(M)
     if not np.any(noise):
@@ -68,7 +83,7 @@ def matched_second_moments(M: np.ndarray, noise: np.ndarray, lower: float, *, dr
 
 
 def replicate_estimates(alpha: np.ndarray, M: np.ndarray, noise: np.ndarray, *, lambda_floor: float, lower: float,
-                        world: np.ndarray, draws: int = 16, iterations: int = 6) -> np.ndarray:
+                        world: tuple[np.ndarray, np.ndarray], draws: int = 16, iterations: int = 6) -> np.ndarray:
     """The de-biased estimate theta~*_b = S*_b^-1 w*_b of every replicate (alpha (B, d), M (B, d, d)), each from its
     own data only, as the real estimate is from the release:
 
@@ -82,6 +97,13 @@ def replicate_estimates(alpha: np.ndarray, M: np.ndarray, noise: np.ndarray, *, 
        so S*_b = mean_k (M_0*_b + E_k)_+^-1 M_0*_b), in Q_b's basis;
     4. theta~*_b = S*_b^+ w*_b.
 
+    The bootstrap principle: the replicates must go through the whole estimator, including every quantity the
+    estimate itself estimates from the data (here S, through M_0), else the bootstrap distribution misses that
+    quantity's variability (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 6 and 10; Ferrando,
+    Wang & Sheldon, "Parametric Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022, run the
+    full private estimator on every parametric replicate). :func:`vfl.models.inference.release_inference` centres
+    the theta~*_b on their mean (their spread and shape, not a second bias correction: docs/inference.md).
+
     A noise-free release (``noise`` all 0): M_0*_b = M*_b and S*_b = -2 R(M*_b) M*_b (the identity where every
     eigenvalue is above the floor). Cost at d = 11, B = 300: about B x draws x (iterations + 1) eigendecompositions."""
     M = _sym(M)
@@ -93,7 +115,7 @@ def replicate_estimates(alpha: np.ndarray, M: np.ndarray, noise: np.ndarray, *, 
         x = np.divide(w_q, T, out=np.zeros_like(w_q), where=np.abs(T) > 1e-12)
         return np.einsum("bij,bj->bi", Q, x)
     released, lam0 = world
-    noise_q = np.einsum("bji,kjl,blm->bkim", Q, _sym(noise[:draws]), Q)
+    noise_q = np.einsum("bji,kjl,blm->bkim", Q, _sym(noise[:draws]), Q, optimize=True)
     lam = _match(s, noise_q, np.sort(np.maximum(lam0 + s - released, lower), axis=-1), lower, iterations)
     d = s.shape[-1]
     s_k, V = np.linalg.eigh(noise_q + lam[:, None, :, None] * np.eye(d))
