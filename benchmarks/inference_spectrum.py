@@ -182,6 +182,28 @@ def merge(out: Path, main_runs: Sequence[Path], confirm_runs: Sequence[Path]) ->
     return doc
 
 
+def merge_worlds(out: Path, paths: Sequence[Path]) -> dict:
+    """One document from runs of other ``--worlds`` on the same cells and seeds (so the same fits): each row gets
+    every run's intervals of that cell (same model, N, epsilon, sets and first seed; the OLS columns are the same
+    data's); ``worlds`` is the union in the runs' order."""
+    runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    worlds = list(dict.fromkeys(k for d in runs for k in d.get("worlds", DEFAULT_WORLDS)))
+    key = lambda r: (r["model"], r["n"], r["epsilon"], r["sets"], r["first_seed"])  # noqa: E731
+    rows: dict[tuple, dict] = {}
+    for d in runs:
+        for r in d["rows"]:
+            rows.setdefault(key(r), {}).update(r)
+    missing = [k for k, r in rows.items() if any(w not in r for w in worlds)]
+    if missing:
+        sys.exit(f"inference_spectrum: merge-worlds: cells without every world: {missing}")
+    doc = {"delta": DELTA, "worlds": worlds, "runs": [{"command": d["command"], "vfl_commit": d["vfl_commit"],
+                                                       "seconds": d["seconds"]} for d in runs],
+           "rows": list(rows.values())}
+    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    print(markdown(doc))
+    return doc
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
@@ -193,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                "long": [r for d in runs for r in d["rows"]]}
         Path(argv[1]).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         print(markdown(doc))
+        return
+    if argv and argv[0] == "merge-worlds":   # merge-worlds OUT RUN.json ...: the same cells, other --worlds
+        merge_worlds(Path(argv[1]), [Path(p) for p in argv[2:]])
         return
     if argv and argv[0] == "merge":   # merge OUT MAIN.json ... -- CONFIRM.json ...
         rest = list(argv[2:])
