@@ -307,10 +307,13 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def merge(paths: Sequence[Path], out: Path) -> dict:
+def merge(paths: Sequence[Path], out: Path, confirm_paths: Sequence[Path] = ()) -> dict:
     """One document from runs of disjoint ``--models`` (run in parallel): their rows in the given order, each run's
-    command, commit and seconds kept under ``runs``."""
-    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    command, commit and seconds kept under ``runs``; the rows of ``confirm_paths`` (runs on disjoint ``--seed``)
+    are added to the confirmation rows."""
+    extra = [json.loads(Path(p).read_text(encoding="utf-8")) for p in confirm_paths]
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths] + [{**d, "confirm": d["rows"], "rows": []}
+                                                                              for d in extra]
     merged = {k: v for k, v in docs[0].items() if k not in ("rows", "confirm", "truth", "command", "seconds")}
     merged["runs"] = [{"command": d["command"], "vfl_commit": d["vfl_commit"], "seconds": d["seconds"]} for d in docs]
     merged["truth"] = {k: v for d in docs for k, v in d["truth"].items()}
@@ -324,8 +327,10 @@ def merge(paths: Sequence[Path], out: Path) -> dict:
 def main(argv: Sequence[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
-    if argv and argv[0] == "merge":   # python benchmarks/inference_coverage.py merge OUT RUN.json ...
-        merge([Path(p) for p in argv[2:]], Path(argv[1]))
+    if argv and argv[0] == "merge":   # python benchmarks/inference_coverage.py merge OUT RUN.json ... [-- CONFIRM ...]
+        rest = list(argv[2:])
+        cut = rest.index("--") if "--" in rest else len(rest)
+        merge([Path(p) for p in rest[:cut]], Path(argv[1]), [Path(p) for p in rest[cut + 1:]])
         return
     parser = split_parser(__doc__, splits=500, quick_splits=40, quick_help="linear and logistic at N=1000, eps=1 only",
                           split_help="independent data sets per cell", data_help=None)

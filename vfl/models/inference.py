@@ -31,7 +31,8 @@ Bootstrap for Differentially Private Confidence Intervals", AISTATS 2022), adapt
    public affine map T, the basic bootstrap interval is [T(theta~) - q_{1-a/2}(D), T(theta~) - q_{a/2}(D)] with
    D = T(S^-1 w_f*) - mean; bse = sd(D), z = T(theta~)/bse, p = 2 Phi(-|z|) (statsmodels' names). ``coef`` stays
    the released (shrunk) model; the interval is for the true coefficient and where the floor shrinks hard (small
-   N epsilon) it is wide and may not contain ``coef``;
+   N epsilon) it is wide and may not contain ``coef``. By default (``debias``) each replicate is de-biased by its own
+   S*_b from its own estimated world instead of the one S (:func:`release_inference`);
 5. opt-in (``conf_int(bias_aware=True)``): where the release cannot identify the floor's shrinkage
    (:func:`unresolved_coefficients` flags it) the de-biasing is wrong by an unknown amount; a flagged coefficient i
    then gets the bias-aware interval centre +- cv_alpha(b_i / bse_i) bse_i, b_i the shrinkage bias the release
