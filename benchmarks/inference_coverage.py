@@ -14,6 +14,9 @@ docs/data/inference_compare.json (bootstrap vs analytic, exact logistic truth) i
 merged into that file; docs/data/inference_real.json is
 ``python benchmarks/inference_coverage.py --real ../shared/data --splits 40 --confirm 20 --seed 5000 --out ...``
 (the flags and the opt-in bias-aware intervals of issue 31; the earlier 200 + 100 run took 731 s);
+docs/data/inference_replicate.json (the default since every replicate is de-biased by its own world) is eight runs
+(``--splits 500``/``120`` on ``--seed 2024``, ``--splits 200``/``120`` on ``--seed 12000000``) merged with
+``merge OUT MAIN.json ... -- CONFIRM.json ...`` (docs/inference.md has the commands);
 docs/data/inference_flags.json (the unreliable flags on the synthetic cells) is
 ``python benchmarks/inference_coverage.py --sizes 1000,10000 --splits 200 --confirm 100 --out ...``.
 

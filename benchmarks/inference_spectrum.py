@@ -19,6 +19,10 @@ docs/data/inference_spectrum_500.json: three cells with 500 data sets (seeds 202
 (``--splits 500 --cells logistic:1000:0.5`` and likewise logistic:1000:1, linear:1000:0.5), merged with
 ``python benchmarks/inference_spectrum.py merge-long docs/data/inference_spectrum_500.json RUN.json ...``.
 
+docs/data/inference_replicate_screen.json: four runs with ``--worlds matched,replicate,replicate-centred`` and
+``--worlds replicate-spread`` on seven cells (200 sets, seeds 2024 on), merged with
+``python benchmarks/inference_spectrum.py merge-worlds OUT RUN.json ...`` (the same fits: one row per cell).
+
 The cells, the known models, the truth and the seeds are those of benchmarks/inference_coverage.py (data set s uses
 data seed ``seed + s`` and noise seed ``seed + s + 10^6``; ``--confirm`` runs disjoint seeds ``seed + 10^7 + s``).
 Every data set is fitted once; from the same release the benchmark computes the interval of the deflated world

@@ -122,5 +122,22 @@ def test_the_grid_reading_follows_from_the_json() -> None:
         rows = doc[key]
         inside = sum(0.93 <= r["coverage_mean"] <= 0.975 for r in rows)
         assert f"In the {run} the default is inside the target in {inside} of {len(rows)} cells" in text
-        sets = sorted({r["sets"] for r in rows})
-        assert len(sets) == 1 and f"{sets[0]} data sets per cell" in text
+        small = {r["sets"] for r in rows if r["n"] <= 10_000}
+        large = {r["sets"] for r in rows if r["n"] > 10_000}
+        assert len(small) == 1 and f"{small.pop()} data sets per cell at N ≤ 10⁴" in text
+        assert len(large) <= 1 and (not large or f"{large.pop()} at N = 10⁵" in text)
+
+
+def test_the_grid_widths_against_the_baseline_follow_from_the_json() -> None:
+    doc = json.loads(GRID.read_text(encoding="utf-8"))
+    text = _text()
+    rows = doc["rows"] + doc["confirm"]
+    big = [r["median_width_mean"] / r["analytic_median_width_mean"] for r in rows if r["n"] * r["epsilon"] >= 4000]
+    assert 0.965 <= min(big) and max(big) <= 1.005 and "0.97–1.00 times the baseline's" in text
+    small = [r["median_width_mean"] / r["analytic_median_width_mean"] for r in rows
+             if r["n"] == 1000 and r["epsilon"] <= 1]
+    assert 1.135 <= min(small) and max(small) <= 1.615 and "1.14–1.61 times wider than the baseline" in text
+    cover = [r["analytic_coverage_mean"] for r in rows if r["n"] * r["epsilon"] >= 4000]
+    assert f"the baseline covers {min(cover):.3f}–{max(cover):.3f} there" in text
+    edge = [r for r in rows if r["coverage_mean"] > 0.97]
+    assert {(r["model"], r["n"], r["epsilon"]) for r in edge} == {("logistic", 1000, 1.0), ("linear", 1000, 1.0)}
