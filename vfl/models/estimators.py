@@ -39,9 +39,9 @@ from vfl.models.inference import InferenceMixin, InferenceResult, release_infere
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
-from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease, objective_gradient
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
-from vfl.privacy.release_choice import choose_release
+from vfl.privacy.release_choice import ReleaseChoice, choose_release
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
 __all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report", "diffprivlib_bounds"]
@@ -144,7 +144,7 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             U = np.hstack([U, np.full((U.shape[0], 1), icpt_value)])
         y_unit = self._prepare_y(y)
         if mechanism == "noisy-gd":
-            w, report = self._release_gradients(U, y_unit)
+            w, report = self._release_gradients(U, y_unit, choice)
         else:
             w, report = self._release_matrix(U, y_unit, mechanism, domain)
         if choice is not None:
@@ -187,16 +187,20 @@ class _FMRegression(InferenceMixin, LinearModelBase):
         self._matrix_release = (mech, floor, regularization, plan.release_beta)
         return result.w, mech.privacy_report()
 
-    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray) -> tuple[np.ndarray, PrivacyReport]:
+    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray, choice: ReleaseChoice | None
+                           ) -> tuple[np.ndarray, PrivacyReport]:
         """T noisy projected gradient rounds of the FM objective (vfl.privacy.gradient_release); the exact objective
-        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None)."""
-        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta,
-                                  steps=DEFAULT_STEPS if self.steps is None else self.steps,
-                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius)
+        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None).
+        Under ``mechanism="auto"`` the rule's steps and label release apply unless given explicitly."""
+        steps = self.steps if self.steps is not None else (choice.steps if choice and choice.steps else DEFAULT_STEPS)
+        label_release = self.label_release or (choice.label_release if choice else None) or "every-round"
+        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta, steps=steps,
+                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius,
+                                  label_release=label_release)
         planned = release.privacy_report()
         check_fit(self.accountant, planned.epsilon, planned.delta, what="mechanism 'noisy-gd'")
         rng = make_rng(self.random_state)
-        w = release.run(objective_gradient(fm_objective(U, y_unit, self._model)), rng)
+        w = release.run_objective(fm_objective(U, y_unit, self._model), rng)
         self.objective_ = None
         self.solve_result_ = None
         return w, release.privacy_report()
@@ -274,7 +278,8 @@ class _FMRegression(InferenceMixin, LinearModelBase):
 _COMMON_DOC = """
     Parameters (diffprivlib conventions): ``mechanism`` ("none", "laplace-fm", "gaussian-fm" (default),
     "relaxed-fm", "noisy-gd": T noisy projected gradient rounds of the FM objective
-    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25) and ``iterate_radius`` R (default 1);
+    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25), ``iterate_radius`` R (default 1) and
+    ``label_release`` ("every-round" (default) or "once": the label term alpha released once, in-process only);
     "auto": the release picked from the public N, d, epsilon, delta by
     :func:`vfl.privacy.release_choice.choose_release`, recorded in ``privacy_report_.extra["release_choice"]``;
     docs/privacy.md, "Choosing the release from public facts"),
@@ -324,7 +329,8 @@ class LinearRegression(_FMRegression):
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
                  bounds_y: tuple[float, float] | None = None, accountant: Any = None,
                  budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
-                 iterate_radius: float | None = None) -> None:
+                 iterate_radius: float | None = None, label_release: str | None = None) -> None:
+        self.label_release = label_release
         self.steps = steps
         self.iterate_radius = iterate_radius
         self.mechanism = mechanism
@@ -381,7 +387,8 @@ class LogisticRegression(_FMRegression):
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
                  bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
                  budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
-                 iterate_radius: float | None = None) -> None:
+                 iterate_radius: float | None = None, label_release: str | None = None) -> None:
+        self.label_release = label_release
         self.steps = steps
         self.iterate_radius = iterate_radius
         self.mechanism = mechanism
