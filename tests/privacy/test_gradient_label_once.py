@@ -120,6 +120,8 @@ def test_auto_gradient_zone_releases_the_label_once() -> None:
     n, p = 1000, 10
     choice = choose_release("linear", n, p + 1, 1.0, 1e-5)
     assert choice.mechanism == "noisy-gd" and choice.label_release == "once" and choice.steps == AUTO_GD_STEPS
+    logistic = choose_release("logistic", 414, 28, 1.0, 1e-5)   # the forest-fires shape: logistic keeps every round
+    assert logistic.mechanism == "noisy-gd" and logistic.label_release == "every-round" and logistic.steps == 25
     X = rng.uniform(-1, 1, size=(n, p))
     y = np.clip(X @ rng.normal(size=p) / 3, -1, 1)
     est = vfl.LinearRegression(mechanism="auto", epsilon=1.0, bounds=(-1, 1), y_bounds=(-1, 1),
