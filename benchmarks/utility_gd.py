@@ -41,7 +41,7 @@ VFL = {"gfm": {}, "gfm_clip": {"row_norm": "clip"}, "ngd": {"mechanism": "noisy-
        "ngd_clip": {"mechanism": "noisy-gd", "row_norm": "clip"},
        "ngd_once_clip": {"mechanism": "noisy-gd", "row_norm": "clip", "steps": AUTO_GD_STEPS,
                          "label_release": AUTO_GD_LABEL_RELEASE}, "auto": {"mechanism": "auto"},
-       "relaxed_floor": {"mechanism": "relaxed-fm"},
+       "relaxed_floor": {"mechanism": "relaxed-fm", "regularization": "floor"},
        "relaxed_adaptive": {"mechanism": "relaxed-fm", "regularization": "adaptive"}}
 PEERS = ("adassp", "ngd_peer")
 METHODS = ("ols", "constant", *VFL, *PEERS)
