@@ -137,3 +137,9 @@ def test_auto_gradient_zone_releases_the_label_once() -> None:
     est3 = vfl.LinearRegression(mechanism="noisy-gd", row_norm="clip", epsilon=1.0, bounds=(-1, 1), y_bounds=(-1, 1),
                                 steps=AUTO_GD_STEPS, label_release="once", random_state=1).fit(X, y)
     np.testing.assert_array_equal(est3.coef_, est.coef_)
+
+
+def test_the_estimator_refuses_label_release_for_a_matrix_release() -> None:
+    X = np.random.default_rng(0).uniform(-1, 1, size=(50, 3))
+    with pytest.raises(ConfigurationError, match="label_release"):
+        vfl.LinearRegression(label_release="once", bounds=(-1, 1), y_bounds=(-1, 1)).fit(X, X[:, 0])

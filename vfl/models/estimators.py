@@ -128,6 +128,8 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             choice = choose_release(self._model, X.shape[0], d, self.epsilon, self.delta)
             mechanism, row_norm = choice.mechanism, choice.row_norm
         self.mechanism_, self.row_norm_ = mechanism, row_norm
+        if self.label_release is not None and mechanism != "noisy-gd" and self.mechanism != "auto":
+            raise ConfigurationError(f"label_release applies to mechanism 'noisy-gd' only, not {mechanism!r}")
         domain = self.domain or DEFAULT_DOMAIN.get(mechanism, "l2" if mechanism == "noisy-gd" else "linf")
         if mechanism == "noisy-gd" and domain != "l2":
             raise ConfigurationError("mechanism 'noisy-gd' needs the l2 domain (its sensitivity holds for ||x|| <= 1)")
