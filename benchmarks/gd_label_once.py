@@ -8,7 +8,8 @@ n = 10^3 epsilon 0.5 ... 4; n = 10^4 epsilon 0.5, 1), with the splits, bounds an
 benchmarks/utility_peers.py (rows clipped to their public radius, intercept column 1/sqrt(d)), every variant of
 :class:`vfl.privacy.gradient_release.GradientRelease` below is run on the exact FM objective of the training rows
 (R = 1 unless named, delta = 1e-5), and its median excess test MSE over OLS is divided by that of the best of the
-ten peers of utility_peers.py (the smallest median excess, picked on the test results):
+ten peers of utility_peers.py (the smallest median excess, picked on the test results); ``ols_norm`` is the median
+norm of the least-squares solution on the same unit domain (what the ball ||w|| <= R has to cover):
 
 * ``every_T25``: today's ``mechanism="noisy-gd"`` (alpha + 2 M w_t every round, T = 25, eta = 1/L, mean of all);
 * ``every_T200``: the same with T = 200;
@@ -63,6 +64,7 @@ def cell_excess(table: Table, epsilons: Sequence[float], splits: int, seed: int)
                              .predict(X[test]) - table.y[test]) ** 2))
         U = unit.U["c"][0]
         objective = fm_objective(U, unit.y, "linear")
+        out.setdefault(("ols_norm", 0.0), []).append(float(np.linalg.norm(np.linalg.lstsq(U, unit.y, rcond=None)[0])))
         for k, eps in enumerate(EPSILONS):
             if eps not in epsilons:
                 continue
@@ -104,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 med = {m: float(np.median(res[(m, eps)])) for m in (*up.PEERS, *VARIANTS)}
                 best = min(up.PEERS, key=lambda p: med[p])
                 rows.append({"dataset": table.name, "epsilon": eps, "splits": args.splits, "best_peer": best,
+                             "ols_norm": float(np.median(res[("ols_norm", 0.0)])),
                              "best_peer_excess": med[best], **{f"ratio_{v}": med[v] / med[best] for v in VARIANTS}})
             print(f"{table.name}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     geomean = {v: math.exp(float(np.mean([math.log(r[f"ratio_{v}"]) for r in rows]))) for v in VARIANTS}

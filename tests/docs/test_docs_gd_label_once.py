@@ -51,7 +51,7 @@ def test_the_rule_uses_the_variant_the_first_run_picked_and_the_second_confirms(
 def test_the_reading_quotes_both_runs() -> None:
     text = " ".join(_section().split())
     a, b = _doc("rule"), _doc("confirm")
-    for key in ("once_T200", "every_T200", "every_T25"):
+    for key in ("once_T200", "every_T200", "every_T25", "once_T200_R2"):
         assert (f"`{key}` {a['geomean'][key]:.3f} (first set) and {b['geomean'][key]:.3f} (second set)") in text
     le = [sum(r["ratio_once_T200"] <= 1.0 for r in d["rows"]) for d in (a, b)]
     assert f"at most the best peer's in {le[0]} of {len(a['rows'])} cells (first set) and {le[1]} of " \
