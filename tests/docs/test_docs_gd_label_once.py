@@ -57,3 +57,15 @@ def test_the_reading_quotes_both_runs() -> None:
     assert f"at most the best peer's in {le[0]} of {len(a['rows'])} cells (first set) and {le[1]} of " \
            f"{len(b['rows'])} (second set)" in text
     assert all(d["geomean"]["once_T200"] < d["geomean"]["every_T200"] for d in (a, b))
+
+
+def test_the_solution_norms_are_quoted() -> None:
+    text = " ".join(_section().split())
+    a, b = _doc("rule"), _doc("confirm")
+
+    def norm(doc: dict, name: str) -> float:
+        return next(r["ols_norm"] for r in doc["rows"] if r["dataset"] == name)
+
+    assert (f"is {norm(a, 'garment'):.2f} and {norm(b, 'garment'):.2f} on garment, {norm(a, 'synthetic n=1000'):.2f} "
+            f"and {norm(b, 'synthetic n=1000'):.2f} at synthetic n = 10³") in text
+    assert all(d["geomean"]["once_T200_R2"] > d["geomean"]["once_T200"] for d in (a, b))
