@@ -143,3 +143,18 @@ def test_the_estimator_refuses_label_release_for_a_matrix_release() -> None:
     X = np.random.default_rng(0).uniform(-1, 1, size=(50, 3))
     with pytest.raises(ConfigurationError, match="label_release"):
         vfl.LinearRegression(label_release="once", bounds=(-1, 1), y_bounds=(-1, 1)).fit(X, X[:, 0])
+
+
+def test_a_bad_label_release_is_refused_at_every_size_and_auto_says_when_it_ignored_one() -> None:
+    """Review of issue 33: with mechanism='auto' a bad value passed silently where the rule chose the matrix release
+    (large n) and raised where it chose noisy gradients (small n); an unused valid value was dropped without a word."""
+    rng = np.random.default_rng(4)
+    for n in (1000, 20000):   # the rule picks noisy gradients at n = 1000, the matrix release at n = 20000 (d = 11)
+        X = rng.uniform(-1, 1, size=(n, 10))
+        with pytest.raises(ConfigurationError, match="label_release must be one of"):
+            vfl.LinearRegression(mechanism="auto", label_release="bogus", bounds=(-1, 1), y_bounds=(-1, 1)).fit(
+                X, X[:, 0] / 2)
+    est = vfl.LinearRegression(mechanism="auto", label_release="once", bounds=(-1, 1), y_bounds=(-1, 1),
+                               random_state=2).fit(X, X[:, 0] / 2)
+    assert est.mechanism_ != "noisy-gd"
+    assert any("label_release='once' was not used" in note for note in est.privacy_report_.notes)

@@ -39,7 +39,7 @@ from vfl.models.inference import InferenceMixin, InferenceResult, release_infere
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
-from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, LABEL_RELEASES, GradientRelease
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
 from vfl.privacy.release_choice import ReleaseChoice, choose_release
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
@@ -128,6 +128,9 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             choice = choose_release(self._model, X.shape[0], d, self.epsilon, self.delta)
             mechanism, row_norm = choice.mechanism, choice.row_norm
         self.mechanism_, self.row_norm_ = mechanism, row_norm
+        if self.label_release is not None and self.label_release not in LABEL_RELEASES:   # before any rule runs
+            raise ConfigurationError(f"label_release must be one of {', '.join(LABEL_RELEASES)}, got "
+                                     f"{self.label_release!r}")
         if self.label_release is not None and mechanism != "noisy-gd" and self.mechanism != "auto":
             raise ConfigurationError(f"label_release applies to mechanism 'noisy-gd' only, not {mechanism!r}")
         domain = self.domain or DEFAULT_DOMAIN.get(mechanism, "l2" if mechanism == "noisy-gd" else "linf")
@@ -153,6 +156,9 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             report.extra["release_choice"] = choice.to_dict()
             report.notes.append(f"mechanism='auto' chose {choice.mechanism} with row_norm={choice.row_norm!r} from "
                                 f"public facts: {choice.reason}")
+            if self.label_release is not None and mechanism != "noisy-gd":
+                report.notes.append(f"label_release={self.label_release!r} was not used: it applies to the noisy "
+                                    f"gradients only, and mechanism='auto' chose {mechanism}")
         self.__dict__.pop("_inference_result", None)
         self._release_ = None if mechanism == "noisy-gd" else (*self._matrix_release, icpt_value, col_scale, no_icpt)
         self.coef_unit_ = w
