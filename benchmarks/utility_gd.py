@@ -8,7 +8,9 @@ intercept, delta = 1e-5) with the releases of issue 33, every vfl one fitted in-
 (one-party plan, central noise):
 
 * ``gfm`` (Gaussian FM, the library default: scaled rows, floor + adaptive shrinkage), ``gfm_clip`` (rows clipped to
-  their public radius), ``ngd`` / ``ngd_clip`` (``mechanism="noisy-gd"``, T = 25, R = 1), ``auto`` (the rule of
+  their public radius), ``ngd`` / ``ngd_clip`` (``mechanism="noisy-gd"``, T = 25, R = 1, the label term released
+  every round), ``ngd_once_clip`` (the rule's gradient release: rows clipped, the label term released once,
+  T = 200; vfl.privacy.gradient_release), ``auto`` (the rule of
   vfl.privacy.release_choice), ``relaxed_floor`` / ``relaxed_adaptive`` (relaxed FM with the floor alone and with
   the adaptive solve, its default);
 * peers: ``adassp`` (Wang 2018, vfl.models.baselines.AdaSSP) and ``ngd_peer`` (per-row clipped noisy gradient descent,
@@ -33,11 +35,13 @@ from utility import DELTA, EPSILONS, SYNTHETIC_SIZES, Table, real_table, split_d
 import vfl
 from vfl.data.datasets import forest_fires, garment
 from vfl.models.baselines import AdaSSP, NoisyGradientDescent
-from vfl.privacy.release_choice import choose_release, floor_ratio
+from vfl.privacy.release_choice import AUTO_GD_LABEL_RELEASE, AUTO_GD_STEPS, choose_release, floor_ratio
 
 VFL = {"gfm": {}, "gfm_clip": {"row_norm": "clip"}, "ngd": {"mechanism": "noisy-gd"},
-       "ngd_clip": {"mechanism": "noisy-gd", "row_norm": "clip"}, "auto": {"mechanism": "auto"},
-       "relaxed_floor": {"mechanism": "relaxed-fm"},
+       "ngd_clip": {"mechanism": "noisy-gd", "row_norm": "clip"},
+       "ngd_once_clip": {"mechanism": "noisy-gd", "row_norm": "clip", "steps": AUTO_GD_STEPS,
+                         "label_release": AUTO_GD_LABEL_RELEASE}, "auto": {"mechanism": "auto"},
+       "relaxed_floor": {"mechanism": "relaxed-fm", "regularization": "floor"},
        "relaxed_adaptive": {"mechanism": "relaxed-fm", "regularization": "adaptive"}}
 PEERS = ("adassp", "ngd_peer")
 METHODS = ("ols", "constant", *VFL, *PEERS)
@@ -97,14 +101,16 @@ def run_table(table: Table, splits: int, seed: int) -> list[dict]:
     return rows
 
 
-R2_COLUMNS = ("ols", "constant", "gfm", "gfm_clip", "ngd", "ngd_clip", "auto", "adassp", "ngd_peer")
+R2_COLUMNS = ("ols", "constant", "gfm", "gfm_clip", "ngd", "ngd_clip", "ngd_once_clip", "auto", "adassp",
+              "ngd_peer")
 
 
 def markdown(doc: dict) -> str:
     """Median test R^2 of every method, the rule's choice, and auto's excess MSE over the best peer's."""
     head = ("| data set, ε | q = d·floor | rule | OLS | constant | GFM (scale) | GFM (clip) | noisy GD (scale) | "
-            "noisy GD (clip) | auto | AdaSSP | noisy GD peer | auto / best peer excess MSE (80 % interval) |")
-    lines = [head, "|" + "---|" * 14]
+            "noisy GD (clip) | noisy GD, label once (clip) | auto | AdaSSP | noisy GD peer | "
+            "auto / best peer excess MSE (80 % interval) |")
+    lines = [head, "|" + "---|" * 15]
     for r in doc["rows"]:
         lines.append(f"| {r['dataset']}, {r['epsilon']:g} | {r['floor_ratio']:.3f} | {r['auto_choice']} | "
                      + " | ".join(f"{r['r2_' + m]:.4f}" for m in R2_COLUMNS)

@@ -85,6 +85,7 @@ def test_demo_prints_only_a_folder_it_keeps(tmp_path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- capeFM
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 @pytest.mark.network
 @pytest.mark.timeout(600)
 def test_capefm_says_where_s_c_came_from_and_prints_no_stray_noise_flag(tmp_path) -> None:
@@ -171,6 +172,7 @@ def test_r2_chart_marks_medians_below_the_axis_and_overlapping_references() -> N
         plt.close(fig)
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 @pytest.mark.skipif(not (SHARED_DATA / "forestfires.csv").is_file(), reason="../shared/data absent")
 @pytest.mark.timeout(600)
 def test_forest_fires_example_figure_says_what_the_axis_hides(tmp_path) -> None:

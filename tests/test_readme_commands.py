@@ -101,7 +101,10 @@ HOW: dict[str, tuple[str, ...]] = {
 }
 #: the longest script runs (about 10-20 s each), slow-marked to keep the default suite short (.ci/run's slow step)
 SLOW_SCRIPTS = {".venv/bin/python benchmarks/privacy_utility.py --quick",
-                ".venv/bin/python benchmarks/planner_check.py --quick --out /tmp/p.json"}
+                ".venv/bin/python benchmarks/planner_check.py --quick --out /tmp/p.json",
+                ".venv/bin/python benchmarks/end_to_end.py", ".venv/bin/python benchmarks/secure_products.py --quick",
+                ".venv/bin/python benchmarks/scale.py --rows 10000,100000",
+                ".venv/bin/python examples/cape_djica.py --quick"}
 SCRIPTS = [pytest.param(cmd, marks=pytest.mark.slow) if cmd in SLOW_SCRIPTS else cmd
            for cmd, how in HOW.items() if how[0] == "run"]
 #: scripts that read the UCI files: run where ../shared/data has them, skipped elsewhere (a clean CI clone has no
@@ -223,6 +226,7 @@ def _csv(path: Path, header: list[str], rows: np.ndarray) -> None:
     path.write_text(",".join(header) + "\n" + "".join(",".join(f"{v:.6g}" for v in r) + "\n" for r in rows))
 
 
+@pytest.mark.slow   # 5-8 s; .ci/run's slow step runs this file
 @pytest.mark.network
 @pytest.mark.timeout(600)
 def test_the_deployment_block_runs_on_loopback(procs, tmp_path):
@@ -264,6 +268,7 @@ def test_the_deployment_block_runs_on_loopback(procs, tmp_path):
     assert lines[0] == "outcome_predicted" and len(lines) == n + 1
 
 
+@pytest.mark.slow   # 5-8 s; .ci/run's slow step runs this file
 @pytest.mark.network
 @pytest.mark.timeout(600)
 def test_the_capefm_block_runs_on_loopback(procs, tmp_path):
@@ -344,6 +349,7 @@ def test_every_shipped_party_config_reads_its_table_and_connects(config, tmp_pat
     assert "no answer from the coordinator" in run.stderr
 
 
+@pytest.mark.slow   # 5-8 s; .ci/run's slow step runs this file
 @pytest.mark.network
 @pytest.mark.timeout(600)
 def test_the_plan_and_report_block_runs(tmp_path):

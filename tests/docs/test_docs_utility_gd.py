@@ -66,7 +66,7 @@ def test_privacy_md_states_the_threshold() -> None:
 def _summary(doc: dict) -> dict:
     """The counts the page's reading quotes, computed from one run's JSON."""
     rows = doc["rows"]
-    cand = ("gfm", "gfm_clip", "ngd_clip")
+    cand = ("gfm", "gfm_clip", "ngd_once_clip")   # the rule's three candidates (linear)
     return {
         "garment_eps1": next(r["r2_auto"] for r in rows if r["dataset"] == "garment" and r["epsilon"] == 1.0),
         "le_peer": sum(r["auto_over_best_peer"] <= 1.0 for r in rows),
@@ -94,8 +94,9 @@ def test_the_reading_quotes_both_runs() -> None:
 
 
 def test_the_cells_where_a_peer_is_ahead_are_the_ones_named() -> None:
-    named = {"rule": {("garment", 1.0), ("garment", 2.0), ("synthetic n=1000", 0.5), ("synthetic n=1000", 1.0)},
-             "confirm": {("garment", 1.0), ("garment", 2.0), ("garment", 4.0), ("synthetic n=1000", 1.0)}}
+    named = {"rule": {("garment", 1.0), ("garment", 2.0), ("synthetic n=1000", 1.0), ("synthetic n=1000", 2.0)},
+             "confirm": {("garment", 1.0), ("garment", 2.0), ("garment", 4.0), ("synthetic n=1000", 1.0),
+                         ("synthetic n=1000", 2.0)}}
     for which, cells in named.items():
         rows = _doc(which)["rows"]
         ahead = {(r["dataset"], r["epsilon"]) for r in rows if r["auto_over_best_peer"] > 1.0}
@@ -103,18 +104,19 @@ def test_the_cells_where_a_peer_is_ahead_are_the_ones_named() -> None:
         assert all(next(r for r in rows if (r["dataset"], r["epsilon"]) == c)["best_peer"] == "ngd_peer" for c in cells)
         for r in rows:
             if r["dataset"] == "forestfires" and r["epsilon"] in (4.0, 8.0):
-                assert r["auto_over_best_peer"] > 1.0 and r["r2_auto"] > max(r["r2_adassp"], r["r2_ngd_peer"])
+                assert r["r2_auto"] > max(r["r2_adassp"], r["r2_ngd_peer"])
+                assert (r["auto_over_best_peer"] > 1.0) == (which == "confirm")
 
 
 def test_relaxed_fm_keeps_the_adaptive_default_as_measured() -> None:
-    """The reading: the floor alone wins at synthetic n = 10^3 (eps <= 4), loses on garment (eps <= 4) and on forest
-    fires (eps >= 1), in both runs; the library default follows (vfl.fm.solver.default_regularization)."""
+    """The reading: the floor alone wins at synthetic n = 10^3 (eps = 1, 2, 4), loses on garment (eps <= 4) and on
+    forest fires (eps >= 1), in both runs; the library default follows (vfl.fm.solver.default_regularization)."""
     from vfl.fm.solver import default_regularization
 
     for which in ("rule", "confirm"):
         for r in _doc(which)["rows"]:
             gain = r["r2_relaxed_floor"] - r["r2_relaxed_adaptive"]
-            if r["dataset"] == "synthetic n=1000" and r["epsilon"] <= 4:
+            if r["dataset"] == "synthetic n=1000" and r["epsilon"] in (1.0, 2.0, 4.0):
                 assert gain > 0
             if (r["dataset"] == "garment" and r["epsilon"] <= 4) or (r["dataset"] == "forestfires"
                                                                       and r["epsilon"] >= 1):

@@ -26,6 +26,9 @@ class FakeCoordinator:
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # no send high-water mark: a ROUTER silently drops what it cannot queue for a peer (default 1,000 messages),
+        # so a burst to a party that reads slowly on a loaded machine (test_psi_flood's 1,500 chunks) lost messages
+        self.sock.setsockopt(zmq.SNDHWM, 0)
         port = self.sock.bind_to_random_port(bind)
         self.endpoint = f"{bind}:{port}"
         self.run_id = secrets.token_hex(16)

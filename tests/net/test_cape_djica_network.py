@@ -97,6 +97,7 @@ def test_cli_capedjica_equals_in_process_bit_for_bit(tmp_path, procs):
     assert r["sites"] == ["site0", "site1", "site2"]
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_cli_nonprivate_djica_recovers_known_mixing_matrix(tmp_path, procs):
     data = make_joint_ica(3, 4, 250, 4, 10, scale_sd=2.0, random_state=5)
     paths = _write_sites(tmp_path, data.sites)
@@ -337,6 +338,7 @@ def test_dimension_above_the_message_limit_is_refused_at_registration(tmp_path):
     assert any("--max-message-bytes" in str(got) for got in sites.values()), sites
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_cli_dimension_above_the_message_limit_one_line_no_model(tmp_path, procs):
     paths = _write_sites(tmp_path, [_unit_columns(90, 20, i) for i in range(2)])
     url = f"tcp://127.0.0.1:{free_port()}"
@@ -353,6 +355,7 @@ def test_cli_dimension_above_the_message_limit_one_line_no_model(tmp_path, procs
         assert s.returncode != 0
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_site_refuses_a_plan_above_its_max_epsilon_and_the_run_ends_without_a_model(tmp_path, procs):
     """The aggregator plans epsilon 2; site1 allows at most 1 (its --max-epsilon): site1 stops with one line naming
     the option before touching its data, the aggregator ends the run naming site1, nothing is written."""

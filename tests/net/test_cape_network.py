@@ -155,6 +155,7 @@ def test_network_releases_zero_sum_and_never_a_noise_share(tmp_path, procs):
 SILENCE = 5   # the aggregator's silence limit under test (a live site heartbeats every second)
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_killed_site_ends_the_run_within_the_timeout_without_a_model(tmp_path, procs):
     _, _ = _write_sites(tmp_path)
     out = tmp_path / "model.json"
@@ -226,6 +227,7 @@ def test_cli_colluding_sets_the_corrected_kappa_and_the_per_site_report(tmp_path
     assert r["tau"]["M"][0] / default_taus["M"][0] == pytest.approx(math.sqrt(1.875 / 1.5), rel=1e-12)
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_cli_killed_site_makes_the_cli_aggregator_exit_3_without_a_model(tmp_path, procs):
     """`vfl coordinator` itself: a site SIGKILLed after it registered ends the run after --timeout, exit code 3,
     one error line naming it, no model file (the dropout after key agreement is the in-process-aggregator test).

@@ -152,6 +152,7 @@ def _three_party_data(tmp_path, rows=200, seed=3):
     return files, bounds, U, y
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_three_parties_label_owner_without_features(procs, tmp_path):
     files, bounds, U, y = _three_party_data(tmp_path)
     url = f"tcp://127.0.0.1:{free_port()}"
@@ -284,6 +285,7 @@ def test_party_killed_mid_run(procs, data, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_garbage_and_oversized_frames_do_not_disturb_a_run(procs, data, tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}"
     out = tmp_path / "model.json"
@@ -310,6 +312,7 @@ def test_garbage_and_oversized_frames_do_not_disturb_a_run(procs, data, tmp_path
     assert "Privacy report: gaussian-fm" in stdout and out.exists()
 
 
+@pytest.mark.slow   # 4-8 s of real processes; .ci/run's slow step runs this file
 def test_curve_run_and_unauthorised_party(procs, data, tmp_path):
     keys = tmp_path / "keys"
     res = subprocess.run([*VFL, "keys", "--out", str(keys), "--names", "alice,bob"], capture_output=True, text=True)

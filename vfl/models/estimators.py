@@ -39,9 +39,9 @@ from vfl.models.inference import InferenceMixin, InferenceResult, release_infere
 from vfl.privacy.accounting import PrivacyReport
 from vfl.privacy.budget import check_fit, record_fit
 from vfl.privacy.floor_selection import release_floor
-from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, GradientRelease, objective_gradient
+from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS, LABEL_RELEASES, GradientRelease
 from vfl.privacy.mechanisms import DEFAULT_DOMAIN, Mechanism, make_mechanism
-from vfl.privacy.release_choice import choose_release
+from vfl.privacy.release_choice import ReleaseChoice, choose_release
 from vfl.rng import RandomState, is_seeded, make_rng, randomness_source
 
 __all__ = ["LinearRegression", "LogisticRegression", "release_objective", "finish_report", "diffprivlib_bounds"]
@@ -128,6 +128,11 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             choice = choose_release(self._model, X.shape[0], d, self.epsilon, self.delta)
             mechanism, row_norm = choice.mechanism, choice.row_norm
         self.mechanism_, self.row_norm_ = mechanism, row_norm
+        if self.label_release is not None and self.label_release not in LABEL_RELEASES:   # before any rule runs
+            raise ConfigurationError(f"label_release must be one of {', '.join(LABEL_RELEASES)}, got "
+                                     f"{self.label_release!r}")
+        if self.label_release is not None and mechanism != "noisy-gd" and self.mechanism != "auto":
+            raise ConfigurationError(f"label_release applies to mechanism 'noisy-gd' only, not {mechanism!r}")
         domain = self.domain or DEFAULT_DOMAIN.get(mechanism, "l2" if mechanism == "noisy-gd" else "linf")
         if mechanism == "noisy-gd" and domain != "l2":
             raise ConfigurationError("mechanism 'noisy-gd' needs the l2 domain (its sensitivity holds for ||x|| <= 1)")
@@ -144,13 +149,16 @@ class _FMRegression(InferenceMixin, LinearModelBase):
             U = np.hstack([U, np.full((U.shape[0], 1), icpt_value)])
         y_unit = self._prepare_y(y)
         if mechanism == "noisy-gd":
-            w, report = self._release_gradients(U, y_unit)
+            w, report = self._release_gradients(U, y_unit, choice)
         else:
             w, report = self._release_matrix(U, y_unit, mechanism, domain)
         if choice is not None:
             report.extra["release_choice"] = choice.to_dict()
             report.notes.append(f"mechanism='auto' chose {choice.mechanism} with row_norm={choice.row_norm!r} from "
                                 f"public facts: {choice.reason}")
+            if self.label_release is not None and mechanism != "noisy-gd":
+                report.notes.append(f"label_release={self.label_release!r} was not used: it applies to the noisy "
+                                    f"gradients only, and mechanism='auto' chose {mechanism}")
         self.__dict__.pop("_inference_result", None)
         self._release_ = None if mechanism == "noisy-gd" else (*self._matrix_release, icpt_value, col_scale, no_icpt)
         self.coef_unit_ = w
@@ -187,16 +195,20 @@ class _FMRegression(InferenceMixin, LinearModelBase):
         self._matrix_release = (mech, floor, regularization, plan.release_beta)
         return result.w, mech.privacy_report()
 
-    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray) -> tuple[np.ndarray, PrivacyReport]:
+    def _release_gradients(self, U: np.ndarray, y_unit: np.ndarray, choice: ReleaseChoice | None
+                           ) -> tuple[np.ndarray, PrivacyReport]:
         """T noisy projected gradient rounds of the FM objective (vfl.privacy.gradient_release); the exact objective
-        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None)."""
-        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta,
-                                  steps=DEFAULT_STEPS if self.steps is None else self.steps,
-                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius)
+        is only the in-process gradient oracle and is not kept (``objective_`` and ``solve_result_`` are None).
+        Under ``mechanism="auto"`` the rule's steps and label release apply unless given explicitly."""
+        steps = self.steps if self.steps is not None else (choice.steps if choice and choice.steps else DEFAULT_STEPS)
+        label_release = self.label_release or (choice.label_release if choice else None) or "every-round"
+        release = GradientRelease(self._model, U.shape[0], U.shape[1], self.epsilon, self.delta, steps=steps,
+                                  radius=DEFAULT_RADIUS if self.iterate_radius is None else self.iterate_radius,
+                                  label_release=label_release)
         planned = release.privacy_report()
         check_fit(self.accountant, planned.epsilon, planned.delta, what="mechanism 'noisy-gd'")
         rng = make_rng(self.random_state)
-        w = release.run(objective_gradient(fm_objective(U, y_unit, self._model)), rng)
+        w = release.run_objective(fm_objective(U, y_unit, self._model), rng)
         self.objective_ = None
         self.solve_result_ = None
         return w, release.privacy_report()
@@ -275,7 +287,8 @@ class _FMRegression(InferenceMixin, LinearModelBase):
 _COMMON_DOC = """
     Parameters (diffprivlib conventions): ``mechanism`` ("none", "laplace-fm", "gaussian-fm" (default),
     "relaxed-fm", "noisy-gd": T noisy projected gradient rounds of the FM objective
-    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25) and ``iterate_radius`` R (default 1);
+    (:mod:`vfl.privacy.gradient_release`) with ``steps`` T (default 25), ``iterate_radius`` R (default 1) and
+    ``label_release`` ("every-round" (default) or "once": the label term alpha released once, in-process only);
     "auto": the release picked from the public N, d, epsilon, delta by
     :func:`vfl.privacy.release_choice.choose_release`, recorded in ``privacy_report_.extra["release_choice"]``;
     docs/privacy.md, "Choosing the release from public facts"),
@@ -325,7 +338,8 @@ class LinearRegression(_FMRegression):
                  release_beta: bool = False, random_state: RandomState = None, bounds_X: Any = None,
                  bounds_y: tuple[float, float] | None = None, accountant: Any = None,
                  budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
-                 iterate_radius: float | None = None) -> None:
+                 iterate_radius: float | None = None, label_release: str | None = None) -> None:
+        self.label_release = label_release
         self.steps = steps
         self.iterate_radius = iterate_radius
         self.mechanism = mechanism
@@ -382,7 +396,8 @@ class LogisticRegression(_FMRegression):
                  fallback: str = "raise", release_beta: bool = False, random_state: RandomState = None,
                  bounds_X: Any = None, data_norm: float | None = None, accountant: Any = None,
                  budget_split: str | float = "risk", regularization: str | None = None, steps: int | None = None,
-                 iterate_radius: float | None = None) -> None:
+                 iterate_radius: float | None = None, label_release: str | None = None) -> None:
+        self.label_release = label_release
         self.steps = steps
         self.iterate_radius = iterate_radius
         self.mechanism = mechanism

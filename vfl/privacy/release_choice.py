@@ -15,7 +15,13 @@ says how much of the spectrum the matrix release's floor may cover. Four zones:
   (``row_norm="clip"``: typical rows then use the norm budget they are given, which raises the signal eigenvalues
   against the same noise);
 * GRADIENT_THRESHOLD <= q < :data:`NOISE_THRESHOLD`: noisy gradients (:mod:`vfl.privacy.gradient_release`) with
-  clipped rows: the floor would replace most eigenvalues, d-vector gradients lose less;
+  clipped rows: the floor would replace most eigenvalues, d-vector gradients lose less. Linear regression releases
+  the label term once (``label_release="once"``, its public default share of mu^2) and runs T =
+  :data:`AUTO_GD_STEPS` rounds of the public step 1/L (eta T = 100: gradient descent then converges in directions
+  of curvature ~ 1/(3d), which T = 25 does not); picked on seed 2024 by benchmarks/gd_label_once.py among six
+  variants, confirmed on seed 7331 (docs/benchmarks_utility.md, "The label term released once"). Logistic
+  regression keeps the every-round release with T = 25 (on seed 2024 the label-once release with T = 200 was less
+  accurate in both logistic cells of this zone, benchmarks/utility_peers.py);
 * q >= NOISE_THRESHOLD: the noise dominates any release; the matrix release with scaled rows, whose floor shrinks the
   model towards the intercept-only fit (the safest answer when nothing else can be learnt).
 
@@ -34,12 +40,15 @@ from vfl.privacy.gradient_release import DEFAULT_RADIUS, DEFAULT_STEPS
 from vfl.privacy.mechanisms import make_mechanism
 
 __all__ = ["ReleaseChoice", "choose_release", "CLIP_THRESHOLD", "GRADIENT_THRESHOLD", "NOISE_THRESHOLD",
-           "floor_ratio"]
+           "floor_ratio", "AUTO_GD_STEPS", "AUTO_GD_LABEL_RELEASE"]
 
 #: the zones of q = d * lambda_floor (module docstring)
 CLIP_THRESHOLD = 0.02
 GRADIENT_THRESHOLD = 0.25
 NOISE_THRESHOLD = 1.0
+#: the noisy-gradient zone's release (module docstring): T rounds, the label term released once
+AUTO_GD_STEPS = 200
+AUTO_GD_LABEL_RELEASE = "once"
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ class ReleaseChoice:
     floor_ratio: float
     threshold: float
     reason: str
+    #: noisy-gd only: "once" (alpha released once) or "every-round"; None for the matrix release
+    label_release: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,9 +86,12 @@ def choose_release(model: str, n_samples: int, n_features: int, epsilon: float, 
                              f"{zone} >= {NOISE_THRESHOLD:g}: noise dominates any release; the floored matrix release "
                              "shrinks towards the intercept-only fit")
     if q >= GRADIENT_THRESHOLD:
-        return ReleaseChoice("noisy-gd", "clip", None, DEFAULT_STEPS, DEFAULT_RADIUS, q, GRADIENT_THRESHOLD,
-                             f"{zone} in [{GRADIENT_THRESHOLD:g}, {NOISE_THRESHOLD:g}): the matrix release's floor "
-                             "would cover most of the spectrum, so d-vector gradients are released (rows clipped)")
+        linear = validate_model(model) == "linear"
+        return ReleaseChoice("noisy-gd", "clip", None, AUTO_GD_STEPS if linear else DEFAULT_STEPS, DEFAULT_RADIUS, q,
+                             GRADIENT_THRESHOLD, f"{zone} in [{GRADIENT_THRESHOLD:g}, {NOISE_THRESHOLD:g}): the matrix "
+                             "release's floor would cover most of the spectrum, so d-vector gradients are released "
+                             f"(rows clipped; the label term {'once' if linear else 'every round'})",
+                             AUTO_GD_LABEL_RELEASE if linear else "every-round")
     if q >= CLIP_THRESHOLD:
         return ReleaseChoice("gaussian-fm", "clip", None, None, None, q, CLIP_THRESHOLD,
                              f"{zone} in [{CLIP_THRESHOLD:g}, {GRADIENT_THRESHOLD:g}): matrix release with rows "
