@@ -85,7 +85,7 @@ SETS = 30
 FLOOR = 0.95 - 3.0 * math.sqrt(0.95 * 0.05 / SETS)
 
 
-@pytest.mark.parametrize("first_seed", [0, 5000], ids=["seeds-a", "seeds-b"])
+@pytest.mark.parametrize("first_seed", [0, pytest.param(5000, marks=pytest.mark.slow)], ids=["seeds-a", "seeds-b"])
 def test_bias_aware_intervals_cover_where_the_flag_fires_on_the_benchmark_model(first_seed: int) -> None:
     """N = 1000, epsilon 0.5: the flag fires on (almost) every data set; every flagged coefficient's bias-aware
     interval covers the known truth in at least FLOOR of the data sets (and overlaps the default one)."""
@@ -96,7 +96,7 @@ def test_bias_aware_intervals_cover_where_the_flag_fires_on_the_benchmark_model(
     assert cover and min(cover) >= FLOOR, cover
 
 
-@pytest.mark.parametrize("first_seed", [0, 5000], ids=["seeds-a", "seeds-b"])
+@pytest.mark.parametrize("first_seed", [0, pytest.param(5000, marks=pytest.mark.slow)], ids=["seeds-a", "seeds-b"])
 def test_bias_aware_intervals_still_miss_where_the_data_hold_less_signal_than_assumed(first_seed: int) -> None:
     """The documented limit (docs/inference.md, "Real data"): 6 of 8 columns fill 2 % of their bounds, their true
     eigenvalues lie far below the detection level the bias bound assumes, and the bias-aware interval of some
