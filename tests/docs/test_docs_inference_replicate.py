@@ -124,8 +124,13 @@ def test_the_grid_reading_follows_from_the_json() -> None:
         assert f"In the {run} the default is inside the target in {inside} of {len(rows)} cells" in text
         small = {r["sets"] for r in rows if r["n"] <= 10_000}
         large = {r["sets"] for r in rows if r["n"] > 10_000}
-        assert len(small) == 1 and f"{small.pop()} data sets per cell at N ≤ 10⁴" in text
-        assert len(large) <= 1 and (not large or f"{large.pop()} at N = 10⁵" in text)
+        assert len(small) == 1 and len(large) <= 1
+        if large == small:
+            sets = small.pop()
+            assert f"inside the target in {inside} of {len(rows)} cells ({sets} data sets per cell)" in text
+        else:
+            assert f"{small.pop()} data sets per cell at N ≤ 10⁴" in text
+            assert not large or f"{large.pop()} at N = 10⁵" in text
 
 
 def test_the_grid_widths_against_the_baseline_follow_from_the_json() -> None:
@@ -141,3 +146,23 @@ def test_the_grid_widths_against_the_baseline_follow_from_the_json() -> None:
     assert f"the baseline covers {min(cover):.3f}–{max(cover):.3f} there" in text
     edge = [r for r in rows if r["coverage_mean"] > 0.97]
     assert {(r["model"], r["n"], r["epsilon"]) for r in edge} == {("logistic", 1000, 1.0), ("linear", 1000, 1.0)}
+
+
+REAL = ROOT / "docs" / "data" / "inference_replicate_real.json"
+
+
+def test_the_real_data_table_with_the_new_default_is_the_committed_measurement() -> None:
+    """The "Real data with this default" table is benchmarks/inference_coverage.py's ``--real`` table of the committed
+    JSON, and the coverage ranges quoted under it follow from it."""
+    bench = load_benchmark("inference_coverage")
+    doc = json.loads(REAL.read_text(encoding="utf-8"))
+    section = _section()
+    assert bench.real_markdown(doc) in section
+    rows = doc["real"] + doc["real_confirm"]
+    for name, shown in (("garment", "garment stays at {lo}–{hi}"), ("forestfires", "forest fires at {lo}–{hi}")):
+        cov = [r["coverage_mean"] for r in rows if r["model"] == name]
+        assert shown.format(lo=f"{min(cov):.2f}", hi=f"{max(cov):.2f}") in _text()
+    assert all(r["flagged_rate"] == 1.0 for r in rows)
+    changed = json.loads(REAL.read_text(encoding="utf-8"))
+    changed["real"][0]["coverage_mean"] += 0.01
+    assert bench.real_markdown(changed) not in section
