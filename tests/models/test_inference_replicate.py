@@ -11,39 +11,18 @@ noise-free case (no S to estimate: the same spread as "fixed"), the expected dir
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
+from helpers.inference_cells import INTERCEPT, THETA, D
+from helpers.inference_cells import logistic_fit as _logistic
+from helpers.inference_cells import symmetric_noise as _noise
 
 from vfl.exceptions import ConfigurationError
-from vfl.models.estimators import LogisticRegression
 from vfl.models.inference import DEFAULT_BOOTSTRAP
 from vfl.models.inference_world import floored_inverse, matched_second_moments, replicate_estimates
 
 pytestmark = pytest.mark.filterwarnings("ignore::vfl.exceptions.NoBetterThanBaselineWarning")
-
-D = 10
-THETA = np.linspace(-1.0, 1.0, D) / 5.5
-INTERCEPT = 0.25
-
-
-def _logistic(n: int, epsilon: float | None, seed: int) -> LogisticRegression:
-    """benchmarks/inference_coverage.py's logistic model (epsilon None: no noise, mechanism "none")."""
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-1.0, 1.0, (n, D))
-    y = (rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-(INTERCEPT + X @ (3.0 * THETA))))).astype(float)
-    est = (LogisticRegression(mechanism="none", bounds=(-1.0, 1.0), random_state=seed + 10**6) if epsilon is None
-           else LogisticRegression(epsilon=epsilon, delta=1e-5, bounds=(-1.0, 1.0), random_state=seed + 10**6))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est.fit(X, y)
-    return est
-
-
-def _noise(rng: np.random.Generator, n: int, d: int, sd: float) -> np.ndarray:
-    E = rng.normal(0.0, sd, (n, d, d))
-    return (E + np.swapaxes(E, 1, 2)) / math.sqrt(2.0)
 
 
 def test_the_batched_replicate_estimator_is_the_estimator_applied_to_each_replicate():
