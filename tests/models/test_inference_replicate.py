@@ -64,10 +64,13 @@ def test_on_a_noisy_logistic_release_the_replicates_spread_more(seed):
     """Logistic N = 10^3, epsilon = 1 (the fixed S under-covered there: 0.924 at 500 data sets): S estimated on the
     noisy release varies from replicate to replicate, so the default's standard errors are larger than the fixed
     de-biasing's (mean over coefficients; the screen of docs/inference.md measured 1.2 x the width). The Monte Carlo
-    error of a bootstrap sd is about 1/sqrt(2B) = 4 % per coefficient, so the direction is not a Monte Carlo draw."""
+    error of a bootstrap sd is about 1/sqrt(2B) = 4 % per coefficient, so the direction is not a Monte Carlo draw.
+    The ratio of the mean standard errors was 1.07-1.25 on 20 other data sets (seeds 100-119), so the test asks for
+    the direction only (> 1; without the replicate de-biasing the ratio is exactly 1), not a level tuned to these
+    seeds."""
     est = _logistic(1000, 1.0, seed)
     fixed, rep = est.inference(debias="fixed"), est.inference()
-    assert rep.bse.mean() > 1.05 * fixed.bse.mean(), (rep.bse.mean(), fixed.bse.mean())
+    assert rep.bse.mean() > fixed.bse.mean(), (rep.bse.mean(), fixed.bse.mean())
     assert np.array_equal(rep.center, fixed.center)   # the estimate is the same; only its distribution changed
 
 
