@@ -32,3 +32,15 @@ def symmetric_noise(rng: np.random.Generator, n: int, d: int, sd: float) -> np.n
     """n symmetric d x d Gaussian matrices, off-diagonal entries of standard deviation sd."""
     E = rng.normal(0.0, sd, (n, d, d))
     return (E + np.swapaxes(E, 1, 2)) / math.sqrt(2.0)
+
+
+def taylor_truth() -> np.ndarray:
+    """The logistic Taylor estimand 4 E[zz']^-1 E[z (p(x) - 1/2)], z = (x, 1) (benchmarks/inference_coverage.py's
+    truth()), by 2^18 antithetic Monte Carlo points: error < 0.003, under 2 % of an interval's half-width at
+    N = 10^3."""
+    X = np.random.default_rng(20240531).uniform(-1.0, 1.0, (2**18, D))
+    moment = np.zeros(D + 1)
+    for Z in (X, -X):
+        p = 1.0 / (1.0 + np.exp(-(INTERCEPT + Z @ (3.0 * THETA))))
+        moment += np.append(Z.T @ (p - 0.5), (p - 0.5).sum()) / (2 * len(X))
+    return 4.0 * moment / np.append(np.full(D, 1.0 / 3.0), 1.0)

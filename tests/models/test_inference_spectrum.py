@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 import pytest
-from helpers.inference_cells import INTERCEPT, THETA, D
 from helpers.inference_cells import logistic_fit as _logistic
 from helpers.inference_cells import symmetric_noise as _symmetric_noise
+from helpers.inference_cells import taylor_truth as _taylor_truth
 
 from vfl.exceptions import ConfigurationError
 from vfl.models.inference import matched_second_moments
@@ -44,16 +44,6 @@ def test_matched_is_the_default_and_deflated_names_itself():
     with pytest.raises(ConfigurationError, match="spectrum"):
         est.inference(spectrum="nonsense")
 
-
-def _taylor_truth() -> np.ndarray:
-    """The logistic Taylor estimand 4 E[zz']^-1 E[z (p(x) - 1/2)], z = (x, 1) (benchmarks/inference_coverage.py's
-    truth()), by 2^18 antithetic Monte Carlo points: error < 0.003, under 2 % of an interval's half-width here."""
-    X = np.random.default_rng(20240531).uniform(-1.0, 1.0, (2**18, D))
-    moment = np.zeros(D + 1)
-    for Z in (X, -X):
-        p = 1.0 / (1.0 + np.exp(-(INTERCEPT + Z @ (3.0 * THETA))))
-        moment += np.append(Z.T @ (p - 0.5), (p - 0.5).sum()) / (2 * len(X))
-    return 4.0 * moment / np.append(np.full(D, 1.0 / 3.0), 1.0)
 
 
 #: fresh data sets (seeds disjoint from the benchmark's main 2024.., confirmation 9000000.. and earlier runs)
