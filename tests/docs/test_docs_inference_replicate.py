@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers.docs_tables import load_benchmark
+from helpers.docs_tables import load_benchmark, section
 from helpers.docs_tables import same_to_shown_digits as _same
 from helpers.docs_tables import table_rows as _rows
 
@@ -22,9 +22,7 @@ HEADING = "## Every replicate de-biased by its own world"
 
 
 def _section() -> str:
-    text = (ROOT / "docs" / "inference.md").read_text(encoding="utf-8")
-    assert HEADING in text
-    return text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+    return section(ROOT / "docs" / "inference.md", HEADING)
 
 
 def _text() -> str:
